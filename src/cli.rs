@@ -1,0 +1,80 @@
+//! The command line. Each subcommand's doc comment is its `--help`; no
+//! logic lives here.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "invoice-reminder",
+    version,
+    about = "Emails customers about overdue invoices, once per period, from any number of replicas."
+)]
+pub struct Cli {
+    /// Configuration file [default: config/default.toml]
+    #[arg(
+        long,
+        global = true,
+        env = "INVOICE_REMINDER_CONFIG",
+        value_name = "PATH"
+    )]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply database migrations (idempotent; safe from several replicas).
+    Migrate,
+
+    /// Insert demo customers and invoices, P% of the invoices overdue.
+    Seed {
+        /// Number of customers to create.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        customers: u32,
+        /// Number of invoices to create, spread over the customers.
+        #[arg(long)]
+        invoices: u32,
+        /// Share of the invoices that are overdue and unpaid (0-100); the
+        /// rest are half paid, half not yet due.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u8).range(0..=100))]
+        overdue_pct: u8,
+    },
+
+    /// Run one tick now. Exits 0 when done, or when skipped because another
+    /// replica holds the lock.
+    RunOnce {
+        /// List what would be sent; claim and send nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+
+    /// Run the worker on schedule.cron until SIGTERM/SIGINT.
+    Run,
+
+    /// Check the reminders table: duplicates, unknown deliveries, failures,
+    /// overdue invoices still missing a reminder. Exits 1 if any
+    /// (invoice_id, period) has more than one reminder.
+    Audit {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// A row `sending` for longer than this counts as unknown delivery.
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        unknown_after: Duration,
+    },
+
+    /// Show the lock holder, the last runs and reminder counts by status.
+    Status {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+        /// How many recent runs to show.
+        #[arg(long, default_value_t = 10)]
+        runs: u32,
+    },
+}

@@ -1,0 +1,117 @@
+//! `status`: who holds the lock, what the last runs did, how many
+//! reminders are in each state.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use uuid::Uuid;
+
+use crate::config::Settings;
+use crate::context::Context;
+use crate::db;
+use crate::db::runs::RunRow;
+use crate::lock::Holder;
+
+#[derive(Debug, serde::Serialize)]
+struct StatusReport {
+    lock: String,
+    holder: Option<HolderReport>,
+    last_runs: Vec<RunRow>,
+    counts: Vec<(String, i64)>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct HolderReport {
+    #[serde(flatten)]
+    holder: Holder,
+    /// From the run that recorded this token, if any.
+    replica_id: Option<String>,
+}
+
+pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
+    let pool = super::connect(&settings).await?;
+    let ctx = Context::new(settings, pool).context("failed to set up the lock backend")?;
+    let holder = ctx.lock.holder().await.context("failed to read the lock")?;
+    let holder = match holder {
+        None => None,
+        Some(holder) => {
+            let replica_id = match Uuid::parse_str(&holder.token) {
+                Ok(token) => db::runs::run_by_token(&ctx.db, token)
+                    .await
+                    .context("failed to read job_runs")?
+                    .map(|r| r.replica_id),
+                Err(_) => None,
+            };
+            Some(HolderReport { holder, replica_id })
+        }
+    };
+    let report = StatusReport {
+        lock: ctx.lock.describe(),
+        holder,
+        last_runs: db::runs::recent_runs(&ctx.db, runs)
+            .await
+            .context("failed to read job_runs")?,
+        counts: db::audit::counts_by_status(&ctx.db, None)
+            .await
+            .context("failed to read reminders")?,
+    };
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("failed to encode the status")?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &report.holder {
+        None => outln!("lock ({}): free", report.lock),
+        Some(h) => outln!(
+            "lock ({}): held by {} (token {}, {} left)",
+            report.lock,
+            h.replica_id.as_deref().unwrap_or("an unknown replica"),
+            h.holder.token,
+            h.holder
+                .ttl_left_ms
+                .map(|ms| format!("{ms} ms"))
+                .unwrap_or_else(|| "no expiry".into())
+        ),
+    }
+    outln!("last runs:");
+    if report.last_runs.is_empty() {
+        outln!("  none");
+    }
+    for r in &report.last_runs {
+        outln!(
+            "  #{} {} period {} started {} {} claimed {} sent {} failed {}{}",
+            r.id,
+            r.replica_id,
+            r.period,
+            r.started_at.format("%Y-%m-%d %H:%M:%S%.3f"),
+            match (&r.finished_at, &r.outcome) {
+                (Some(_), Some(o)) => o.clone(),
+                _ => "running (or died)".to_owned(),
+            },
+            r.claimed,
+            r.sent,
+            r.failed,
+            r.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        );
+    }
+    let counts = report
+        .counts
+        .iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    outln!(
+        "reminders by status: {}",
+        if counts.is_empty() {
+            "none".into()
+        } else {
+            counts
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}

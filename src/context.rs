@@ -1,0 +1,154 @@
+//! Everything a tick needs, built once from [`Settings`]: the database pool,
+//! the lock backend, the mailer, and the writes that are waiting for the
+//! database to come back.
+//!
+//! # Deferred writes
+//! When the database goes away mid-tick, the outcome of mail already sent
+//! and the hand-back of rows never started cannot be written. They are kept
+//! here, in memory, and written at the start of the next tick. If the
+//! process dies first, those rows stay `sending`: their delivery is unknown
+//! to the database, and audit says so. Nothing is ever resent because of a
+//! lost write.
+
+use std::sync::Mutex;
+
+use sqlx::PgPool;
+
+use crate::config::Settings;
+use crate::db;
+use crate::db::reminders::Delivery;
+use crate::db::runs::{RunCounts, RunOutcome};
+use crate::lock::{LockBackend, LockError};
+use crate::mailer::Mailer;
+
+pub struct Context {
+    pub settings: Settings,
+    pub db: PgPool,
+    pub lock: LockBackend,
+    pub mailer: Mailer,
+    /// Writes that failed because the database was unreachable.
+    deferred: Mutex<Deferred>,
+}
+
+#[derive(Default, Debug)]
+struct Deferred {
+    deliveries: Vec<DeferredDeliveries>,
+    hand_backs: Vec<(i64, Vec<i64>)>,
+    finishes: Vec<DeferredFinish>,
+}
+
+#[derive(Debug)]
+struct DeferredDeliveries {
+    run_id: i64,
+    max_attempts: u32,
+    rows: Vec<(i64, Delivery)>,
+}
+
+#[derive(Debug)]
+struct DeferredFinish {
+    run_id: i64,
+    outcome: RunOutcome,
+    counts: RunCounts,
+    error: Option<String>,
+}
+
+impl Context {
+    /// Builds the lock client and the mailer; connects to nothing. Must be
+    /// called inside a tokio runtime.
+    pub fn new(settings: Settings, db: PgPool) -> Result<Self, LockError> {
+        let lock = LockBackend::from_settings(&settings)?;
+        let mailer = Mailer::new(&settings.smtp);
+        Ok(Self {
+            settings,
+            db,
+            lock,
+            mailer,
+            deferred: Mutex::new(Deferred::default()),
+        })
+    }
+
+    fn deferred(&self) -> std::sync::MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn defer_deliveries(
+        &self,
+        run_id: i64,
+        max_attempts: u32,
+        rows: Vec<(i64, Delivery)>,
+    ) {
+        if !rows.is_empty() {
+            self.deferred().deliveries.push(DeferredDeliveries {
+                run_id,
+                max_attempts,
+                rows,
+            });
+        }
+    }
+
+    pub(crate) fn defer_hand_back(&self, run_id: i64, ids: Vec<i64>) {
+        if !ids.is_empty() {
+            self.deferred().hand_backs.push((run_id, ids));
+        }
+    }
+
+    pub(crate) fn defer_finish(
+        &self,
+        run_id: i64,
+        outcome: RunOutcome,
+        counts: RunCounts,
+        error: Option<String>,
+    ) {
+        self.deferred().finishes.push(DeferredFinish {
+            run_id,
+            outcome,
+            counts,
+            error,
+        });
+    }
+
+    /// Number of deferred writes still waiting (for tests and logs).
+    pub fn deferred_writes(&self) -> usize {
+        let d = self.deferred();
+        d.deliveries.len() + d.hand_backs.len() + d.finishes.len()
+    }
+
+    /// Writes what earlier ticks could not. Keeps whatever still fails.
+    pub async fn flush_deferred(&self) {
+        let taken = std::mem::take(&mut *self.deferred());
+        if taken.deliveries.is_empty() && taken.hand_backs.is_empty() && taken.finishes.is_empty() {
+            return;
+        }
+        let mut keep = Deferred::default();
+        for d in taken.deliveries {
+            match db::reminders::record_deliveries(&self.db, d.run_id, d.max_attempts, &d.rows)
+                .await
+            {
+                Ok(r) => tracing::info!(
+                    run_id = d.run_id,
+                    sent = r.sent,
+                    "wrote deferred delivery results"
+                ),
+                Err(_) => keep.deliveries.push(d),
+            }
+        }
+        for (run_id, ids) in taken.hand_backs {
+            match db::reminders::hand_back(&self.db, run_id, &ids).await {
+                Ok(n) => tracing::info!(run_id, handed_back = n, "handed back deferred rows"),
+                Err(_) => keep.hand_backs.push((run_id, ids)),
+            }
+        }
+        for f in taken.finishes {
+            if db::runs::finish_run(&self.db, f.run_id, f.outcome, f.counts, f.error.as_deref())
+                .await
+                .is_err()
+            {
+                keep.finishes.push(f);
+            }
+        }
+        let mut d = self.deferred();
+        d.deliveries.extend(keep.deliveries);
+        d.hand_backs.extend(keep.hand_backs);
+        d.finishes.extend(keep.finishes);
+    }
+}

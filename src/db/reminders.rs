@@ -1,0 +1,292 @@
+//! The claim protocol: how a reminder goes from "owed" to "sent" without
+//! ever being sent twice.
+//!
+//! 1. **Claim before send.** A batch of overdue invoice ids is claimed with
+//!    one `INSERT ... ON CONFLICT (invoice_id, period) DO NOTHING RETURNING`
+//!    that re-checks `paid_at IS NULL`. Only the rows this statement
+//!    inserted are mailed, by this run. A second sender (lock lost, lock
+//!    bypassed, paused holder) inserts nothing and sends nothing: the UNIQUE
+//!    constraint, not the lock, is what makes duplicates impossible.
+//! 2. **Status after accept.** Claimed rows are `sending`. When the SMTP
+//!    server accepts, the row becomes `sent` (with `sent_at`, `message_id`);
+//!    a transient failure makes it `failed`; a permanent one, invalid data
+//!    or the last allowed attempt makes it `discarded`. Every update is
+//!    guarded by `run_id = this run AND status = 'sending'`.
+//! 3. **Retries are claims too.** `failed` rows are re-claimed on a later
+//!    tick by an `UPDATE ... WHERE status = 'failed'` over rows locked with
+//!    `FOR UPDATE SKIP LOCKED`: two replicas can never re-claim the same row.
+//! 4. **Hand back what was never started.** Rows claimed but not yet handed
+//!    to SMTP when the tick stops (lease lost, shutdown, SMTP or database
+//!    gone) are returned: a first claim is deleted, a retry goes back to
+//!    `failed`. Only a row whose SMTP transaction had begun stays `sending`.
+//! 5. **Unknown stays unknown.** A row left `sending` by a process that died
+//!    mid-send, or whose send ended without a reply, may or may not have
+//!    been delivered. We never resend it (at-most-once); `audit` lists it.
+//!
+//! Claims insert in `invoice_id` order so two concurrent claimers of
+//! overlapping batches take the unique-index locks in the same order and
+//! cannot deadlock.
+
+use chrono::NaiveDate;
+use sqlx::{FromRow, PgPool};
+
+/// A claimed reminder with everything needed to build its message.
+#[derive(Debug, Clone, FromRow)]
+pub struct ClaimedReminder {
+    pub reminder_id: i64,
+    pub invoice_id: i64,
+    /// Delivery attempts finished before this claim (0 for a first claim).
+    pub attempts: i32,
+    pub number: String,
+    pub amount_cents: i64,
+    pub currency: String,
+    pub due_date: NaiveDate,
+    pub customer_name: String,
+    pub customer_email: String,
+}
+
+/// Claims reminders for `invoice_ids` in `period` for run `run_id`. Returns
+/// only the rows this call inserted.
+pub async fn claim_batch(
+    pool: &PgPool,
+    invoice_ids: &[i64],
+    period: &str,
+    run_id: i64,
+) -> Result<Vec<ClaimedReminder>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH claimed AS (
+             INSERT INTO reminders (invoice_id, period, status, run_id)
+             SELECT i.id, $2, 'sending', $3
+               FROM invoices i
+              WHERE i.id = ANY($1) AND i.paid_at IS NULL
+              ORDER BY i.id
+             ON CONFLICT (invoice_id, period) DO NOTHING
+             RETURNING id, invoice_id, attempts
+         )
+         SELECT c.id AS reminder_id, c.invoice_id, c.attempts,
+                i.number, i.amount_cents, i.currency, i.due_date,
+                cu.name AS customer_name, cu.email AS customer_email
+           FROM claimed c
+           JOIN invoices i ON i.id = c.invoice_id
+           JOIN customers cu ON cu.id = i.customer_id
+          ORDER BY c.invoice_id",
+    )
+    .bind(invoice_ids)
+    .bind(period)
+    .bind(run_id)
+    .fetch_all(pool)
+    .await
+}
+
+/// Re-claims up to `limit` `failed` reminders of `period` that still have
+/// attempts left and whose invoice is still unpaid. Rows this run already
+/// tried are skipped, so each row gets at most one attempt per tick.
+pub async fn reclaim_failed(
+    pool: &PgPool,
+    period: &str,
+    run_id: i64,
+    max_attempts: u32,
+    limit: u32,
+) -> Result<Vec<ClaimedReminder>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH picked AS (
+             SELECT r.id
+               FROM reminders r
+               JOIN invoices i ON i.id = r.invoice_id
+              WHERE r.period = $1
+                AND r.status = 'failed'
+                AND r.attempts < $3
+                AND r.run_id IS DISTINCT FROM $2
+                AND i.paid_at IS NULL
+              ORDER BY r.id
+              LIMIT $4
+                FOR UPDATE OF r SKIP LOCKED
+         ), claimed AS (
+             UPDATE reminders r
+                SET status = 'sending', run_id = $2, claimed_at = now()
+               FROM picked
+              WHERE r.id = picked.id AND r.status = 'failed'
+             RETURNING r.id, r.invoice_id, r.attempts
+         )
+         SELECT c.id AS reminder_id, c.invoice_id, c.attempts,
+                i.number, i.amount_cents, i.currency, i.due_date,
+                cu.name AS customer_name, cu.email AS customer_email
+           FROM claimed c
+           JOIN invoices i ON i.id = c.invoice_id
+           JOIN customers cu ON cu.id = i.customer_id
+          ORDER BY c.invoice_id",
+    )
+    .bind(period)
+    .bind(run_id)
+    .bind(i64::from(max_attempts))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await
+}
+
+/// What one send attempt ended in, as recorded on the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The SMTP server accepted the message.
+    Sent { message_id: String },
+    /// Transient failure: retried on a later tick while attempts remain.
+    Failed { error: String },
+    /// Not delivered because the SMTP server could not be reached at all:
+    /// `failed` like a transient failure, but it does not use up an attempt
+    /// (nothing reached the server), so an outage cannot exhaust retries.
+    Deferred { error: String },
+    /// Final failure: never retried.
+    Discarded { error: String },
+    /// Handed over without a reply: stays `sending`, never retried.
+    Unknown { error: String },
+}
+
+impl Delivery {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Sent { .. } => "sent",
+            Self::Failed { .. } => "failed",
+            Self::Deferred { .. } => "deferred",
+            Self::Discarded { .. } => "discarded",
+            Self::Unknown { .. } => "unknown",
+        }
+    }
+}
+
+/// Counts of what `record_deliveries` wrote.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub sent: u32,
+    /// `failed` (will be retried).
+    pub failed: u32,
+    /// `discarded`, including failures that used the last attempt.
+    pub discarded: u32,
+    pub unknown: u32,
+}
+
+/// Records the outcome of a set of attempts in one statement. Only rows
+/// still `sending` under `run_id` are touched. A `Failed` that used the last
+/// of `max_attempts` becomes `discarded`; a `Deferred` does not count as an
+/// attempt.
+pub async fn record_deliveries(
+    pool: &PgPool,
+    run_id: i64,
+    max_attempts: u32,
+    deliveries: &[(i64, Delivery)],
+) -> Result<Recorded, sqlx::Error> {
+    if deliveries.is_empty() {
+        return Ok(Recorded::default());
+    }
+    let mut ids = Vec::with_capacity(deliveries.len());
+    let mut kinds = Vec::with_capacity(deliveries.len());
+    let mut message_ids: Vec<Option<String>> = Vec::with_capacity(deliveries.len());
+    let mut errors: Vec<Option<String>> = Vec::with_capacity(deliveries.len());
+    for (id, delivery) in deliveries {
+        ids.push(*id);
+        kinds.push(delivery.kind());
+        match delivery {
+            Delivery::Sent { message_id } => {
+                message_ids.push(Some(message_id.clone()));
+                errors.push(None);
+            }
+            Delivery::Failed { error }
+            | Delivery::Deferred { error }
+            | Delivery::Discarded { error }
+            | Delivery::Unknown { error } => {
+                message_ids.push(None);
+                errors.push(Some(error.clone()));
+            }
+        }
+    }
+    let statuses: Vec<(String,)> = sqlx::query_as(
+        "UPDATE reminders r
+            SET status = CASE
+                    WHEN u.kind = 'unknown' THEN 'sending'
+                    WHEN u.kind = 'deferred' THEN 'failed'
+                    WHEN u.kind = 'failed' AND r.attempts + 1 >= $5 THEN 'discarded'
+                    ELSE u.kind END,
+                attempts = CASE WHEN u.kind = 'deferred' THEN r.attempts ELSE r.attempts + 1 END,
+                message_id = COALESCE(u.message_id, r.message_id),
+                last_error = CASE
+                    WHEN u.kind = 'sent' THEN NULL
+                    WHEN u.kind = 'failed' AND r.attempts + 1 >= $5
+                        THEN 'gave up after ' || (r.attempts + 1) || ' attempts: ' || u.error
+                    ELSE u.error END,
+                sent_at = CASE WHEN u.kind = 'sent' THEN now() ELSE r.sent_at END
+           FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[])
+                AS u(id, kind, message_id, error)
+          WHERE r.id = u.id AND r.run_id = $6 AND r.status = 'sending'
+      RETURNING CASE WHEN u.kind = 'unknown' THEN 'unknown' ELSE r.status END",
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&message_ids)
+    .bind(&errors)
+    .bind(i64::from(max_attempts))
+    .bind(run_id)
+    .fetch_all(pool)
+    .await?;
+    let mut recorded = Recorded::default();
+    for (status,) in statuses {
+        match status.as_str() {
+            "sent" => recorded.sent += 1,
+            "failed" => recorded.failed += 1,
+            "discarded" => recorded.discarded += 1,
+            _ => recorded.unknown += 1,
+        }
+    }
+    Ok(recorded)
+}
+
+/// Returns claimed rows whose send never started: first claims are deleted
+/// (the invoice is simply owed again), retries go back to `failed`.
+pub async fn hand_back(
+    pool: &PgPool,
+    run_id: i64,
+    reminder_ids: &[i64],
+) -> Result<u64, sqlx::Error> {
+    if reminder_ids.is_empty() {
+        return Ok(0);
+    }
+    let (deleted, restored): (i64, i64) = sqlx::query_as(
+        "WITH deleted AS (
+             DELETE FROM reminders
+              WHERE id = ANY($1) AND run_id = $2 AND status = 'sending' AND attempts = 0
+             RETURNING id
+         ), restored AS (
+             UPDATE reminders SET status = 'failed'
+              WHERE id = ANY($1) AND run_id = $2 AND status = 'sending' AND attempts > 0
+             RETURNING id
+         )
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
+    )
+    .bind(reminder_ids)
+    .bind(run_id)
+    .fetch_one(pool)
+    .await?;
+    Ok(u64::try_from(deleted + restored).unwrap_or(0))
+}
+
+/// One reminder as `audit` and tests see it.
+#[derive(Debug, Clone, FromRow, serde::Serialize)]
+pub struct ReminderRow {
+    pub id: i64,
+    pub invoice_id: i64,
+    pub period: String,
+    pub status: String,
+    pub attempts: i32,
+    pub run_id: Option<i64>,
+    pub message_id: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// All reminders of a period, by invoice (tests and small reports).
+pub async fn list_for_period(pool: &PgPool, period: &str) -> Result<Vec<ReminderRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, invoice_id, period, status, attempts, run_id, message_id, last_error
+           FROM reminders WHERE period = $1 ORDER BY invoice_id",
+    )
+    .bind(period)
+    .fetch_all(pool)
+    .await
+}

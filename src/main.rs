@@ -1,0 +1,50 @@
+//! The `invoice-reminder` binary: parse the command line, load and validate
+//! the configuration, start logging, dispatch, map errors to exit codes
+//! (2: bad configuration or usage; 1: runtime failure or duplicates found).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use invoice_reminder::cli::Cli;
+use invoice_reminder::commands::{self, exit};
+use invoice_reminder::config::{ConfigSource, Settings};
+use invoice_reminder::telemetry;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::load(&ConfigSource::from_process(cli.config.clone())) {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("invoice-reminder: configuration error: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    telemetry::init(&settings.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "failed to start the async runtime");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(commands::dispatch(cli.command, settings)) {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "command failed");
+            ExitCode::from(exit::FAILURE)
+        }
+    }
+}
+
+/// The reader of our stdout went away (`| head`): not a failure.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

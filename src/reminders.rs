@@ -1,0 +1,456 @@
+//! The job: one tick, from taking the lock to the summary line.
+//!
+//! ```text
+//! try_acquire ──held──▶ LockHeld (normal; another replica works this tick)
+//!      │
+//!   acquired ──▶ start_run ──▶ period from the DB clock
+//!      │
+//!      ├─ retries: reclaim `failed` rows ──▶ send ──▶ record
+//!      ├─ new: page overdue ──▶ claim_batch ──▶ send ──▶ record
+//!      │        (before every mail: lease valid? shutdown? SMTP reachable?)
+//!      ├─ hand back rows never started
+//!      ▼
+//! finish_run ──▶ stop watchdog ──▶ release (or hold until min_hold)
+//! ```
+//!
+//! [`run_tick`] takes the lock; [`work_period`] is the part after it and can
+//! be called with any [`LeaseGuard`] (tests use it to bypass the lock and
+//! prove that the database alone prevents duplicates).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::NaiveDate;
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::context::Context;
+use crate::db;
+use crate::db::invoices::OverdueKey;
+use crate::db::reminders::{ClaimedReminder, Delivery};
+use crate::db::runs::{RunCounts, RunOutcome};
+use crate::lock::{Acquisition, LeaseGuard, LockError, LostReason, Released};
+use crate::mailer::{self, SendError};
+use crate::period::period_key;
+
+/// What one tick did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum TickOutcome {
+    /// All owed reminders were attempted.
+    Done(Summary),
+    /// Another replica holds the lock; nothing to do.
+    LockHeld,
+    /// The SET's reply was lost and the key is not ours; skipped.
+    LockUnknown,
+    /// The lease was lost mid-tick; no mail was started after that.
+    LockLost(Summary),
+    /// Shutdown was requested mid-tick; mail in flight finished.
+    Shutdown(Summary),
+    /// The SMTP server could not be reached; the rest was handed back.
+    SmtpUnavailable(Summary),
+}
+
+impl TickOutcome {
+    pub fn summary(&self) -> Option<&Summary> {
+        match self {
+            Self::Done(s) | Self::LockLost(s) | Self::Shutdown(s) | Self::SmtpUnavailable(s) => {
+                Some(s)
+            }
+            Self::LockHeld | Self::LockUnknown => None,
+        }
+    }
+}
+
+/// Counters of one tick, logged as its summary line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub run_id: i64,
+    pub period: String,
+    /// Rows this run claimed (new claims and retries).
+    pub claimed: u32,
+    pub sent: u32,
+    /// Transient failures (retried later) and final ones (discarded).
+    pub failed: u32,
+    pub discarded: u32,
+    /// Sends whose result is unknown (left `sending`).
+    pub unknown: u32,
+    /// Overdue invoices on our pages that someone else had already claimed
+    /// or that were paid meanwhile.
+    pub skipped: u32,
+    /// Claimed rows returned unstarted (lost lease, shutdown, SMTP down).
+    pub handed_back: u32,
+    pub duration_ms: u64,
+}
+
+/// Errors that end a tick early. The lock is released in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("database error while {doing}: {source}")]
+    Database {
+        doing: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+fn db_err(doing: &'static str) -> impl FnOnce(sqlx::Error) -> TickError {
+    move |source| TickError::Database { doing, source }
+}
+
+/// One tick: take the lock, work the period, release.
+pub async fn run_tick(
+    ctx: &Context,
+    shutdown: &CancellationToken,
+) -> Result<TickOutcome, TickError> {
+    ctx.flush_deferred().await;
+    let lease = match ctx.lock.try_acquire().await? {
+        Acquisition::Acquired(lease) => lease,
+        Acquisition::Held => {
+            tracing::info!("lock held, skipping");
+            return Ok(TickOutcome::LockHeld);
+        }
+        Acquisition::Unknown => {
+            tracing::warn!(
+                "lock result unknown (reply lost) and the key is not ours; skipping this tick"
+            );
+            return Ok(TickOutcome::LockUnknown);
+        }
+    };
+    let token = lease.token();
+    let guard = lease.guard();
+    let result = work_period(ctx, Some(token), &guard, shutdown).await;
+    match lease.release().await {
+        Ok(Released::Deleted) => tracing::debug!(%token, "lock released"),
+        Ok(Released::HeldForMinHold(left)) => {
+            tracing::debug!(%token, hold_ms = left.as_millis() as u64, "lock left to expire at min_hold")
+        }
+        Ok(Released::NotOwner) => tracing::debug!(%token, "lock was no longer ours at release"),
+        Err(e) => {
+            tracing::warn!(%token, error = %e, "lock release failed; the key expires by its TTL")
+        }
+    }
+    result
+}
+
+/// Why a tick stopped starting new mail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Lost(LostReason),
+    Shutdown,
+    SmtpDown,
+}
+
+/// The work of a tick once it may run: `guard` says whether the lease is
+/// still trusted, `shutdown` whether to stop early. `lock_token` is
+/// recorded in `job_runs` (None when running without a lock).
+pub async fn work_period(
+    ctx: &Context,
+    lock_token: Option<Uuid>,
+    guard: &LeaseGuard,
+    shutdown: &CancellationToken,
+) -> Result<TickOutcome, TickError> {
+    let started = Instant::now();
+    let settings = &ctx.settings;
+    let today = db::today(&ctx.db, settings.schedule.timezone)
+        .await
+        .map_err(db_err("reading the database clock"))?;
+    let period = period_key(today, settings.reminders.cadence);
+    let run_id = db::runs::start_run(&ctx.db, &settings.replica_id, lock_token, &period)
+        .await
+        .map_err(db_err("recording the run"))?;
+    let span = tracing::info_span!("tick", run_id, period = %period);
+    let mut tick = Tick {
+        ctx,
+        guard,
+        shutdown,
+        today,
+        smtp_down: AtomicBool::new(false),
+        summary: Summary {
+            run_id,
+            period: period.clone(),
+            ..Summary::default()
+        },
+    };
+    let result = tick.claim_and_send().instrument(span.clone()).await;
+    let _entered = span.enter();
+    tick.summary.duration_ms = started.elapsed().as_millis() as u64;
+    let summary = tick.summary.clone();
+    let counts = RunCounts {
+        claimed: summary.claimed,
+        sent: summary.sent,
+        failed: summary.failed + summary.discarded,
+    };
+    let (outcome, error) = match &result {
+        Err(e) => (RunOutcome::Error, Some(e.to_string())),
+        Ok(()) => match tick.stop_reason() {
+            Some(Stop::Lost(_)) => (RunOutcome::LostLock, None),
+            Some(Stop::Shutdown) => (RunOutcome::Shutdown, None),
+            Some(Stop::SmtpDown) => (RunOutcome::SmtpUnavailable, None),
+            None => (RunOutcome::Done, None),
+        },
+    };
+    if db::runs::finish_run(&ctx.db, run_id, outcome, counts, error.as_deref())
+        .await
+        .is_err()
+    {
+        ctx.defer_finish(run_id, outcome, counts, error.clone());
+    }
+    tracing::info!(
+        outcome = outcome.as_str(),
+        period = %summary.period,
+        claimed = summary.claimed,
+        sent = summary.sent,
+        failed = summary.failed,
+        discarded = summary.discarded,
+        unknown = summary.unknown,
+        skipped = summary.skipped,
+        handed_back = summary.handed_back,
+        duration_ms = summary.duration_ms,
+        "tick finished"
+    );
+    result?;
+    Ok(match outcome {
+        RunOutcome::LostLock => TickOutcome::LockLost(summary),
+        RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
+        RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
+        RunOutcome::Done | RunOutcome::Error => TickOutcome::Done(summary),
+    })
+}
+
+/// The state of one tick in progress.
+struct Tick<'a> {
+    ctx: &'a Context,
+    guard: &'a LeaseGuard,
+    shutdown: &'a CancellationToken,
+    /// The database's date, for the period and "days overdue".
+    today: NaiveDate,
+    /// Set when a connection to the SMTP server could not be made: the rest
+    /// of the tick is handed back rather than failed one by one.
+    smtp_down: AtomicBool,
+    summary: Summary,
+}
+
+/// What happened to one claimed row in this tick.
+enum Attempt {
+    /// The send never started; the row goes back.
+    NotStarted(i64),
+    Finished(i64, Delivery),
+}
+
+impl Tick<'_> {
+    fn stop_reason(&self) -> Option<Stop> {
+        if let Err(reason) = self.guard.check() {
+            return Some(Stop::Lost(reason));
+        }
+        if self.shutdown.is_cancelled() {
+            return Some(Stop::Shutdown);
+        }
+        if self.smtp_down.load(Ordering::SeqCst) {
+            return Some(Stop::SmtpDown);
+        }
+        None
+    }
+
+    async fn claim_and_send(&mut self) -> Result<(), TickError> {
+        let s = &self.ctx.settings.reminders;
+        let (batch_size, max_attempts) = (s.batch_size, s.max_attempts);
+        let period = self.summary.period.clone();
+        let run_id = self.summary.run_id;
+
+        // Retries first: they have waited longest.
+        while self.stop_reason().is_none() {
+            let batch = db::reminders::reclaim_failed(
+                &self.ctx.db,
+                &period,
+                run_id,
+                max_attempts,
+                batch_size,
+            )
+            .await
+            .map_err(db_err("re-claiming failed reminders"))?;
+            if batch.is_empty() {
+                break;
+            }
+            self.send_batch(batch).await?;
+        }
+
+        let cutoff = s.overdue_cutoff(self.today);
+        let mut after: Option<OverdueKey> = None;
+        while self.stop_reason().is_none() {
+            let page =
+                db::invoices::fetch_overdue_page(&self.ctx.db, cutoff, &period, after, batch_size)
+                    .await
+                    .map_err(db_err("reading overdue invoices"))?;
+            let Some(last) = page.last().copied() else {
+                break;
+            };
+            after = Some(last);
+            if self.stop_reason().is_some() {
+                break;
+            }
+            let ids: Vec<i64> = page.iter().map(|k| k.id).collect();
+            let claimed = db::reminders::claim_batch(&self.ctx.db, &ids, &period, run_id)
+                .await
+                .map_err(db_err("claiming reminders"))?;
+            self.summary.skipped += (ids.len() - claimed.len()) as u32;
+            self.send_batch(claimed).await?;
+            if page.len() < batch_size as usize {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a claimed batch with bounded concurrency, then records every
+    /// outcome in one statement and hands back what never started.
+    async fn send_batch(&mut self, batch: Vec<ClaimedReminder>) -> Result<(), TickError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.summary.claimed += batch.len() as u32;
+        let concurrency = self.ctx.settings.reminders.send_concurrency as usize;
+        let this = &*self;
+        let attempts: Vec<Attempt> = futures::stream::iter(batch)
+            .map(|reminder| this.attempt(reminder))
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+
+        let mut deliveries = Vec::with_capacity(attempts.len());
+        let mut not_started = Vec::new();
+        for attempt in attempts {
+            match attempt {
+                Attempt::NotStarted(id) => not_started.push(id),
+                Attempt::Finished(id, delivery) => deliveries.push((id, delivery)),
+            }
+        }
+        let run_id = self.summary.run_id;
+        let max_attempts = self.ctx.settings.reminders.max_attempts;
+        let recorded =
+            db::reminders::record_deliveries(&self.ctx.db, run_id, max_attempts, &deliveries).await;
+        let handed_back = db::reminders::hand_back(&self.ctx.db, run_id, &not_started).await;
+        self.summary.handed_back += not_started.len() as u32;
+        match handed_back {
+            Ok(_) => {}
+            Err(_) => self.ctx.defer_hand_back(run_id, not_started),
+        }
+        match recorded {
+            Ok(r) => {
+                self.summary.sent += r.sent;
+                self.summary.failed += r.failed;
+                self.summary.discarded += r.discarded;
+                self.summary.unknown += r.unknown;
+                Ok(())
+            }
+            Err(e) => {
+                // The mail went out (or not) regardless; count it from what
+                // we know and write the rows when the database is back.
+                for (_, d) in &deliveries {
+                    match d {
+                        Delivery::Sent { .. } => self.summary.sent += 1,
+                        Delivery::Failed { .. } | Delivery::Deferred { .. } => {
+                            self.summary.failed += 1
+                        }
+                        Delivery::Discarded { .. } => self.summary.discarded += 1,
+                        Delivery::Unknown { .. } => self.summary.unknown += 1,
+                    }
+                }
+                self.ctx.defer_deliveries(run_id, max_attempts, deliveries);
+                Err(db_err("recording delivery results")(e))
+            }
+        }
+    }
+
+    /// One reminder: check we may still send, build, send, classify.
+    async fn attempt(&self, reminder: ClaimedReminder) -> Attempt {
+        let id = reminder.reminder_id;
+        if let Some(stop) = self.stop_reason() {
+            tracing::debug!(invoice_id = reminder.invoice_id, ?stop, "not sending");
+            return Attempt::NotStarted(id);
+        }
+        let smtp = &self.ctx.settings.smtp;
+        let mail = match mailer::build_message(smtp, &reminder, &self.summary.period, self.today) {
+            Ok(mail) => mail,
+            Err(e) => {
+                tracing::warn!(invoice_id = reminder.invoice_id, error = %e, "reminder discarded");
+                return Attempt::Finished(
+                    id,
+                    Delivery::Discarded {
+                        error: e.to_string(),
+                    },
+                );
+            }
+        };
+        let delivery = match self.ctx.mailer.send(&mail).await {
+            Ok(()) => Delivery::Sent {
+                message_id: mail.message_id,
+            },
+            Err(e) => self.classify(reminder.invoice_id, e),
+        };
+        Attempt::Finished(id, delivery)
+    }
+
+    fn classify(&self, invoice_id: i64, e: SendError) -> Delivery {
+        let error = e.to_string();
+        match e {
+            SendError::NotDelivered { connect: true, .. } => {
+                if !self.smtp_down.swap(true, Ordering::SeqCst) {
+                    tracing::error!(invoice_id, %error, "SMTP server unreachable; handing back the rest of this tick");
+                }
+                Delivery::Deferred { error }
+            }
+            SendError::NotDelivered {
+                permanent: true, ..
+            }
+            | SendError::Refused {
+                permanent: true, ..
+            } => {
+                tracing::warn!(invoice_id, %error, "reminder rejected permanently");
+                Delivery::Discarded { error }
+            }
+            SendError::NotDelivered { .. } | SendError::Refused { .. } => {
+                tracing::warn!(invoice_id, %error, "reminder failed; will retry on a later tick");
+                Delivery::Failed { error }
+            }
+            SendError::Unknown { .. } => {
+                tracing::error!(invoice_id, %error, "delivery unknown; the reminder stays 'sending' and is not retried");
+                Delivery::Unknown { error }
+            }
+        }
+    }
+}
+
+/// What `run-once --dry-run` would do, without claiming anything.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DryRun {
+    pub period: String,
+    pub today: NaiveDate,
+    pub would_send: Vec<db::invoices::DueReminder>,
+}
+
+/// Lists the reminders the next tick would try (new and retries).
+pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
+    let s = &ctx.settings;
+    let today = db::today(&ctx.db, s.schedule.timezone)
+        .await
+        .map_err(db_err("reading the database clock"))?;
+    let period = period_key(today, s.reminders.cadence);
+    let would_send = db::invoices::preview_due(
+        &ctx.db,
+        s.reminders.overdue_cutoff(today),
+        &period,
+        s.reminders.max_attempts,
+        limit,
+    )
+    .await
+    .map_err(db_err("reading overdue invoices"))?;
+    Ok(DryRun {
+        period,
+        today,
+        would_send,
+    })
+}

@@ -1,0 +1,349 @@
+//! Test helpers shared by the test binaries: each test gets its own
+//! database (random name, migrated, dropped afterwards), its own Redis key
+//! prefix (keys deleted afterwards) and its own SMTP sink.
+//!
+//! PostgreSQL and Redis default to 127.0.0.1:5432 and :6379; override with
+//! `TEST_POSTGRES_URL` (an admin URL, e.g. `postgres://postgres@host/postgres`)
+//! and `TEST_REDIS_URL`.
+#![allow(dead_code)]
+
+pub mod proxy;
+pub mod smtp;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use invoice_reminder::config::{ConfigSource, Settings};
+use invoice_reminder::context::Context;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use uuid::Uuid;
+
+pub use smtp::{Mode as SmtpMode, SmtpSink};
+
+pub fn postgres_admin_url() -> String {
+    std::env::var("TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// `postgres://.../postgres` with the database name replaced.
+fn url_for_database(admin: &str, name: &str) -> String {
+    let (base, _) = admin
+        .rsplit_once('/')
+        .expect("TEST_POSTGRES_URL must end in /dbname");
+    format!("{base}/{name}")
+}
+
+/// A fresh, migrated database, dropped when this value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    pub async fn create() -> Self {
+        let admin = postgres_admin_url();
+        let name = format!("ir_test_{}", Uuid::new_v4().simple());
+        let admin_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin)
+            .await
+            .expect("connect to PostgreSQL (is it running? see README)");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin_pool)
+            .await
+            .expect("create test database");
+        admin_pool.close().await;
+        let url = url_for_database(&admin, &name);
+        let pool = PgPoolOptions::new()
+            .max_connections(5)
+            .connect(&url)
+            .await
+            .expect("connect to test database");
+        invoice_reminder::db::migrate(&pool)
+            .await
+            .expect("migrate test database");
+        Self { name, url, pool }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let admin = postgres_admin_url();
+        // Dropping needs async I/O; do it on a runtime of its own so it works
+        // whether or not the test's runtime is still alive.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin)
+                    .await
+                {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&pool)
+                    .await;
+                    pool.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A Redis key prefix of its own; its keys are deleted on drop.
+pub struct RedisPrefix {
+    pub prefix: String,
+}
+
+impl RedisPrefix {
+    pub fn new() -> Self {
+        Self {
+            prefix: format!("ir-test:{}:", Uuid::new_v4().simple()),
+        }
+    }
+
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(redis_url()) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection() else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut conn);
+        }
+    }
+}
+
+/// Everything one test needs, isolated from every other test.
+pub struct World {
+    pub db: TestDb,
+    pub redis: RedisPrefix,
+    pub sink: SmtpSink,
+    /// Overrides applied on top of the test defaults, as env variables.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl World {
+    pub async fn new() -> Self {
+        Self {
+            db: TestDb::create().await,
+            redis: RedisPrefix::new(),
+            sink: SmtpSink::start(),
+            overrides: Vec::new(),
+        }
+    }
+
+    pub fn lock_key(&self) -> String {
+        self.redis.key("lock")
+    }
+
+    /// Sets `INVOICE_REMINDER__<SECTION>__<KEY>` for settings built later.
+    pub fn set(&mut self, key: &str, value: impl ToString) -> &mut Self {
+        let name = format!(
+            "INVOICE_REMINDER__{}",
+            key.split('.')
+                .map(str::to_uppercase)
+                .collect::<Vec<_>>()
+                .join("__")
+        );
+        self.overrides.push((name, value.to_string()));
+        self
+    }
+
+    /// The environment a replica of this world runs with.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            (
+                "INVOICE_REMINDER__DATABASE__URL".to_owned(),
+                self.db.url.clone(),
+            ),
+            (
+                "INVOICE_REMINDER__DATABASE__MAX_CONNECTIONS".to_owned(),
+                "5".to_owned(),
+            ),
+            ("INVOICE_REMINDER__REDIS__URL".to_owned(), redis_url()),
+            ("INVOICE_REMINDER__LOCK__KEY".to_owned(), self.lock_key()),
+            ("INVOICE_REMINDER__LOCK__TTL".to_owned(), "2s".to_owned()),
+            (
+                "INVOICE_REMINDER__LOCK__RENEW_EVERY".to_owned(),
+                "500ms".to_owned(),
+            ),
+            (
+                "INVOICE_REMINDER__LOCK__MIN_HOLD".to_owned(),
+                "0s".to_owned(),
+            ),
+            (
+                "INVOICE_REMINDER__REDIS__TIMEOUT".to_owned(),
+                "500ms".to_owned(),
+            ),
+            (
+                "INVOICE_REMINDER__SMTP__HOST".to_owned(),
+                "127.0.0.1".to_owned(),
+            ),
+            (
+                "INVOICE_REMINDER__SMTP__PORT".to_owned(),
+                self.sink.port().to_string(),
+            ),
+            (
+                "INVOICE_REMINDER__SMTP__TIMEOUT".to_owned(),
+                "5s".to_owned(),
+            ),
+        ];
+        env.extend(self.overrides.iter().cloned());
+        env
+    }
+
+    pub fn settings(&self) -> Settings {
+        Settings::load(&ConfigSource {
+            path: Some(default_config_path()),
+            env: self.env(),
+        })
+        .expect("test settings are valid")
+    }
+
+    /// A replica's context (its own lock client, mailer and pool).
+    pub async fn context(&self) -> Context {
+        self.context_with(self.settings()).await
+    }
+
+    pub async fn context_with(&self, settings: Settings) -> Context {
+        let pool = PgPoolOptions::new()
+            .max_connections(5)
+            .connect(&self.db.url)
+            .await
+            .expect("connect replica pool");
+        Context::new(settings, pool).expect("build context")
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.db.pool
+    }
+}
+
+pub fn default_config_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml")
+}
+
+/// Creates `count` customers, each with one invoice overdue by 10 days.
+/// Returns the invoice ids in order.
+pub async fn insert_overdue(pool: &PgPool, count: i64) -> Vec<i64> {
+    sqlx::query_scalar(
+        "WITH c AS (
+             INSERT INTO customers (name, email)
+             SELECT 'Customer ' || g, 'customer' || g || '@example.test'
+               FROM generate_series(1, $1::bigint) g
+             RETURNING id
+         )
+         INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
+         SELECT id, 'INV-' || id, 12345, 'EUR', current_date - 10 FROM c
+         RETURNING id",
+    )
+    .bind(count)
+    .fetch_all(pool)
+    .await
+    .expect("insert overdue invoices")
+}
+
+/// One customer with one overdue invoice; returns the invoice id.
+pub async fn insert_invoice(
+    pool: &PgPool,
+    name: &str,
+    email: &str,
+    due_days_ago: i32,
+    paid: bool,
+) -> i64 {
+    sqlx::query_scalar(
+        "WITH c AS (INSERT INTO customers (name, email) VALUES ($1, $2) RETURNING id)
+         INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+         SELECT id, 'INV-X-' || id, 5000, 'EUR', current_date - $3, CASE WHEN $4 THEN now() END FROM c
+         RETURNING id",
+    )
+    .bind(name)
+    .bind(email)
+    .bind(due_days_ago)
+    .bind(paid)
+    .fetch_one(pool)
+    .await
+    .expect("insert invoice")
+}
+
+/// Reminder statuses by invoice id.
+pub async fn statuses(pool: &PgPool) -> Vec<(i64, String)> {
+    sqlx::query_as("SELECT invoice_id, status FROM reminders ORDER BY invoice_id")
+        .fetch_all(pool)
+        .await
+        .expect("read reminders")
+}
+
+pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM reminders WHERE status = $1")
+        .bind(status)
+        .fetch_one(pool)
+        .await
+        .expect("count reminders")
+}
+
+/// Polls `condition` until it holds or `timeout` passes (then panics with
+/// `what`). The way tests wait: on a condition, never on a fixed sleep.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Asserts no (invoice, period) was mailed twice, by the sink's count.
+pub fn assert_no_duplicate_mail(sink: &SmtpSink) {
+    let mut seen = std::collections::HashMap::new();
+    for r in sink.received() {
+        let key = (r.invoice_id(), r.period());
+        *seen.entry(key).or_insert(0) += 1;
+    }
+    let dups: Vec<_> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
+    assert!(dups.is_empty(), "mailed more than once: {dups:?}");
+}
+
+/// A raw Redis connection for arranging and inspecting lock keys.
+pub async fn redis_conn() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to Redis (is it running? see README)")
+}

@@ -1,0 +1,210 @@
+//! The database backstop: claims, periods, retries of the same period.
+
+use std::time::Duration;
+
+use invoice_reminder::db;
+use invoice_reminder::lock::LeaseGuard;
+use invoice_reminder::reminders::{TickOutcome, run_tick, work_period};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{self, SmtpMode, World};
+
+#[tokio::test]
+async fn one_tick_sends_one_reminder_per_overdue_invoice_and_records_the_run() {
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 25).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    let TickOutcome::Done(summary) = outcome else {
+        panic!("expected Done, got {outcome:?}");
+    };
+    assert_eq!((summary.claimed, summary.sent, summary.failed), (25, 25, 0));
+    let mut mailed = world.sink.invoice_ids();
+    mailed.sort();
+    assert_eq!(mailed, ids);
+    assert_eq!(common::count_status(world.pool(), "sent").await, 25);
+    let runs = db::runs::recent_runs(world.pool(), 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].outcome.as_deref(), Some("done"));
+    assert_eq!((runs[0].claimed, runs[0].sent, runs[0].failed), (25, 25, 0));
+    assert!(runs[0].finished_at.is_some());
+    assert_eq!(runs[0].period, summary.period);
+}
+
+#[tokio::test]
+async fn a_second_tick_in_the_same_period_sends_nothing() {
+    let world = World::new().await;
+    common::insert_overdue(world.pool(), 10).await;
+    let ctx = world.context().await;
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    assert_eq!(world.sink.count(), 10);
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(outcome.summary().map(|s| (s.claimed, s.sent)), Some((0, 0)));
+    assert_eq!(world.sink.count(), 10);
+}
+
+#[tokio::test]
+async fn two_ticks_racing_on_the_same_data_send_each_reminder_once() {
+    let mut world = World::new().await;
+    world.set("reminders.batch_size", 20);
+    let ids = common::insert_overdue(world.pool(), 200).await;
+    let (a, b) = (world.context().await, world.context().await);
+    let stop = CancellationToken::new();
+
+    let (ra, rb) = tokio::join!(run_tick(&a, &stop), run_tick(&b, &stop));
+    ra.unwrap();
+    rb.unwrap();
+    // Whichever lost the race for the lock may run again now: still nothing new.
+    run_tick(&b, &stop).await.unwrap();
+
+    common::assert_no_duplicate_mail(&world.sink);
+    assert_eq!(world.sink.count(), ids.len());
+    assert_eq!(common::count_status(world.pool(), "sent").await, 200);
+}
+
+#[tokio::test]
+async fn with_the_lock_bypassed_concurrent_ticks_still_send_each_reminder_once() {
+    // Four replicas that all believe they hold the lock (no lock at all):
+    // only the UNIQUE (invoice_id, period) claim stands between them.
+    let mut world = World::new().await;
+    world
+        .set("reminders.batch_size", 10)
+        .set("reminders.send_concurrency", 2);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(2)));
+    common::insert_overdue(world.pool(), 300).await;
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        replicas.push(world.context().await);
+    }
+    let stop = CancellationToken::new();
+    let guard = LeaseGuard::unbounded();
+
+    let results = futures::future::join_all(
+        replicas
+            .iter()
+            .map(|ctx| work_period(ctx, None, &guard, &stop)),
+    )
+    .await;
+
+    let mut claimed_by_each = Vec::new();
+    for r in results {
+        claimed_by_each.push(r.unwrap().summary().unwrap().claimed);
+    }
+    common::assert_no_duplicate_mail(&world.sink);
+    assert_eq!(world.sink.count(), 300);
+    assert_eq!(
+        claimed_by_each.iter().sum::<u32>(),
+        300,
+        "claims: {claimed_by_each:?}"
+    );
+    assert!(
+        claimed_by_each.iter().filter(|&&c| c > 0).count() > 1,
+        "the replicas did not actually race: {claimed_by_each:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed() {
+    let world = World::new().await;
+    let owed = common::insert_invoice(world.pool(), "A", "a@example.test", 10, false).await;
+    let paid = common::insert_invoice(world.pool(), "B", "b@example.test", 10, true).await;
+    let run = db::runs::start_run(world.pool(), "test", None, "2026-11-30")
+        .await
+        .unwrap();
+
+    let first = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run)
+        .await
+        .unwrap();
+    let second = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        first.iter().map(|c| c.invoice_id).collect::<Vec<_>>(),
+        vec![owed]
+    );
+    assert!(second.is_empty());
+}
+
+#[tokio::test]
+async fn paid_invoices_and_invoices_within_the_grace_period_get_no_reminder() {
+    let mut world = World::new().await;
+    world.set("reminders.grace_days", 3);
+    let overdue = common::insert_invoice(world.pool(), "A", "a@example.test", 4, false).await;
+    common::insert_invoice(world.pool(), "B", "b@example.test", 3, false).await; // due + 3 = today
+    common::insert_invoice(world.pool(), "C", "c@example.test", 30, true).await; // paid
+    common::insert_invoice(world.pool(), "D", "d@example.test", -5, false).await; // not due yet
+    let ctx = world.context().await;
+
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(world.sink.invoice_ids(), vec![overdue]);
+}
+
+#[tokio::test]
+async fn the_period_follows_the_cadence_and_the_configured_time_zone() {
+    // UTC+14 and UTC-12 are always on different dates.
+    let mut ahead = World::new().await;
+    ahead.set("schedule.timezone", "Pacific/Kiritimati");
+    let mut behind = World::new().await;
+    behind.set("schedule.timezone", "Etc/GMT+12");
+    let mut monthly = World::new().await;
+    monthly.set("reminders.cadence", "monthly");
+    let mut weekly = World::new().await;
+    weekly.set("reminders.cadence", "weekly");
+    let mut periods = Vec::new();
+    for world in [&ahead, &behind, &monthly, &weekly] {
+        common::insert_overdue(world.pool(), 1).await;
+        let ctx = world.context().await;
+        let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+        periods.push(outcome.summary().unwrap().period.clone());
+        assert_eq!(
+            world.sink.received()[0].period().as_deref(),
+            Some(periods.last().unwrap().as_str())
+        );
+    }
+
+    assert_ne!(periods[0], periods[1]);
+    assert!(
+        periods[0].len() == 10 && periods[1].len() == 10,
+        "{periods:?}"
+    );
+    assert_eq!(periods[2].len(), 7, "monthly: {}", periods[2]);
+    assert!(periods[3].contains("-W"), "weekly: {}", periods[3]);
+}
+
+#[tokio::test]
+async fn a_dry_run_lists_what_would_be_sent_and_claims_nothing() {
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 5).await;
+    let ctx = world.context().await;
+
+    let plan = invoice_reminder::reminders::dry_run(&ctx, 100)
+        .await
+        .unwrap();
+
+    let mut listed: Vec<i64> = plan.would_send.iter().map(|r| r.invoice_id).collect();
+    listed.sort();
+    assert_eq!(listed, ids);
+    assert!(common::statuses(world.pool()).await.is_empty());
+    assert_eq!(world.sink.count(), 0);
+}
+
+#[tokio::test]
+async fn overdue_invoices_are_paged_through_in_batches() {
+    let mut world = World::new().await;
+    world.set("reminders.batch_size", 7);
+    common::insert_overdue(world.pool(), 50).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(outcome.summary().unwrap().sent, 50);
+    assert_eq!(world.sink.count(), 50);
+}

@@ -1,0 +1,282 @@
+//! Configuration through the real binary: every error is one line naming
+//! the key, exit code 2, before anything connects; secrets never printed.
+
+use std::io::Write;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use invoice_reminder::config::{ConfigSource, Settings, known_keys};
+
+use crate::common;
+
+fn binary() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_invoice-reminder"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // Unreachable services: a config error must be reported before any
+        // connection is attempted (and quickly).
+        .env(
+            "INVOICE_REMINDER__DATABASE__URL",
+            "postgres://app:hunter2@127.0.0.1:9/x",
+        )
+        .env("INVOICE_REMINDER__DATABASE__CONNECT_TIMEOUT", "30s");
+    cmd
+}
+
+fn write_config(contents: &str) -> tempfile_path::TempConfig {
+    tempfile_path::TempConfig::new(contents)
+}
+
+mod tempfile_path {
+    use super::*;
+
+    /// A config file under the target dir, removed on drop.
+    pub struct TempConfig {
+        pub path: std::path::PathBuf,
+    }
+
+    impl TempConfig {
+        pub fn new(contents: &str) -> Self {
+            let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+            let path = dir.join(format!("config-{}.toml", uuid::Uuid::new_v4().simple()));
+            let mut file = std::fs::File::create(&path).expect("create temp config");
+            file.write_all(contents.as_bytes())
+                .expect("write temp config");
+            Self { path }
+        }
+    }
+
+    impl Drop for TempConfig {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Runs `invoice-reminder --config <default + extra> status` with `env`.
+fn run_with(extra_toml: &str, env: &[(&str, &str)]) -> (Output, Duration) {
+    let base = std::fs::read_to_string(common::default_config_path()).unwrap();
+    let file = write_config(&merge(&base, extra_toml));
+    let mut cmd = binary();
+    cmd.arg("--config").arg(&file.path).arg("status");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let started = Instant::now();
+    let out = cmd.output().expect("run binary");
+    (out, started.elapsed())
+}
+
+/// Appends `extra` keys into their sections of `base` (replacing same keys).
+fn merge(base: &str, extra: &str) -> String {
+    let mut doc: toml::Table = base.parse().unwrap();
+    let extra: toml::Table = extra.parse().unwrap();
+    for (k, v) in extra {
+        match (doc.get_mut(&k), v) {
+            (Some(toml::Value::Table(section)), toml::Value::Table(more)) => section.extend(more),
+            (_, v) => {
+                doc.insert(k, v);
+            }
+        }
+    }
+    toml::to_string(&doc).unwrap()
+}
+
+fn assert_config_error(out: &Output, elapsed: Duration, key: &str, reason_part: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    let line = stderr.trim();
+    assert_eq!(line.lines().count(), 1, "one line expected: {line}");
+    assert!(line.contains(key), "should name {key}: {line}");
+    assert!(
+        line.contains(reason_part),
+        "should say {reason_part:?}: {line}"
+    );
+    assert!(!line.contains("hunter2"), "password leaked: {line}");
+    assert!(!line.contains("panicked"), "{line}");
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "took {elapsed:?}: did it try to connect?"
+    );
+}
+
+#[test]
+fn an_unknown_key_is_named() {
+    let (out, t) = run_with("[lock]\nttll = \"2s\"\n", &[]);
+    assert_config_error(&out, t, "lock.ttll", "unknown key");
+}
+
+#[test]
+fn a_bad_cron_is_named() {
+    let (out, t) = run_with("[schedule]\ncron = \"*/5 * * * *\"\n", &[]);
+    assert_config_error(&out, t, "schedule.cron", "cron");
+}
+
+#[test]
+fn an_unknown_timezone_is_named() {
+    let (out, t) = run_with("[schedule]\ntimezone = \"Mars/Olympus\"\n", &[]);
+    assert_config_error(&out, t, "schedule.timezone", "unknown time zone");
+}
+
+#[test]
+fn renew_every_not_shorter_than_ttl_is_refused() {
+    let (out, t) = run_with("[lock]\nttl = \"5s\"\nrenew_every = \"5s\"\n", &[]);
+    assert_config_error(&out, t, "lock.renew_every", "shorter than lock.ttl");
+}
+
+#[test]
+fn an_invalid_from_address_is_named() {
+    let (out, t) = run_with("[smtp]\nfrom = \"billing at example\"\n", &[]);
+    assert_config_error(&out, t, "smtp.from", "not a valid address");
+}
+
+#[test]
+fn a_bad_duration_is_named() {
+    let (out, t) = run_with("[lock]\nttl = \"soon\"\n", &[]);
+    assert_config_error(&out, t, "lock.ttl", "");
+}
+
+#[test]
+fn a_bad_enum_value_is_named() {
+    let (out, t) = run_with("[reminders]\ncadence = \"hourly\"\n", &[]);
+    assert_config_error(&out, t, "reminders.cadence", "hourly");
+}
+
+#[test]
+fn an_env_override_error_names_the_variable() {
+    let (out, t) = run_with("", &[("INVOICE_REMINDER__LOCK__TTL", "abc")]);
+    assert_config_error(&out, t, "lock.ttl", "INVOICE_REMINDER__LOCK__TTL");
+}
+
+#[test]
+fn an_unknown_env_key_is_refused() {
+    let (out, t) = run_with("", &[("INVOICE_REMINDER__LOCK__TTLL", "2s")]);
+    assert_config_error(&out, t, "lock.ttll", "unknown key");
+}
+
+#[test]
+fn a_malformed_file_is_reported() {
+    let file = write_config("[lock\nttl = ");
+    let started = Instant::now();
+    let out = binary()
+        .arg("--config")
+        .arg(&file.path)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_config_error(&out, started.elapsed(), "cannot parse", "");
+}
+
+#[test]
+fn a_missing_file_is_reported() {
+    let started = Instant::now();
+    let out = binary()
+        .args(["--config", "/nonexistent/x.toml", "status"])
+        .output()
+        .unwrap();
+    assert_config_error(&out, started.elapsed(), "/nonexistent/x.toml", "not found");
+}
+
+#[test]
+fn a_bad_database_url_does_not_print_its_password() {
+    let (out, t) = run_with(
+        "",
+        &[(
+            "INVOICE_REMINDER__DATABASE__URL",
+            "mysql://app:hunter2@db/x",
+        )],
+    );
+    assert_config_error(&out, t, "database.url", "***");
+}
+
+#[test]
+fn an_unreachable_database_is_a_runtime_error_without_the_password() {
+    let base = std::fs::read_to_string(common::default_config_path()).unwrap();
+    let file = write_config(&base);
+    let out = binary()
+        .env("INVOICE_REMINDER__DATABASE__CONNECT_TIMEOUT", "2s")
+        .arg("--config")
+        .arg(&file.path)
+        .arg("audit")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("failed to connect to PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("app:***@127.0.0.1:9"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn the_shipped_default_file_lists_every_key_and_loads() {
+    let text = std::fs::read_to_string(common::default_config_path()).unwrap();
+    let mut listed = Vec::new();
+    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+        for (k, v) in t {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(inner) => walk(&key, inner, out),
+                _ => out.push(key),
+            }
+        }
+    }
+    walk("", &text.parse().unwrap(), &mut listed);
+    // replica_id is documented but commented out: its default is computed.
+    assert!(text.contains("# replica_id ="));
+    listed.push("replica_id".into());
+    listed.sort();
+    assert_eq!(listed, known_keys());
+    Settings::load(&ConfigSource {
+        path: Some(common::default_config_path()),
+        env: vec![],
+    })
+    .unwrap();
+}
+
+#[test]
+fn settings_debug_output_hides_passwords() {
+    let settings = Settings::load(&ConfigSource {
+        path: Some(common::default_config_path()),
+        env: vec![
+            (
+                "INVOICE_REMINDER__DATABASE__URL".into(),
+                "postgres://u:topsecret@h/db".into(),
+            ),
+            (
+                "INVOICE_REMINDER__REDIS__URL".into(),
+                "redis://:alsosecret@h:6379".into(),
+            ),
+            ("INVOICE_REMINDER__SMTP__USERNAME".into(), "mailer".into()),
+            ("INVOICE_REMINDER__SMTP__PASSWORD".into(), "12345".into()),
+        ],
+    })
+    .unwrap();
+    let printed = format!("{settings:?}");
+    for secret in ["topsecret", "alsosecret", "12345"] {
+        assert!(!printed.contains(secret), "{printed}");
+    }
+}
+
+#[test]
+fn replica_id_defaults_to_hostname_and_pid() {
+    let settings = Settings::load(&ConfigSource {
+        path: Some(common::default_config_path()),
+        env: vec![],
+    })
+    .unwrap();
+    assert!(
+        settings
+            .replica_id
+            .ends_with(&format!("-{}", std::process::id())),
+        "{}",
+        settings.replica_id
+    );
+}

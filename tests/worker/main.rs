@@ -1,0 +1,10 @@
+//! The worker against real PostgreSQL, Redis and an SMTP server, called
+//! through the library (`run_tick`, `work_period`), one module per theme.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod claims;
+mod config;
+mod delivery;
+mod locking;
