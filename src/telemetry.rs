@@ -6,15 +6,25 @@
 //! Nothing secret is ever logged: settings are printed redacted and the
 //! crate never logs URLs or passwords.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, LogSettings};
 
 /// Installs the global subscriber. A second call is a no-op (tests).
 pub fn init(log: &LogSettings) {
-    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    // The scheduler crate logs its own start-up at info; keep it quiet
+    // unless the operator asked for it by name.
+    if !log.level.contains("tokio_cron_scheduler")
+        && let Ok(directive) = "tokio_cron_scheduler=warn".parse()
+    {
+        filter = filter.add_directive(directive);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match log.format {
         LogFormat::Json => builder

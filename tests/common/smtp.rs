@@ -67,7 +67,12 @@ pub struct SmtpSink {
 
 impl SmtpSink {
     pub fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind SMTP sink");
+        Self::start_on("127.0.0.1:0")
+    }
+
+    /// Listens on `addr` (`127.0.0.1:1025` for the demo sink).
+    pub fn start_on(addr: &str) -> Self {
+        let listener = TcpListener::bind(addr).expect("bind SMTP sink");
         let addr = listener.local_addr().expect("sink address");
         let state = Arc::new(State::default());
         *state.mode.lock().unwrap() = Some(Mode::Accept);
