@@ -179,6 +179,17 @@ pub struct LockSettings {
     pub ttl: Duration,
     pub renew_every: Duration,
     pub min_hold: Duration,
+    pub on_backend_error: OnBackendError,
+}
+
+/// What a tick does when the lock backend cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBackendError {
+    /// Log one error and skip the tick (send nothing) until it is back.
+    Skip,
+    /// Work anyway, protected by the database's UNIQUE claim alone.
+    DatabaseOnly,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -393,6 +404,7 @@ struct RawLock {
     renew_every: Duration,
     #[serde(with = "humantime_serde")]
     min_hold: Duration,
+    on_backend_error: OnBackendError,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -475,6 +487,7 @@ impl Default for RawLock {
             ttl: DEFAULT_LOCK_TTL,
             renew_every: DEFAULT_RENEW_EVERY,
             min_hold: DEFAULT_MIN_HOLD,
+            on_backend_error: OnBackendError::Skip,
         }
     }
 }
@@ -872,6 +885,7 @@ impl RawSettings {
                 ttl: lock.ttl,
                 renew_every: lock.renew_every,
                 min_hold: lock.min_hold,
+                on_backend_error: lock.on_backend_error,
             },
             reminders: ReminderSettings {
                 cadence: rem.cadence,

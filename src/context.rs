@@ -33,6 +33,7 @@ pub struct Context {
 #[derive(Default, Debug)]
 struct Deferred {
     deliveries: Vec<DeferredDeliveries>,
+    /// (run_id, ids attempted by that run): the end-of-run sweep.
     hand_backs: Vec<(i64, Vec<i64>)>,
     finishes: Vec<DeferredFinish>,
 }
@@ -86,10 +87,8 @@ impl Context {
         }
     }
 
-    pub(crate) fn defer_hand_back(&self, run_id: i64, ids: Vec<i64>) {
-        if !ids.is_empty() {
-            self.deferred().hand_backs.push((run_id, ids));
-        }
+    pub(crate) fn defer_hand_back(&self, run_id: i64, attempted: Vec<i64>) {
+        self.deferred().hand_backs.push((run_id, attempted));
     }
 
     pub(crate) fn defer_finish(
@@ -113,42 +112,48 @@ impl Context {
         d.deliveries.len() + d.hand_backs.len() + d.finishes.len()
     }
 
-    /// Writes what earlier ticks could not. Keeps whatever still fails.
+    /// Writes what earlier ticks could not, oldest first. Stops at the
+    /// first failure (the database is still away) and keeps the rest.
     pub async fn flush_deferred(&self) {
-        let taken = std::mem::take(&mut *self.deferred());
-        if taken.deliveries.is_empty() && taken.hand_backs.is_empty() && taken.finishes.is_empty() {
-            return;
+        let mut pending = std::mem::take(&mut *self.deferred());
+        let result = self.write_deferred(&mut pending).await;
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "deferred writes still waiting for the database");
         }
-        let mut keep = Deferred::default();
-        for d in taken.deliveries {
-            match db::reminders::record_deliveries(&self.db, d.run_id, d.max_attempts, &d.rows)
-                .await
-            {
-                Ok(r) => tracing::info!(
-                    run_id = d.run_id,
-                    sent = r.sent,
-                    "wrote deferred delivery results"
-                ),
-                Err(_) => keep.deliveries.push(d),
-            }
-        }
-        for (run_id, ids) in taken.hand_backs {
-            match db::reminders::hand_back(&self.db, run_id, &ids).await {
-                Ok(n) => tracing::info!(run_id, handed_back = n, "handed back deferred rows"),
-                Err(_) => keep.hand_backs.push((run_id, ids)),
-            }
-        }
-        for f in taken.finishes {
-            if db::runs::finish_run(&self.db, f.run_id, f.outcome, f.counts, f.error.as_deref())
-                .await
-                .is_err()
-            {
-                keep.finishes.push(f);
-            }
-        }
+        // Put back what is left, ahead of anything deferred meanwhile.
         let mut d = self.deferred();
-        d.deliveries.extend(keep.deliveries);
-        d.hand_backs.extend(keep.hand_backs);
-        d.finishes.extend(keep.finishes);
+        pending.deliveries.append(&mut d.deliveries);
+        pending.hand_backs.append(&mut d.hand_backs);
+        pending.finishes.append(&mut d.finishes);
+        *d = pending;
+    }
+
+    async fn write_deferred(&self, pending: &mut Deferred) -> Result<(), sqlx::Error> {
+        // Outcomes first: the sweep must see attempted rows as attempted.
+        while let Some(d) = pending.deliveries.first() {
+            let r = db::reminders::record_deliveries(&self.db, d.run_id, d.max_attempts, &d.rows)
+                .await?;
+            tracing::info!(
+                run_id = d.run_id,
+                sent = r.sent,
+                "wrote deferred delivery results"
+            );
+            pending.deliveries.remove(0);
+        }
+        while let Some((run_id, attempted)) = pending.hand_backs.first() {
+            let n = db::reminders::hand_back_unattempted(&self.db, *run_id, attempted).await?;
+            tracing::info!(
+                run_id,
+                handed_back = n,
+                "handed back rows of an earlier run"
+            );
+            pending.hand_backs.remove(0);
+        }
+        while let Some(f) = pending.finishes.first() {
+            db::runs::finish_run(&self.db, f.run_id, f.outcome, f.counts, f.error.as_deref())
+                .await?;
+            pending.finishes.remove(0);
+        }
+        Ok(())
     }
 }

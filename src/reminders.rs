@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use crate::config::OnBackendError;
 use crate::context::Context;
 use crate::db;
 use crate::db::invoices::OverdueKey;
@@ -89,12 +90,23 @@ pub struct Summary {
 pub enum TickError {
     #[error(transparent)]
     Lock(#[from] LockError),
-    #[error("database error while {doing}: {source}")]
+    #[error("database error while {doing}: {}", describe_db_error(source))]
     Database {
         doing: &'static str,
         #[source]
         source: sqlx::Error,
     },
+}
+
+/// sqlx's pool timeout hides its cause; say what it usually means.
+fn describe_db_error(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::PoolTimedOut => {
+            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)"
+                .to_owned()
+        }
+        other => other.to_string(),
+    }
 }
 
 fn db_err(doing: &'static str) -> impl FnOnce(sqlx::Error) -> TickError {
@@ -107,7 +119,20 @@ pub async fn run_tick(
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
     ctx.flush_deferred().await;
-    let lease = match ctx.lock.try_acquire().await? {
+    let acquisition = match ctx.lock.try_acquire().await {
+        Ok(acquisition) => acquisition,
+        Err(e) => match ctx.settings.lock.on_backend_error {
+            OnBackendError::Skip => return Err(e.into()),
+            OnBackendError::DatabaseOnly => {
+                tracing::warn!(
+                    error = %e,
+                    "lock unavailable; working under the database backstop alone (lock.on_backend_error = \"database-only\")"
+                );
+                return work_period(ctx, None, &LeaseGuard::unbounded(), shutdown).await;
+            }
+        },
+    };
+    let lease = match acquisition {
         Acquisition::Acquired(lease) => lease,
         Acquisition::Held => {
             tracing::info!("lock held, skipping");
@@ -169,6 +194,7 @@ pub async fn work_period(
         shutdown,
         today,
         smtp_down: AtomicBool::new(false),
+        attempted: Vec::new(),
         summary: Summary {
             run_id,
             period: period.clone(),
@@ -177,6 +203,10 @@ pub async fn work_period(
     };
     let result = tick.claim_and_send().instrument(span.clone()).await;
     let _entered = span.enter();
+    match db::reminders::hand_back_unattempted(&ctx.db, run_id, &tick.attempted).await {
+        Ok(n) => tick.summary.handed_back = n as u32,
+        Err(_) => ctx.defer_hand_back(run_id, std::mem::take(&mut tick.attempted)),
+    }
     tick.summary.duration_ms = started.elapsed().as_millis() as u64;
     let summary = tick.summary.clone();
     let counts = RunCounts {
@@ -231,13 +261,16 @@ struct Tick<'a> {
     /// Set when a connection to the SMTP server could not be made: the rest
     /// of the tick is handed back rather than failed one by one.
     smtp_down: AtomicBool,
+    /// Reminder ids whose send began (or that were settled without one):
+    /// everything else this run holds is handed back at the end.
+    attempted: Vec<i64>,
     summary: Summary,
 }
 
 /// What happened to one claimed row in this tick.
 enum Attempt {
-    /// The send never started; the row goes back.
-    NotStarted(i64),
+    /// The send never started; the end-of-run sweep hands the row back.
+    NotStarted,
     Finished(i64, Delivery),
 }
 
@@ -321,23 +354,16 @@ impl Tick<'_> {
             .await;
 
         let mut deliveries = Vec::with_capacity(attempts.len());
-        let mut not_started = Vec::new();
         for attempt in attempts {
-            match attempt {
-                Attempt::NotStarted(id) => not_started.push(id),
-                Attempt::Finished(id, delivery) => deliveries.push((id, delivery)),
+            if let Attempt::Finished(id, delivery) = attempt {
+                self.attempted.push(id);
+                deliveries.push((id, delivery));
             }
         }
         let run_id = self.summary.run_id;
         let max_attempts = self.ctx.settings.reminders.max_attempts;
         let recorded =
             db::reminders::record_deliveries(&self.ctx.db, run_id, max_attempts, &deliveries).await;
-        let handed_back = db::reminders::hand_back(&self.ctx.db, run_id, &not_started).await;
-        self.summary.handed_back += not_started.len() as u32;
-        match handed_back {
-            Ok(_) => {}
-            Err(_) => self.ctx.defer_hand_back(run_id, not_started),
-        }
         match recorded {
             Ok(r) => {
                 self.summary.sent += r.sent;
@@ -370,7 +396,7 @@ impl Tick<'_> {
         let id = reminder.reminder_id;
         if let Some(stop) = self.stop_reason() {
             tracing::debug!(invoice_id = reminder.invoice_id, ?stop, "not sending");
-            return Attempt::NotStarted(id);
+            return Attempt::NotStarted;
         }
         let smtp = &self.ctx.settings.smtp;
         let mail = match mailer::build_message(smtp, &reminder, &self.summary.period, self.today) {

@@ -15,10 +15,11 @@
 //! 3. **Retries are claims too.** `failed` rows are re-claimed on a later
 //!    tick by an `UPDATE ... WHERE status = 'failed'` over rows locked with
 //!    `FOR UPDATE SKIP LOCKED`: two replicas can never re-claim the same row.
-//! 4. **Hand back what was never started.** Rows claimed but not yet handed
-//!    to SMTP when the tick stops (lease lost, shutdown, SMTP or database
-//!    gone) are returned: a first claim is deleted, a retry goes back to
-//!    `failed`. Only a row whose SMTP transaction had begun stays `sending`.
+//! 4. **Hand back what was never started.** When a run ends, every row it
+//!    still holds in `sending` whose send never began (lease lost, shutdown,
+//!    SMTP or database gone) is returned: a first claim is deleted, a retry
+//!    goes back to `failed`. Only a row whose SMTP transaction had begun can
+//!    stay `sending`.
 //! 5. **Unknown stays unknown.** A row left `sending` by a process that died
 //!    mid-send, or whose send ended without a reply, may or may not have
 //!    been delivered. We never resend it (at-most-once); `audit` lists it.
@@ -238,30 +239,32 @@ pub async fn record_deliveries(
     Ok(recorded)
 }
 
-/// Returns claimed rows whose send never started: first claims are deleted
-/// (the invoice is simply owed again), retries go back to `failed`.
-pub async fn hand_back(
+/// Returns every row run `run_id` still holds in `sending` except those in
+/// `attempted` (whose SMTP transaction began): a first claim is deleted
+/// (the invoice is simply owed again), a retry goes back to `failed`.
+///
+/// Sweeping by run rather than by a list of claimed ids also returns rows
+/// whose claim committed but whose reply never reached us (the database
+/// connection broke mid-statement): we never saw them, so we never sent them.
+pub async fn hand_back_unattempted(
     pool: &PgPool,
     run_id: i64,
-    reminder_ids: &[i64],
+    attempted: &[i64],
 ) -> Result<u64, sqlx::Error> {
-    if reminder_ids.is_empty() {
-        return Ok(0);
-    }
     let (deleted, restored): (i64, i64) = sqlx::query_as(
         "WITH deleted AS (
              DELETE FROM reminders
-              WHERE id = ANY($1) AND run_id = $2 AND status = 'sending' AND attempts = 0
+              WHERE run_id = $1 AND status = 'sending' AND attempts = 0 AND id <> ALL($2)
              RETURNING id
          ), restored AS (
              UPDATE reminders SET status = 'failed'
-              WHERE id = ANY($1) AND run_id = $2 AND status = 'sending' AND attempts > 0
+              WHERE run_id = $1 AND status = 'sending' AND attempts > 0 AND id <> ALL($2)
              RETURNING id
          )
          SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
     )
-    .bind(reminder_ids)
     .bind(run_id)
+    .bind(attempted)
     .fetch_one(pool)
     .await?;
     Ok(u64::try_from(deleted + restored).unwrap_or(0))

@@ -202,6 +202,8 @@ async fn renew_until_stopped(
 ) {
     let margin = safety_margin(ttl);
     let mut next = acquired_at + renew_every;
+    // Only the first failure of a streak is worth a warning.
+    let mut failing = false;
     loop {
         let Some(deadline) = guard.valid_until() else {
             return;
@@ -228,6 +230,10 @@ async fn renew_until_stopped(
         };
         match attempt {
             Ok(Ok(Renewal::Renewed)) => {
+                if failing {
+                    tracing::info!("lock renewal works again");
+                    failing = false;
+                }
                 guard.extend_to(sent_at + ttl - margin);
                 next = sent_at + renew_every;
                 tracing::trace!("lock renewed");
@@ -243,7 +249,12 @@ async fn renew_until_stopped(
                 return;
             }
             Ok(Err(error)) => {
-                tracing::warn!(%error, "lock renewal failed; retrying until the lease lapses");
+                if !failing {
+                    tracing::warn!(%error, "lock renewal failed; retrying until the lease lapses");
+                    failing = true;
+                } else {
+                    tracing::debug!(%error, "lock renewal failed again");
+                }
                 next = Instant::now() + retry_delay(renew_every);
             }
             Err(_elapsed) => {

@@ -31,6 +31,8 @@ pub struct Received {
     /// Unfolded headers, in order, names as sent.
     pub headers: Vec<(String, String)>,
     pub body: String,
+    /// When the end of the message arrived.
+    pub received_at: std::time::Instant,
 }
 
 impl Received {
@@ -173,6 +175,7 @@ impl Handler for SinkHandler {
             raw,
             headers,
             body,
+            received_at: std::time::Instant::now(),
         });
         mailin_embedded::response::OK
     }

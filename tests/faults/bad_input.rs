@@ -1,0 +1,88 @@
+//! Scenario 11: bad rows on a live system.
+
+use std::time::Duration;
+
+use crate::common::{self, World};
+use crate::harness;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rows_each_become_one_final_failure_with_a_reason_and_the_rest_go_out() {
+    let mut world = World::new().await;
+    harness::fast_replicas(&mut world);
+    let pool = world.pool().clone();
+    let empty = common::insert_invoice(&pool, "Empty Address", "", 10, false).await;
+    let invalid = common::insert_invoice(&pool, "Invalid", "not an address", 10, false).await;
+    let crlf = common::insert_invoice(
+        &pool,
+        "Eve\r\nBcc: all@evil.test",
+        "eve@example.test",
+        10,
+        false,
+    )
+    .await;
+    let huge =
+        common::insert_invoice(&pool, &"N".repeat(10_240), "huge@example.test", 10, false).await;
+    let unicode =
+        common::insert_invoice(&pool, "Zoë Ñandú 🧾", "zoe@example.test", 10, false).await;
+    common::insert_overdue(&pool, 100).await;
+
+    // What the schema refuses never reaches the worker.
+    let customer: i64 = sqlx::query_scalar("SELECT min(id) FROM customers")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let negative = sqlx::query(
+        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date) VALUES ($1, 'NEG', -100, 'EUR', current_date - 10)",
+    )
+    .bind(customer)
+    .execute(&pool)
+    .await;
+    assert!(negative.unwrap_err().to_string().contains("amount_cents"));
+    let no_due_date = sqlx::query(
+        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date) VALUES ($1, 'NULL', 100, 'EUR', NULL)",
+    )
+    .bind(customer)
+    .execute(&pool)
+    .await;
+    assert!(no_due_date.unwrap_err().to_string().contains("due_date"));
+
+    let mut replicas = harness::spawn_replicas(&world, 2);
+    harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
+    for r in &mut replicas {
+        assert!(r.is_running(), "{} crashed: {}", r.name, r.log());
+        r.stop_gracefully().await;
+    }
+
+    let report = harness::assert_exactly_once(&world, 0).await;
+    let failed = report["failed"].as_array().unwrap();
+    let mut discarded: Vec<i64> = failed
+        .iter()
+        .filter_map(|f| f["invoice_id"].as_i64())
+        .collect();
+    discarded.sort();
+    assert_eq!(discarded, vec![empty, invalid]);
+    for f in failed {
+        let reason = f["last_error"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("invoice {}", f["invoice_id"])),
+            "{reason}"
+        );
+        assert_eq!(f["status"], "discarded");
+    }
+    assert_eq!(world.sink.count(), 103);
+    for mail in world.sink.received() {
+        assert_eq!(mail.header("Bcc"), None);
+        let to = mail.header("To").unwrap_or_default();
+        assert!(
+            to.len() < 400,
+            "the 10 kB name was not cut: {} bytes",
+            to.len()
+        );
+        if mail.invoice_id() == Some(crlf)
+            || mail.invoice_id() == Some(huge)
+            || mail.invoice_id() == Some(unicode)
+        {
+            assert_eq!(mail.to.len(), 1);
+        }
+    }
+}

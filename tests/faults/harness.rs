@@ -1,0 +1,467 @@
+//! Real processes for the fault suite: replicas (`invoice-reminder run`),
+//! a redis-server of the test's own, and the checks every scenario ends
+//! with. Every child is SIGKILLed when its handle drops, so a failing test
+//! leaves no process behind.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::common::{self, World};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A redis-server of the test's own, on its own port, keeping nothing on disk.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub async fn start() -> Self {
+        let mut server = Self {
+            port: free_port(),
+            child: None,
+        };
+        server.launch().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn launch(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (is it installed? see README)");
+        self.child = Some(child);
+        let url = self.url();
+        common::wait_until("redis-server answers", Duration::from_secs(10), || {
+            let url = url.clone();
+            async move {
+                match redis::Client::open(url) {
+                    Ok(client) => match client.get_multiplexed_async_connection().await {
+                        Ok(mut conn) => redis::cmd("PING")
+                            .query_async::<String>(&mut conn)
+                            .await
+                            .is_ok(),
+                        Err(_) => false,
+                    },
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Kills the server: every key is gone, connections drop, new ones are refused.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A restart with an empty dataset, on the same port.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test redis-server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One `invoice-reminder run` process.
+pub struct Replica {
+    pub name: String,
+    child: Option<Child>,
+    log: PathBuf,
+    status: Option<ExitStatus>,
+}
+
+/// How to start a replica.
+#[derive(Clone, Default)]
+pub struct ReplicaOptions {
+    /// Extra `INVOICE_REMINDER__...` variables (after the world's).
+    pub env: Vec<(String, String)>,
+    /// Run under `faketime -f <offset>`, e.g. "-2s".
+    pub faketime: Option<String>,
+    /// Override the replica_id (default: the replica's name).
+    pub replica_id: Option<String>,
+}
+
+impl Replica {
+    pub fn spawn(world: &World, name: &str, options: ReplicaOptions) -> Self {
+        let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("replica-{}-{name}.log", world.db.name));
+        let file = std::fs::File::create(&log).expect("replica log file");
+        let mut cmd = match &options.faketime {
+            Some(offset) => {
+                let mut c = Command::new("faketime");
+                c.args(["-f", offset, BINARY]);
+                c
+            }
+            None => Command::new(BINARY),
+        };
+        cmd.arg("--config")
+            .arg(common::default_config_path())
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(world.env())
+            .env(
+                "INVOICE_REMINDER__REPLICA_ID",
+                options
+                    .replica_id
+                    .clone()
+                    .unwrap_or_else(|| name.to_owned()),
+            )
+            .envs(options.env.iter().cloned())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(file));
+        let child = cmd.spawn().expect("start invoice-reminder");
+        Self {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+            status: None,
+        }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).expect("signal replica");
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            self.status = child.wait().ok();
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    pub fn terminate(&self) {
+        self.signal(Signal::SIGTERM);
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.status = Some(status);
+                self.child = None;
+                return Some(status);
+            }
+            if self.child.is_none() {
+                return self.status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub async fn stop_gracefully(&mut self) -> Option<ExitStatus> {
+        if self.child.is_none() {
+            return self.status;
+        }
+        self.resume();
+        self.terminate();
+        self.wait_exit(Duration::from_secs(30)).await
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+        }
+        self.kill();
+    }
+}
+
+/// The test's defaults for replicas: a fast cron and a short lock.
+pub fn fast_replicas(world: &mut World) {
+    world
+        .set("schedule.cron", "*/1 * * * * *")
+        .set("lock.ttl", "2s")
+        .set("lock.renew_every", "400ms")
+        .set("lock.min_hold", "0s")
+        .set("redis.timeout", "500ms")
+        .set("database.connect_timeout", "2s")
+        .set("shutdown.timeout", "20s")
+        .set("log.level", "info");
+}
+
+pub fn spawn_replicas(world: &World, count: usize) -> Vec<Replica> {
+    (1..=count)
+        .map(|i| Replica::spawn(world, &format!("r{i}"), ReplicaOptions::default()))
+        .collect()
+}
+
+/// Runs `invoice-reminder audit --json --unknown-after 0s` as an operator would.
+pub async fn audit(world: &World) -> (i32, Value) {
+    let out = tokio::process::Command::new(BINARY)
+        .arg("--config")
+        .arg(common::default_config_path())
+        .args(["audit", "--json", "--unknown-after", "0s"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .output()
+        .await
+        .expect("run audit");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "audit printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
+
+/// Where the reminders stand, straight from the table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub sent: i64,
+    pub sending: i64,
+    pub failed: i64,
+    pub discarded: i64,
+    /// Overdue invoices with no reminder row.
+    pub missing: i64,
+    /// Runs not finished (running now, or their process died).
+    pub open_runs: i64,
+}
+
+pub async fn tally(world: &World) -> Tally {
+    let (sent, sending, failed, discarded): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status = 'sent'),
+                count(*) FILTER (WHERE status = 'sending'),
+                count(*) FILTER (WHERE status = 'failed'),
+                count(*) FILTER (WHERE status = 'discarded')
+           FROM reminders",
+    )
+    .fetch_one(world.pool())
+    .await
+    .expect("tally reminders");
+    let missing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM invoices i
+          WHERE i.paid_at IS NULL AND i.due_date < current_date - 3
+            AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id)",
+    )
+    .fetch_one(world.pool())
+    .await
+    .expect("count missing");
+    let open_runs: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE finished_at IS NULL")
+            .fetch_one(world.pool())
+            .await
+            .expect("count open runs");
+    Tally {
+        sent,
+        sending,
+        failed,
+        discarded,
+        missing,
+        open_runs,
+    }
+}
+
+/// Waits until every overdue invoice has a final reminder (sent or
+/// discarded) or one left `sending` by a replica in `dead`, and no live
+/// replica is mid-tick.
+pub async fn wait_until_settled(world: &World, dead: &[&str], timeout: Duration) -> Tally {
+    let dead: Vec<String> = dead.iter().map(|s| s.to_string()).collect();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let t = tally(world).await;
+        let live_sending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM reminders r JOIN job_runs j ON j.id = r.run_id
+              WHERE r.status = 'sending' AND j.finished_at IS NULL AND NOT (j.replica_id = ANY($1))",
+        )
+        .bind(&dead)
+        .fetch_one(world.pool())
+        .await
+        .expect("count live sending");
+        if t.missing == 0 && t.failed == 0 && live_sending == 0 {
+            return t;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "not settled after {timeout:?}: {t:?}, sending by live replicas: {live_sending}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The promise, checked from the database AND from the mail received:
+/// no (invoice, period) mailed twice; every overdue invoice reminded,
+/// except rows audit reports as unknown, and at most `max_unknown` of those.
+/// Returns the audit report.
+pub async fn assert_exactly_once(world: &World, max_unknown: usize) -> Value {
+    let (code, report) = audit(world).await;
+    assert_eq!(code, 0, "audit found duplicates: {report}");
+    assert_eq!(report["duplicates"].as_array().map(Vec::len), Some(0));
+
+    let received = world.sink.received();
+    let mut mailed: HashMap<(Option<i64>, Option<String>), usize> = HashMap::new();
+    for mail in &received {
+        *mailed
+            .entry((mail.invoice_id(), mail.period()))
+            .or_default() += 1;
+    }
+    let twice: Vec<_> = mailed.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "mailed twice: {twice:?}");
+
+    let unknown: HashSet<i64> = report["unknown"]
+        .as_array()
+        .expect("unknown list")
+        .iter()
+        .filter_map(|u| u["invoice_id"].as_i64())
+        .collect();
+    assert!(
+        unknown.len() <= max_unknown,
+        "{} unknown deliveries, at most {max_unknown} expected: {unknown:?}",
+        unknown.len()
+    );
+    assert_eq!(
+        report["missing_count"].as_i64(),
+        Some(0),
+        "overdue invoices never reminded: {report}"
+    );
+    let failed: Vec<&Value> = report["failed"]
+        .as_array()
+        .expect("failed list")
+        .iter()
+        .filter(|f| f["status"] == "failed")
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "reminders still waiting for a retry: {failed:?}"
+    );
+
+    let mail_ids: HashSet<i64> = received.iter().filter_map(|m| m.invoice_id()).collect();
+    let sent_ids: HashSet<i64> =
+        sqlx::query_scalar::<_, i64>("SELECT invoice_id FROM reminders WHERE status = 'sent'")
+            .fetch_all(world.pool())
+            .await
+            .expect("sent ids")
+            .into_iter()
+            .collect();
+    let recorded_not_received: Vec<_> = sent_ids.difference(&mail_ids).collect();
+    assert!(
+        recorded_not_received.is_empty(),
+        "recorded sent but never received: {recorded_not_received:?}"
+    );
+    let received_not_recorded: Vec<_> = mail_ids
+        .difference(&sent_ids)
+        .filter(|id| !unknown.contains(id))
+        .collect();
+    assert!(
+        received_not_recorded.is_empty(),
+        "received but neither recorded sent nor reported unknown: {received_not_recorded:?}"
+    );
+    report
+}
+
+/// Pairs of job_runs whose intervals intersect.
+pub async fn overlapping_runs(world: &World) -> Vec<(i64, i64)> {
+    invoice_reminder::db::runs::overlapping_runs(world.pool())
+        .await
+        .expect("overlaps")
+}
+
+/// The replica_id of the run holding the lock now, if any.
+pub async fn current_holder(world: &World, lock_key: &str, redis_url: &str) -> Option<String> {
+    let mut conn = redis::Client::open(redis_url)
+        .ok()?
+        .get_multiplexed_async_connection()
+        .await
+        .ok()?;
+    let token: Option<String> = redis::cmd("GET")
+        .arg(lock_key)
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    let token = uuid::Uuid::parse_str(&token?).ok()?;
+    invoice_reminder::db::runs::run_by_token(world.pool(), token)
+        .await
+        .ok()?
+        .map(|r| r.replica_id)
+}
+
+/// Inserts overdue invoices in the background, `per_round` every `every`,
+/// for `rounds` rounds: new work keeps arriving while replicas run.
+pub fn keep_adding_overdue(
+    world: &World,
+    per_round: i64,
+    every: Duration,
+    rounds: usize,
+) -> tokio::task::JoinHandle<i64> {
+    let pool = world.pool().clone();
+    tokio::spawn(async move {
+        let mut added = 0;
+        for _ in 0..rounds {
+            added += common::insert_overdue(&pool, per_round).await.len() as i64;
+            tokio::time::sleep(every).await;
+        }
+        added
+    })
+}

@@ -1,0 +1,20 @@
+//! The fault suite: the compiled binary as several real processes against
+//! real PostgreSQL, Redis and SMTP, while the tests kill, pause, partition
+//! and starve them. Every scenario ends with the same check, from the
+//! database and from the mail actually received: no (invoice, period)
+//! mailed twice; every overdue invoice reminded, except rows audit reports
+//! as unknown, and no more of those than were in flight.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod harness;
+
+mod bad_input;
+mod clock;
+mod lock_failure;
+mod postgres;
+mod redis_outage;
+mod replicas;
+mod shutdown;
+mod smtp;
+mod soak;

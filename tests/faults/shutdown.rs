@@ -1,0 +1,64 @@
+//! Scenario 10: SIGTERM during a tick.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+
+use crate::common::{self, SmtpMode, World};
+use crate::harness::{self, Replica, ReplicaOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exits_zero() {
+    let mut world = World::new().await;
+    harness::fast_replicas(&mut world);
+    world
+        .set("shutdown.timeout", "10s")
+        .set("reminders.send_concurrency", 2)
+        .set("reminders.batch_size", 20);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
+    common::insert_overdue(world.pool(), 200).await;
+    let mut replica = Replica::spawn(&world, "r1", ReplicaOptions::default());
+
+    common::wait_until("ten mails arrive", Duration::from_secs(30), || async {
+        world.sink.count() >= 10
+    })
+    .await;
+    replica.terminate();
+    let started = tokio::time::Instant::now();
+    let status = replica
+        .wait_exit(Duration::from_secs(10))
+        .await
+        .expect("exits within the shutdown timeout");
+
+    assert_eq!(status.code(), Some(0), "{}", replica.log());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let tally = harness::tally(&world).await;
+    assert_eq!(
+        tally.sending, 0,
+        "in-flight mail finished, the rest was handed back"
+    );
+    assert_eq!(tally.sent as usize, world.sink.count());
+    assert!(tally.sent < 200);
+    let held: bool = common::redis_conn()
+        .await
+        .exists(world.lock_key())
+        .await
+        .unwrap();
+    assert!(!held, "the lock was released (min_hold is 0)");
+    let outcome: Option<String> =
+        sqlx::query_scalar("SELECT outcome FROM job_runs ORDER BY id DESC LIMIT 1")
+            .fetch_one(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(outcome.as_deref(), Some("shutdown"));
+
+    // Whoever comes next sends the rest, once.
+    world.sink.set_mode(SmtpMode::Accept);
+    let mut next = Replica::spawn(&world, "r2", ReplicaOptions::default());
+    harness::wait_until_settled(&world, &[], Duration::from_secs(30)).await;
+    next.stop_gracefully().await;
+    harness::assert_exactly_once(&world, 0).await;
+    assert_eq!(world.sink.count(), 200);
+}
