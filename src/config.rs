@@ -174,12 +174,22 @@ pub struct ScheduleSettings {
 
 #[derive(Clone, Debug)]
 pub struct LockSettings {
-    /// The exact Redis key; its value is the holder's token.
+    pub backend: LockBackendKind,
+    /// The exact Redis key (its value is the holder's token), or what the
+    /// PostgreSQL advisory lock id is hashed from.
     pub key: String,
     pub ttl: Duration,
     pub renew_every: Duration,
     pub min_hold: Duration,
     pub on_backend_error: OnBackendError,
+}
+
+/// Which service holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockBackendKind {
+    Redis,
+    Postgres,
 }
 
 /// What a tick does when the lock backend cannot be reached.
@@ -396,6 +406,7 @@ struct RawSchedule {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawLock {
+    backend: LockBackendKind,
     #[serde(deserialize_with = "string_like")]
     key: String,
     #[serde(with = "humantime_serde")]
@@ -483,6 +494,7 @@ impl Default for RawSchedule {
 impl Default for RawLock {
     fn default() -> Self {
         Self {
+            backend: LockBackendKind::Redis,
             key: DEFAULT_LOCK_KEY.into(),
             ttl: DEFAULT_LOCK_TTL,
             renew_every: DEFAULT_RENEW_EVERY,
@@ -586,17 +598,17 @@ fn figment_error(error: figment::Error, path: &Path) -> ConfigError {
     let key = error.path.join(".");
     let reason = match &error.kind {
         Kind::UnknownField(field, _) => {
-            let full = if key.is_empty() {
-                field.clone()
+            // figment's path already ends with the unknown field.
+            let full = if error.path.last() == Some(field) || key.is_empty() {
+                if key.is_empty() {
+                    field.clone()
+                } else {
+                    key.clone()
+                }
             } else {
                 format!("{key}.{field}")
             };
-            return with_source(
-                ConfigError::new(full, "unknown key"),
-                &error,
-                path,
-                Some(field),
-            );
+            return with_source(ConfigError::new(full, "unknown key"), &error, path);
         }
         Kind::Message(msg) if key.is_empty() => {
             // TOML syntax errors arrive as messages without a key.
@@ -608,21 +620,13 @@ fn figment_error(error: figment::Error, path: &Path) -> ConfigError {
         }
         other => other.to_string(),
     };
-    with_source(ConfigError::new(key, reason), &error, path, None)
+    with_source(ConfigError::new(key, reason), &error, path)
 }
 
-fn with_source(
-    mut err: ConfigError,
-    error: &figment::Error,
-    path: &Path,
-    unknown_field: Option<&str>,
-) -> ConfigError {
+fn with_source(mut err: ConfigError, error: &figment::Error, path: &Path) -> ConfigError {
     err.source = match &error.metadata {
         Some(md) if md.name.starts_with("environment") => {
-            let mut parts: Vec<String> = error.path.clone();
-            if let Some(field) = unknown_field {
-                parts.push(field.to_owned());
-            }
+            let parts: Vec<&str> = err.key.split('.').collect();
             Some(format!(
                 "environment variable {ENV_PREFIX}{}",
                 parts
@@ -881,6 +885,7 @@ impl RawSettings {
                 timezone,
             },
             lock: LockSettings {
+                backend: lock.backend,
                 key: lock.key,
                 ttl: lock.ttl,
                 renew_every: lock.renew_every,

@@ -30,7 +30,7 @@ use crate::config::OnBackendError;
 use crate::context::Context;
 use crate::db;
 use crate::db::invoices::OverdueKey;
-use crate::db::reminders::{ClaimedReminder, Delivery};
+use crate::db::reminders::{ClaimError, ClaimedReminder, Delivery, Fence};
 use crate::db::runs::{RunCounts, RunOutcome};
 use crate::lock::{Acquisition, LeaseGuard, LockError, LostReason, Released};
 use crate::mailer::{self, SendError};
@@ -119,7 +119,12 @@ pub async fn run_tick(
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
     ctx.flush_deferred().await;
-    let acquisition = match ctx.lock.try_acquire().await {
+    // Fencing tokens must stay above what the database has seen, even if
+    // the lock backend lost its counter.
+    let fence_floor = db::locks::fence_high_water(&ctx.db, ctx.lock.key())
+        .await
+        .map_err(db_err("reading the fencing high-water mark"))?;
+    let acquisition = match ctx.lock.try_acquire(fence_floor).await {
         Ok(acquisition) => acquisition,
         Err(e) => match ctx.settings.lock.on_backend_error {
             OnBackendError::Skip => return Err(e.into()),
@@ -147,7 +152,12 @@ pub async fn run_tick(
     };
     let token = lease.token();
     let guard = lease.guard();
-    let result = work_period(ctx, Some(token), &guard, shutdown).await;
+    let holding = Holding {
+        token,
+        fence: lease.fence(),
+        lock_key: ctx.lock.key(),
+    };
+    let result = work_period(ctx, Some(holding), &guard, shutdown).await;
     match lease.release().await {
         Ok(Released::Deleted) => tracing::debug!(%token, "lock released"),
         Ok(Released::HeldForMinHold(left)) => {
@@ -169,12 +179,21 @@ enum Stop {
     SmtpDown,
 }
 
+/// The lock a tick works under: recorded in `job_runs` and, for the fencing
+/// token, presented with every claim.
+#[derive(Debug, Clone, Copy)]
+pub struct Holding<'a> {
+    pub token: Uuid,
+    pub fence: i64,
+    pub lock_key: &'a str,
+}
+
 /// The work of a tick once it may run: `guard` says whether the lease is
-/// still trusted, `shutdown` whether to stop early. `lock_token` is
-/// recorded in `job_runs` (None when running without a lock).
+/// still trusted, `shutdown` whether to stop early. `holding` is None when
+/// running without a lock (database-only mode, backstop tests).
 pub async fn work_period(
     ctx: &Context,
-    lock_token: Option<Uuid>,
+    holding: Option<Holding<'_>>,
     guard: &LeaseGuard,
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
@@ -184,12 +203,22 @@ pub async fn work_period(
         .await
         .map_err(db_err("reading the database clock"))?;
     let period = period_key(today, settings.reminders.cadence);
-    let run_id = db::runs::start_run(&ctx.db, &settings.replica_id, lock_token, &period)
-        .await
-        .map_err(db_err("recording the run"))?;
+    let run_id = db::runs::start_run(
+        &ctx.db,
+        &settings.replica_id,
+        holding.map(|h| h.token),
+        holding.map(|h| h.fence),
+        &period,
+    )
+    .await
+    .map_err(db_err("recording the run"))?;
     let span = tracing::info_span!("tick", run_id, period = %period);
     let mut tick = Tick {
         ctx,
+        fence: holding.map(|h| Fence {
+            lock_key: h.lock_key,
+            token: h.fence,
+        }),
         guard,
         shutdown,
         today,
@@ -254,6 +283,8 @@ pub async fn work_period(
 /// The state of one tick in progress.
 struct Tick<'a> {
     ctx: &'a Context,
+    /// Presented with every claim; None without a lock.
+    fence: Option<Fence<'a>>,
     guard: &'a LeaseGuard,
     shutdown: &'a CancellationToken,
     /// The database's date, for the period and "days overdue".
@@ -296,15 +327,18 @@ impl Tick<'_> {
 
         // Retries first: they have waited longest.
         while self.stop_reason().is_none() {
-            let batch = db::reminders::reclaim_failed(
+            let reclaimed = db::reminders::reclaim_failed(
                 &self.ctx.db,
                 &period,
                 run_id,
                 max_attempts,
                 batch_size,
+                self.fence,
             )
-            .await
-            .map_err(db_err("re-claiming failed reminders"))?;
+            .await;
+            let Some(batch) = self.fenced(reclaimed, "re-claiming failed reminders")? else {
+                break;
+            };
             if batch.is_empty() {
                 break;
             }
@@ -326,9 +360,11 @@ impl Tick<'_> {
                 break;
             }
             let ids: Vec<i64> = page.iter().map(|k| k.id).collect();
-            let claimed = db::reminders::claim_batch(&self.ctx.db, &ids, &period, run_id)
-                .await
-                .map_err(db_err("claiming reminders"))?;
+            let claimed =
+                db::reminders::claim_batch(&self.ctx.db, &ids, &period, run_id, self.fence).await;
+            let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
+                break;
+            };
             self.summary.skipped += (ids.len() - claimed.len()) as u32;
             self.send_batch(claimed).await?;
             if page.len() < batch_size as usize {
@@ -336,6 +372,26 @@ impl Tick<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A refused claim means a newer holder exists: the lease is lost.
+    fn fenced(
+        &self,
+        claimed: Result<Vec<ClaimedReminder>, ClaimError>,
+        doing: &'static str,
+    ) -> Result<Option<Vec<ClaimedReminder>>, TickError> {
+        match claimed {
+            Ok(rows) => Ok(Some(rows)),
+            Err(ClaimError::Fenced { token }) => {
+                tracing::warn!(
+                    fence = token,
+                    "claim refused: a newer lock holder has written; stopping"
+                );
+                self.guard.lose(LostReason::Fenced);
+                Ok(None)
+            }
+            Err(ClaimError::Database(e)) => Err(db_err(doing)(e)),
+        }
     }
 
     /// Sends a claimed batch with bounded concurrency, then records every

@@ -82,5 +82,6 @@ pub async fn run_until_stopped(
         tracing::warn!(error = %e, "scheduler did not shut down cleanly");
     }
     ctx.mailer.shutdown().await;
+    ctx.lock.finish().await;
     Ok(())
 }

@@ -131,10 +131,10 @@ async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::SUCCESS);
     }
     let shutdown = crate::shutdown::listen();
-    let outcome = reminders::run_tick(&ctx, &shutdown)
-        .await
-        .context("tick failed")?;
+    let outcome = reminders::run_tick(&ctx, &shutdown).await;
     ctx.mailer.shutdown().await;
+    ctx.lock.finish().await;
+    let outcome = outcome.context("tick failed")?;
     Ok(match outcome {
         TickOutcome::Done(_) | TickOutcome::LockHeld | TickOutcome::Shutdown(_) => {
             ExitCode::SUCCESS

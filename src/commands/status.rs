@@ -15,17 +15,9 @@ use crate::lock::Holder;
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {
     lock: String,
-    holder: Option<HolderReport>,
+    holder: Option<Holder>,
     last_runs: Vec<RunRow>,
     counts: Vec<(String, i64)>,
-}
-
-#[derive(Debug, serde::Serialize)]
-struct HolderReport {
-    #[serde(flatten)]
-    holder: Holder,
-    /// From the run that recorded this token, if any.
-    replica_id: Option<String>,
 }
 
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
@@ -34,15 +26,19 @@ pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result
     let holder = ctx.lock.holder().await.context("failed to read the lock")?;
     let holder = match holder {
         None => None,
-        Some(holder) => {
-            let replica_id = match Uuid::parse_str(&holder.token) {
-                Ok(token) => db::runs::run_by_token(&ctx.db, token)
+        Some(mut holder) => {
+            // Redis stores only the token; the run that took it names the replica.
+            let token = holder
+                .token
+                .as_deref()
+                .and_then(|t| Uuid::parse_str(t).ok());
+            if let (None, Some(token)) = (&holder.replica_id, token) {
+                holder.replica_id = db::runs::run_by_token(&ctx.db, token)
                     .await
                     .context("failed to read job_runs")?
-                    .map(|r| r.replica_id),
-                Err(_) => None,
-            };
-            Some(HolderReport { holder, replica_id })
+                    .map(|r| r.replica_id);
+            }
+            Some(holder)
         }
     };
     let report = StatusReport {
@@ -64,16 +60,24 @@ pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result
     }
     match &report.holder {
         None => outln!("lock ({}): free", report.lock),
-        Some(h) => outln!(
-            "lock ({}): held by {} (token {}, {} left)",
-            report.lock,
-            h.replica_id.as_deref().unwrap_or("an unknown replica"),
-            h.holder.token,
-            h.holder
-                .ttl_left_ms
-                .map(|ms| format!("{ms} ms"))
-                .unwrap_or_else(|| "no expiry".into())
-        ),
+        Some(h) => {
+            let mut details = Vec::new();
+            if let Some(token) = &h.token {
+                details.push(format!("token {token}"));
+            }
+            if let Some(pid) = h.pid {
+                details.push(format!("backend pid {pid}"));
+            }
+            if let Some(ms) = h.ttl_left_ms {
+                details.push(format!("{ms} ms left"));
+            }
+            outln!(
+                "lock ({}): held by {} ({})",
+                report.lock,
+                h.replica_id.as_deref().unwrap_or("an unknown replica"),
+                details.join(", ")
+            )
+        }
     }
     outln!("last runs:");
     if report.last_runs.is_empty() {

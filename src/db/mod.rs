@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod invoices;
+pub mod locks;
 pub mod reminders;
 pub mod runs;
 pub mod seed;

@@ -24,12 +24,52 @@
 //!    mid-send, or whose send ended without a reply, may or may not have
 //!    been delivered. We never resend it (at-most-once); `audit` lists it.
 //!
+//! 6. **Fencing.** With a lock, every claim transaction first advances the
+//!    lock's high-water mark in `lock_fences` with its fencing token, and
+//!    claims nothing ([`ClaimError::Fenced`]) if a newer holder has already
+//!    written: a paused holder that wakes up cannot claim a single row.
+//!
 //! Claims insert in `invoice_id` order so two concurrent claimers of
 //! overlapping batches take the unique-index locks in the same order and
 //! cannot deadlock.
 
 use chrono::NaiveDate;
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgPool, Postgres, Transaction};
+
+use super::locks::advance_fence;
+
+/// The fencing token a claim presents, and the lock it was drawn for.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    pub lock_key: &'a str,
+    pub token: i64,
+}
+
+/// Why a claim claimed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// A newer lock holder has already written: this holder is stale.
+    #[error("fencing token {token} is older than the newest lock holder's; claim refused")]
+    Fenced { token: i64 },
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Opens the claim transaction and, with a fence, advances the lock's
+/// high-water mark first (or refuses).
+async fn begin_fenced<'c>(
+    pool: &'c PgPool,
+    fence: Option<Fence<'_>>,
+) -> Result<Transaction<'c, Postgres>, ClaimError> {
+    let mut tx = pool.begin().await?;
+    if let Some(fence) = fence
+        && !advance_fence(&mut tx, fence.lock_key, fence.token).await?
+    {
+        tx.rollback().await?;
+        return Err(ClaimError::Fenced { token: fence.token });
+    }
+    Ok(tx)
+}
 
 /// A claimed reminder with everything needed to build its message.
 #[derive(Debug, Clone, FromRow)]
@@ -47,17 +87,20 @@ pub struct ClaimedReminder {
 }
 
 /// Claims reminders for `invoice_ids` in `period` for run `run_id`. Returns
-/// only the rows this call inserted.
+/// only the rows this call inserted. With a `fence`, the claim commits only
+/// if no newer lock holder has written.
 pub async fn claim_batch(
     pool: &PgPool,
     invoice_ids: &[i64],
     period: &str,
     run_id: i64,
-) -> Result<Vec<ClaimedReminder>, sqlx::Error> {
-    sqlx::query_as(
+    fence: Option<Fence<'_>>,
+) -> Result<Vec<ClaimedReminder>, ClaimError> {
+    let mut tx = begin_fenced(pool, fence).await?;
+    let claimed = sqlx::query_as(
         "WITH claimed AS (
-             INSERT INTO reminders (invoice_id, period, status, run_id)
-             SELECT i.id, $2, 'sending', $3
+             INSERT INTO reminders (invoice_id, period, status, run_id, fence_token)
+             SELECT i.id, $2, 'sending', $3, $4
                FROM invoices i
               WHERE i.id = ANY($1) AND i.paid_at IS NULL
               ORDER BY i.id
@@ -75,8 +118,11 @@ pub async fn claim_batch(
     .bind(invoice_ids)
     .bind(period)
     .bind(run_id)
-    .fetch_all(pool)
-    .await
+    .bind(fence.map(|f| f.token))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(claimed)
 }
 
 /// Re-claims up to `limit` `failed` reminders of `period` that still have
@@ -88,8 +134,10 @@ pub async fn reclaim_failed(
     run_id: i64,
     max_attempts: u32,
     limit: u32,
-) -> Result<Vec<ClaimedReminder>, sqlx::Error> {
-    sqlx::query_as(
+    fence: Option<Fence<'_>>,
+) -> Result<Vec<ClaimedReminder>, ClaimError> {
+    let mut tx = begin_fenced(pool, fence).await?;
+    let claimed = sqlx::query_as(
         "WITH picked AS (
              SELECT r.id
                FROM reminders r
@@ -104,7 +152,7 @@ pub async fn reclaim_failed(
                 FOR UPDATE OF r SKIP LOCKED
          ), claimed AS (
              UPDATE reminders r
-                SET status = 'sending', run_id = $2, claimed_at = now()
+                SET status = 'sending', run_id = $2, claimed_at = now(), fence_token = $5
                FROM picked
               WHERE r.id = picked.id AND r.status = 'failed'
              RETURNING r.id, r.invoice_id, r.attempts
@@ -121,8 +169,11 @@ pub async fn reclaim_failed(
     .bind(run_id)
     .bind(i64::from(max_attempts))
     .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await
+    .bind(fence.map(|f| f.token))
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(claimed)
 }
 
 /// What one send attempt ended in, as recorded on the row.

@@ -42,13 +42,16 @@ pub async fn start_run(
     pool: &PgPool,
     replica_id: &str,
     lock_token: Option<Uuid>,
+    fence_token: Option<i64>,
     period: &str,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO job_runs (replica_id, lock_token, period) VALUES ($1, $2, $3) RETURNING id",
+        "INSERT INTO job_runs (replica_id, lock_token, fence_token, period)
+         VALUES ($1, $2, $3, $4) RETURNING id",
     )
     .bind(replica_id)
     .bind(lock_token)
+    .bind(fence_token)
     .bind(period)
     .fetch_one(pool)
     .await
@@ -82,6 +85,7 @@ pub struct RunRow {
     pub id: i64,
     pub replica_id: String,
     pub lock_token: Option<Uuid>,
+    pub fence_token: Option<i64>,
     pub period: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -95,7 +99,7 @@ pub struct RunRow {
 /// The most recent runs, newest first.
 pub async fn recent_runs(pool: &PgPool, limit: u32) -> Result<Vec<RunRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, replica_id, lock_token, period, started_at, finished_at, outcome,
+        "SELECT id, replica_id, lock_token, fence_token, period, started_at, finished_at, outcome,
                 claimed, sent, failed, error
            FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1",
     )
@@ -107,7 +111,7 @@ pub async fn recent_runs(pool: &PgPool, limit: u32) -> Result<Vec<RunRow>, sqlx:
 /// The run that took the lock with `token`, if any (to name a holder).
 pub async fn run_by_token(pool: &PgPool, token: Uuid) -> Result<Option<RunRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, replica_id, lock_token, period, started_at, finished_at, outcome,
+        "SELECT id, replica_id, lock_token, fence_token, period, started_at, finished_at, outcome,
                 claimed, sent, failed, error
            FROM job_runs WHERE lock_token = $1 ORDER BY id DESC LIMIT 1",
     )

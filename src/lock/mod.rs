@@ -38,12 +38,29 @@
 //!   key to expire at `acquired + min_hold` instead, so a replica whose
 //!   clock runs slightly behind cannot run the same cron tick again.
 //!
-//! # What the lock cannot do
+//! # Fencing tokens
 //! A process paused longer than the TTL (GC, VM migration, SIGSTOP) wakes up
 //! with a stale lease. Its local deadline has passed, so it stops at the next
-//! check, but a write already on the wire cannot be recalled; that is why
-//! the database refuses a second claim of the same (invoice, period).
+//! check, but a pause can fall *between* that check and a write. So every
+//! acquisition also gets a fencing token (Kleppmann) that grows with every
+//! acquisition: Redis `INCR`s a companion key `{lock.key}:fence` in the same
+//! script as the `SET NX`; the PostgreSQL backend takes `nextval` of a
+//! sequence while holding the lock. Every claim transaction advances a
+//! per-lock high-water mark in `lock_fences` only if its token is not older
+//! (`UPDATE ... WHERE token <= $mine`) and aborts otherwise
+//! ([`LostReason::Fenced`]): once a newer holder has written, a stale one
+//! cannot claim a single row. A Redis restarted empty would restart the
+//! counter, so acquisition passes the database's high-water mark as a floor.
+//!
+//! And below all of this, the UNIQUE (invoice_id, period) claim still holds.
+//!
+//! # Backends
+//! * [`RedisLock`] (default): the rules above.
+//! * [`PostgresLock`]: a session-level advisory lock on a dedicated
+//!   connection; see its module for why, and for how TTL, renewal and
+//!   `min_hold` map onto a lock that lives as long as a connection.
 
+mod postgres;
 mod redis;
 pub mod watchdog;
 
@@ -53,8 +70,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::config::Settings;
+use crate::config::{LockBackendKind, Settings};
 
+pub use self::postgres::{PostgresLock, advisory_lock_id};
 pub use self::redis::RedisLock;
 pub use self::watchdog::{LeaseGuard, LostReason};
 
@@ -78,19 +96,19 @@ pub enum Acquisition {
     Acquired(Box<Lease>),
     /// Another replica holds the lock: normal, skip this tick.
     Held,
-    /// The SET's reply was lost and the key does not hold our token: we do
-    /// not know who holds it. Treated as not acquired; the TTL cleans up.
+    /// The acquiring command's reply was lost and the lock is not ours: we
+    /// do not know who holds it. Treated as not acquired; the TTL cleans up.
     Unknown,
 }
 
 /// How a release ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
-    /// The key held our token and was deleted.
+    /// The lock was ours and is free now.
     Deleted,
-    /// The tick was shorter than `min_hold`; the key stays until then.
+    /// The tick was shorter than `min_hold`; the lock stays held until then.
     HeldForMinHold(Duration),
-    /// The key was gone or belonged to someone else; nothing was touched.
+    /// The lock was gone or belonged to someone else; nothing was touched.
     NotOwner,
 }
 
@@ -98,82 +116,142 @@ pub enum Released {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
     Renewed,
-    /// The key no longer exists (expired, deleted, Redis restarted empty).
+    /// The lock no longer exists (key expired or deleted, Redis restarted
+    /// empty, the PostgreSQL session holding it ended).
     Gone,
     /// The key holds another replica's token.
     Stolen,
 }
 
 /// Who holds the lock right now, for `status`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Holder {
-    pub token: String,
+    /// Redis: the key's value. PostgreSQL advisory locks carry no token.
+    pub token: Option<String>,
+    /// PostgreSQL: from the holder's `application_name`.
+    pub replica_id: Option<String>,
+    /// PostgreSQL: the holder's backend pid.
+    pub pid: Option<i32>,
+    /// Redis: the key's remaining TTL.
     pub ttl_left_ms: Option<i64>,
+}
+
+/// Timings every backend shares, from `[lock]`.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseTimes {
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub min_hold: Duration,
 }
 
 /// The configured lock backend. Cheap to clone.
 #[derive(Clone)]
 pub enum LockBackend {
     Redis(RedisLock),
+    Postgres(PostgresLock),
+}
+
+/// What renew and release need to know about one held lease.
+#[derive(Clone)]
+pub(crate) enum Handle {
+    Redis { token: Uuid },
+    Postgres(postgres::Session),
+}
+
+pub(crate) enum AcquireResult {
+    Won { handle: Handle, fence: i64 },
+    Held,
+    Unknown,
 }
 
 impl LockBackend {
+    /// Builds the configured backend without connecting. Must be called
+    /// inside a tokio runtime.
     pub fn from_settings(settings: &Settings) -> Result<Self, LockError> {
-        Ok(Self::Redis(RedisLock::new(settings)?))
+        Ok(match settings.lock.backend {
+            LockBackendKind::Redis => Self::Redis(RedisLock::new(settings)?),
+            LockBackendKind::Postgres => Self::Postgres(PostgresLock::new(settings)),
+        })
     }
 
-    /// One attempt; never retried with a new token.
-    pub async fn try_acquire(&self) -> Result<Acquisition, LockError> {
+    fn times(&self) -> &LeaseTimes {
+        match self {
+            Self::Redis(r) => &r.times,
+            Self::Postgres(p) => &p.times,
+        }
+    }
+
+    /// `lock.key`: the Redis key, or what the advisory lock id is hashed from.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Redis(r) => &r.key,
+            Self::Postgres(p) => &p.key,
+        }
+    }
+
+    /// One attempt; never retried with a new token. `fence_floor` is the
+    /// highest fencing token the database has seen for this lock: the new
+    /// token is always above it.
+    pub async fn try_acquire(&self, fence_floor: i64) -> Result<Acquisition, LockError> {
         let token = Uuid::new_v4();
         let sent_at = Instant::now();
         let won = match self {
-            Self::Redis(r) => r.try_acquire(token).await?,
+            Self::Redis(r) => r.try_acquire(token, fence_floor).await?,
+            Self::Postgres(p) => p.try_acquire(fence_floor).await?,
         };
         match won {
-            AcquireResult::Won => Ok(Acquisition::Acquired(Box::new(
-                self.start_lease(token, sent_at),
+            AcquireResult::Won { handle, fence } => Ok(Acquisition::Acquired(Box::new(
+                self.start_lease(token, fence, handle, sent_at),
             ))),
             AcquireResult::Held => Ok(Acquisition::Held),
             AcquireResult::Unknown => Ok(Acquisition::Unknown),
         }
     }
 
-    fn start_lease(&self, token: Uuid, acquired_at: Instant) -> Lease {
-        let (ttl, renew_every, min_hold) = match self {
-            Self::Redis(r) => (r.ttl, r.renew_every, r.min_hold),
-        };
-        let guard = LeaseGuard::new(acquired_at + ttl - safety_margin(ttl));
+    fn start_lease(&self, token: Uuid, fence: i64, handle: Handle, acquired_at: Instant) -> Lease {
+        let times = self.times().clone();
+        let guard = LeaseGuard::new(acquired_at + times.ttl - safety_margin(times.ttl));
         let watchdog = watchdog::Watchdog::spawn(
             self.clone(),
-            token,
-            ttl,
-            renew_every,
+            handle.clone(),
+            times.ttl,
+            times.renew_every,
             acquired_at,
             guard.clone(),
         );
         Lease {
             token,
+            fence,
             acquired_at,
-            min_hold,
+            min_hold: times.min_hold,
             guard,
+            handle: Some(handle),
             watchdog: Some(watchdog),
             backend: self.clone(),
         }
     }
 
-    pub(crate) async fn renew(&self, token: Uuid) -> Result<Renewal, LockError> {
-        match self {
-            Self::Redis(r) => r.renew(token).await,
+    pub(crate) async fn renew(&self, handle: &Handle) -> Result<Renewal, LockError> {
+        match (self, handle) {
+            (Self::Redis(r), Handle::Redis { token }) => r.renew(*token).await,
+            (Self::Postgres(p), Handle::Postgres(session)) => p.renew(session).await,
+            _ => Err(LockError::Backend(
+                "lease handle from another backend".into(),
+            )),
         }
     }
 
     async fn release(
         &self,
-        token: Uuid,
+        handle: Handle,
         hold_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        match self {
-            Self::Redis(r) => r.release(token, hold_for).await,
+        match (self, handle) {
+            (Self::Redis(r), Handle::Redis { token }) => r.release(token, hold_for).await,
+            (Self::Postgres(p), Handle::Postgres(session)) => p.release(session, hold_for).await,
+            _ => Err(LockError::Backend(
+                "lease handle from another backend".into(),
+            )),
         }
     }
 
@@ -181,32 +259,43 @@ impl LockBackend {
     pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
         match self {
             Self::Redis(r) => r.holder().await,
+            Self::Postgres(p) => p.holder().await,
+        }
+    }
+
+    /// Waits until locks kept past their tick for `min_hold` are released
+    /// (PostgreSQL backend; a no-op for Redis, whose key simply expires).
+    pub async fn finish(&self) {
+        if let Self::Postgres(p) = self {
+            p.finish().await;
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
             Self::Redis(r) => format!("redis key {:?}", r.key),
+            Self::Postgres(p) => {
+                format!("postgres advisory lock {} (hash of {:?})", p.lock_id, p.key)
+            }
         }
     }
 }
 
-pub(crate) enum AcquireResult {
-    Won,
-    Held,
-    Unknown,
-}
-
 /// A held lock. Drop without [`Lease::release`] stops the watchdog and
-/// leaves the key to expire by its TTL.
+/// leaves the lock to lapse (Redis: by its TTL; PostgreSQL: when the
+/// connection closes).
 pub struct Lease {
     token: Uuid,
+    /// Grows with every acquisition of this lock; checked by every claim.
+    fence: i64,
     /// When the acquiring command was sent: the start of `min_hold`.
     acquired_at: Instant,
     min_hold: Duration,
     /// Shared with the watchdog and the job; cancelled when the lease is lost.
     guard: LeaseGuard,
-    /// Renews the key; stopped before release so it cannot stretch it again.
+    /// The backend's state for this lease (token or session).
+    handle: Option<Handle>,
+    /// Renews the lease; stopped before release so it cannot stretch it again.
     watchdog: Option<watchdog::Watchdog>,
     backend: LockBackend,
 }
@@ -215,14 +304,21 @@ impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
             .field("token", &self.token)
+            .field("fence", &self.fence)
             .field("lost", &self.guard.lost_reason())
             .finish()
     }
 }
 
 impl Lease {
+    /// Random per acquisition; with Redis it is the key's value.
     pub fn token(&self) -> Uuid {
         self.token
+    }
+
+    /// The fencing token of this acquisition.
+    pub fn fence(&self) -> i64 {
+        self.fence
     }
 
     /// A cheap handle the job checks before each mail.
@@ -230,8 +326,8 @@ impl Lease {
         self.guard.clone()
     }
 
-    /// Stops the watchdog, then deletes the key if it is still ours (or,
-    /// within `min_hold`, shortens its expiry to `acquired + min_hold`).
+    /// Stops the watchdog, then frees the lock if it is still ours (or,
+    /// within `min_hold`, keeps it until `acquired + min_hold`).
     pub async fn release(mut self) -> Result<Released, LockError> {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.stop().await;
@@ -241,7 +337,10 @@ impl Lease {
             .min_hold
             .checked_sub(held)
             .filter(|left| !left.is_zero());
-        self.backend.release(self.token, hold_for).await
+        match self.handle.take() {
+            Some(handle) => self.backend.release(handle, hold_for).await,
+            None => Ok(Released::NotOwner),
+        }
     }
 }
 
@@ -252,10 +351,4 @@ impl Drop for Lease {
             watchdog.abort();
         }
     }
-}
-
-/// Keeps the lease types usable from tests that need a guard with no lock
-/// behind it (the database-backstop tests).
-pub fn unguarded() -> LeaseGuard {
-    LeaseGuard::unbounded()
 }

@@ -1,5 +1,10 @@
-//! The Redis backend: `SET NX PX` to acquire, Lua scripts to renew and
+//! The Redis backend: `SET NX PX` to acquire (with the fencing token drawn
+//! from `{lock.key}:fence` in the same script), Lua scripts to renew and
 //! release only while the key still holds our token.
+//!
+//! The two keys are touched by one script, so on Redis Cluster they would
+//! need the same hash slot; this backend targets a single Redis (or a
+//! primary with replicas), where that does not arise.
 //!
 //! One [`ConnectionManager`] per process, created lazily so a replica starts
 //! (and keeps scheduling) while Redis is down; it reconnects by itself.
@@ -14,8 +19,40 @@ use redis::{AsyncConnectionConfig, RedisError, Script};
 use secrecy::ExposeSecret;
 use uuid::Uuid;
 
-use super::{AcquireResult, Holder, LockError, Released, Renewal};
+use super::{AcquireResult, Handle, Holder, LeaseTimes, LockError, Released, Renewal};
 use crate::config::Settings;
+
+/// `SET key token NX PX ttl`; when it succeeds, draws the next fencing
+/// token from KEYS[2], lifted above ARGV[3] (the database's high-water mark)
+/// in case Redis lost the counter. Returns the token, or 0 when the lock is
+/// held by someone else.
+const ACQUIRE: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.call('INCR', KEYS[2])
+  local floor = tonumber(ARGV[3])
+  if fence <= floor then
+    fence = floor + 1
+    redis.call('SET', KEYS[2], fence)
+  end
+  return fence
+end
+return 0
+"#;
+
+/// After an ambiguous acquire: if the key holds our token, draw our fencing
+/// token (as ACQUIRE would have); otherwise 0.
+const FENCE_IF_OURS: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local fence = redis.call('INCR', KEYS[2])
+  local floor = tonumber(ARGV[2])
+  if fence <= floor then
+    fence = floor + 1
+    redis.call('SET', KEYS[2], fence)
+  end
+  return fence
+end
+return 0
+"#;
 
 /// Extends the key only while it holds our token. 1: renewed, 0: gone,
 /// -1: another token.
@@ -49,9 +86,9 @@ return 0
 #[derive(Clone)]
 pub struct RedisLock {
     pub(crate) key: String,
-    pub(crate) ttl: Duration,
-    pub(crate) renew_every: Duration,
-    pub(crate) min_hold: Duration,
+    /// `{key}:fence`: the fencing token counter.
+    fence_key: String,
+    pub(crate) times: LeaseTimes,
     timeout: Duration,
     /// For the one-off ambiguity check, on a connection of its own.
     client: redis::Client,
@@ -74,52 +111,68 @@ impl RedisLock {
             .map_err(|e| backend("cannot create the Redis connection manager", &e))?;
         Ok(Self {
             key: settings.lock.key.clone(),
-            ttl: settings.lock.ttl,
-            renew_every: settings.lock.renew_every,
-            min_hold: settings.lock.min_hold,
+            fence_key: format!("{}:fence", settings.lock.key),
+            times: LeaseTimes {
+                ttl: settings.lock.ttl,
+                renew_every: settings.lock.renew_every,
+                min_hold: settings.lock.min_hold,
+            },
             timeout: settings.redis.timeout,
             client,
             conn,
         })
     }
 
-    /// `SET key token NX PX ttl`. When the reply is lost we do not know
-    /// whether the key was set; we ask once whether it holds our token and
-    /// never retry with a new one.
-    pub(super) async fn try_acquire(&self, token: Uuid) -> Result<AcquireResult, LockError> {
+    /// `SET key token NX PX ttl` (and the fencing token, atomically). When
+    /// the reply is lost we do not know whether the key was set; we ask once,
+    /// on a fresh connection, whether it holds our token, and never retry
+    /// with a new one.
+    pub(super) async fn try_acquire(
+        &self,
+        token: Uuid,
+        fence_floor: i64,
+    ) -> Result<AcquireResult, LockError> {
         let mut conn = self.conn.clone();
-        let reply: Result<Option<String>, RedisError> = redis::cmd("SET")
-            .arg(&self.key)
+        let reply: Result<i64, RedisError> = Script::new(ACQUIRE)
+            .key(&self.key)
+            .key(&self.fence_key)
             .arg(token.to_string())
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(self.ttl))
-            .query_async(&mut conn)
+            .arg(millis(self.times.ttl))
+            .arg(fence_floor)
+            .invoke_async(&mut conn)
             .await;
+        let won = |fence| AcquireResult::Won {
+            handle: Handle::Redis { token },
+            fence,
+        };
         match reply {
-            Ok(Some(_)) => Ok(AcquireResult::Won),
-            Ok(None) => Ok(AcquireResult::Held),
+            Ok(0) => Ok(AcquireResult::Held),
+            Ok(fence) => Ok(won(fence)),
             Err(e) if e.is_connection_refusal() => {
                 Err(backend("cannot reach Redis to take the lock", &e))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "lock SET result unknown; checking whether the key holds our token");
-                let current = self
-                    .read_on_fresh_connection()
+                let fence = self
+                    .fence_if_ours_on_fresh_connection(token, fence_floor)
                     .await
                     .map_err(|e| backend("cannot check the lock after an ambiguous SET", &e))?;
-                if current.as_deref() == Some(token.to_string().as_str()) {
-                    Ok(AcquireResult::Won)
+                Ok(if fence > 0 {
+                    won(fence)
                 } else {
-                    Ok(AcquireResult::Unknown)
-                }
+                    AcquireResult::Unknown
+                })
             }
         }
     }
 
-    /// GET on a new connection: the shared one may still be waiting for the
-    /// lost reply.
-    async fn read_on_fresh_connection(&self) -> Result<Option<String>, RedisError> {
+    /// The one check after an ambiguous acquire, on a new connection: the
+    /// shared one may still be waiting for the lost reply.
+    async fn fence_if_ours_on_fresh_connection(
+        &self,
+        token: Uuid,
+        fence_floor: i64,
+    ) -> Result<i64, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(Some(self.timeout));
@@ -127,9 +180,12 @@ impl RedisLock {
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        redis::cmd("GET")
-            .arg(&self.key)
-            .query_async(&mut conn)
+        Script::new(FENCE_IF_OURS)
+            .key(&self.key)
+            .key(&self.fence_key)
+            .arg(token.to_string())
+            .arg(fence_floor)
+            .invoke_async(&mut conn)
             .await
     }
 
@@ -138,7 +194,7 @@ impl RedisLock {
         let found: i64 = Script::new(RENEW)
             .key(&self.key)
             .arg(token.to_string())
-            .arg(millis(self.ttl))
+            .arg(millis(self.times.ttl))
             .invoke_async(&mut conn)
             .await
             .map_err(|e| backend("lock renewal failed", &e))?;
@@ -182,8 +238,9 @@ impl RedisLock {
             .await
             .map_err(|e| backend("cannot read the lock", &e))?;
         Ok(token.map(|token| Holder {
-            token,
+            token: Some(token),
             ttl_left_ms: (ttl >= 0).then_some(ttl),
+            ..Holder::default()
         }))
     }
 }

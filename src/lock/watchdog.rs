@@ -14,12 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::{Handle, LockBackend, Renewal, safety_margin};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
-use uuid::Uuid;
-
-use super::{LockBackend, Renewal, safety_margin};
 
 /// Why a lease stopped being trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +29,9 @@ pub enum LostReason {
     /// The local trust deadline passed without a successful renewal
     /// (backend unreachable or too slow, or this process was paused).
     Expired,
+    /// A claim found that a newer lock holder has already written
+    /// (fencing token older than the database's high-water mark).
+    Fenced,
 }
 
 impl std::fmt::Display for LostReason {
@@ -39,6 +40,7 @@ impl std::fmt::Display for LostReason {
             Self::Gone => "the lock key is gone",
             Self::Stolen => "the lock key holds another replica's token",
             Self::Expired => "the lease lapsed before it could be renewed",
+            Self::Fenced => "a newer lock holder has already written (fencing token too old)",
         })
     }
 }
@@ -151,7 +153,7 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     pub(crate) fn spawn(
         backend: LockBackend,
-        token: Uuid,
+        handle: Handle,
         ttl: Duration,
         renew_every: Duration,
         acquired_at: Instant,
@@ -160,7 +162,7 @@ impl Watchdog {
         let stop = CancellationToken::new();
         let task = tokio::spawn(renew_until_stopped(
             backend,
-            token,
+            handle,
             ttl,
             renew_every,
             acquired_at,
@@ -193,7 +195,7 @@ fn retry_delay(renew_every: Duration) -> Duration {
 
 async fn renew_until_stopped(
     backend: LockBackend,
-    token: Uuid,
+    handle: Handle,
     ttl: Duration,
     renew_every: Duration,
     acquired_at: Instant,
@@ -226,7 +228,7 @@ async fn renew_until_stopped(
         let attempt = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            attempt = timeout_at(deadline, backend.renew(token)) => attempt,
+            attempt = timeout_at(deadline, backend.renew(&handle)) => attempt,
         };
         match attempt {
             Ok(Ok(Renewal::Renewed)) => {

@@ -7,6 +7,7 @@
 //! and `TEST_REDIS_URL`.
 #![allow(dead_code)]
 
+pub mod backend;
 pub mod proxy;
 pub mod smtp;
 
@@ -20,6 +21,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
+pub use backend::Backend;
 pub use smtp::{Mode as SmtpMode, SmtpSink};
 
 pub fn postgres_admin_url() -> String {
@@ -337,6 +339,13 @@ pub fn assert_no_duplicate_mail(sink: &SmtpSink) {
     }
     let dups: Vec<_> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
     assert!(dups.is_empty(), "mailed more than once: {dups:?}");
+}
+
+/// The fencing floor as a tick reads it before acquiring.
+pub async fn fence_floor(world: &World) -> i64 {
+    invoice_reminder::db::locks::fence_high_water(world.pool(), &world.lock_key())
+        .await
+        .expect("read fence high-water mark")
 }
 
 /// A raw Redis connection for arranging and inspecting lock keys.

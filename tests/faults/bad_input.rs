@@ -2,13 +2,16 @@
 
 use std::time::Duration;
 
-use crate::common::{self, World};
+use crate::common::{self, Backend};
+use crate::for_each_backend;
 use crate::harness;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_rows_each_become_one_final_failure_with_a_reason_and_the_rest_go_out() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+for_each_backend!(bad_rows_each_become_one_final_failure_with_a_reason_and_the_rest_go_out,);
+
+async fn bad_rows_each_become_one_final_failure_with_a_reason_and_the_rest_go_out(
+    backend: Backend,
+) {
+    let world = harness::world_for(backend).await;
     let pool = world.pool().clone();
     let empty = common::insert_invoice(&pool, "Empty Address", "", 10, false).await;
     let invalid = common::insert_invoice(&pool, "Invalid", "not an address", 10, false).await;

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use crate::common::{self, World};
+use crate::common::{self, Backend};
+use crate::for_each_backend;
 use crate::harness::{self, Replica, ReplicaOptions};
 
 /// Runs an on-time and a 2 s-late replica on a 4 s cron for ~20 s and
 /// returns the number of runs in each cron slot that had any.
-async fn runs_per_slot(min_hold: &str) -> Vec<i64> {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn runs_per_slot(backend: Backend, min_hold: &str) -> Vec<i64> {
+    let mut world = harness::world_for(backend).await;
     world
         .set("schedule.cron", "*/4 * * * * *")
         .set("lock.min_hold", min_hold);
@@ -56,19 +56,22 @@ async fn runs_per_slot(min_hold: &str) -> Vec<i64> {
     per_slot
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_min_hold_a_replica_whose_clock_is_behind_does_not_run_a_tick_twice() {
-    let per_slot = runs_per_slot("3s").await;
+for_each_backend!(
+    with_min_hold_a_replica_whose_clock_is_behind_does_not_run_a_tick_twice,
+    without_min_hold_the_same_late_replica_runs_ticks_twice,
+);
+
+async fn with_min_hold_a_replica_whose_clock_is_behind_does_not_run_a_tick_twice(backend: Backend) {
+    let per_slot = runs_per_slot(backend, "3s").await;
     assert!(
         per_slot.iter().all(|&n| n == 1),
         "runs per cron slot: {per_slot:?}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_min_hold_the_same_late_replica_runs_ticks_twice() {
+async fn without_min_hold_the_same_late_replica_runs_ticks_twice(backend: Backend) {
     // The control experiment: it shows the scenario above can fail.
-    let per_slot = runs_per_slot("0s").await;
+    let per_slot = runs_per_slot(backend, "0s").await;
     assert!(
         per_slot.iter().any(|&n| n >= 2),
         "runs per cron slot: {per_slot:?}"

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::common::{self, World};
+use crate::common::{self, Backend, World};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
 
@@ -236,6 +236,14 @@ impl Drop for Replica {
     }
 }
 
+/// A world for `backend` with fast replica defaults.
+pub async fn world_for(backend: Backend) -> World {
+    let mut world = World::new().await;
+    fast_replicas(&mut world);
+    backend.configure(&mut world);
+    world
+}
+
 /// The test's defaults for replicas: a fast cron and a short lock.
 pub fn fast_replicas(world: &mut World) {
     world
@@ -426,25 +434,6 @@ pub async fn overlapping_runs(world: &World) -> Vec<(i64, i64)> {
     invoice_reminder::db::runs::overlapping_runs(world.pool())
         .await
         .expect("overlaps")
-}
-
-/// The replica_id of the run holding the lock now, if any.
-pub async fn current_holder(world: &World, lock_key: &str, redis_url: &str) -> Option<String> {
-    let mut conn = redis::Client::open(redis_url)
-        .ok()?
-        .get_multiplexed_async_connection()
-        .await
-        .ok()?;
-    let token: Option<String> = redis::cmd("GET")
-        .arg(lock_key)
-        .query_async(&mut conn)
-        .await
-        .ok()?;
-    let token = uuid::Uuid::parse_str(&token?).ok()?;
-    invoice_reminder::db::runs::run_by_token(world.pool(), token)
-        .await
-        .ok()?
-        .map(|r| r.replica_id)
 }
 
 /// Inserts overdue invoices in the background, `per_round` every `every`,

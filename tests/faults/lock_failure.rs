@@ -3,13 +3,19 @@
 
 use std::time::Duration;
 
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
+use crate::for_each_backend;
 use crate::harness::{self, RedisServer, Replica, ReplicaOptions};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replicas_each_holding_the_lock_in_a_different_redis_still_mail_each_invoice_once() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+for_each_backend!(replicas_that_each_hold_a_different_lock_at_once_still_mail_each_invoice_once);
+
+/// Redis: each replica talks to a Redis of its own. PostgreSQL: each
+/// replica locks a different key (a different advisory lock id). Either way
+/// every replica "holds the lock" at the same time.
+async fn replicas_that_each_hold_a_different_lock_at_once_still_mail_each_invoice_once(
+    backend: Backend,
+) {
+    let mut world = harness::world_for(backend).await;
     world
         .set("reminders.batch_size", 25)
         .set("reminders.send_concurrency", 4);
@@ -17,25 +23,27 @@ async fn replicas_each_holding_the_lock_in_a_different_redis_still_mail_each_inv
         .sink
         .set_mode(SmtpMode::Delay(Duration::from_millis(2)));
     common::insert_overdue(world.pool(), 2000).await;
-    let redises = [
-        RedisServer::start().await,
-        RedisServer::start().await,
-        RedisServer::start().await,
-    ];
-    let mut replicas: Vec<Replica> = redises
-        .iter()
-        .enumerate()
-        .map(|(i, redis)| {
-            Replica::spawn(
-                &world,
-                &format!("r{i}"),
-                ReplicaOptions {
-                    env: vec![("INVOICE_REMINDER__REDIS__URL".into(), redis.url())],
-                    ..ReplicaOptions::default()
-                },
-            )
-        })
-        .collect();
+    let mut redises = Vec::new();
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        let own_lock = match backend {
+            Backend::Redis => {
+                let redis = RedisServer::start().await;
+                let env = ("INVOICE_REMINDER__REDIS__URL".to_owned(), redis.url());
+                redises.push(redis);
+                env
+            }
+            Backend::Postgres => (
+                "INVOICE_REMINDER__LOCK__KEY".to_owned(),
+                format!("{}-{i}", world.lock_key()),
+            ),
+        };
+        let options = ReplicaOptions {
+            env: vec![own_lock],
+            ..ReplicaOptions::default()
+        };
+        replicas.push(Replica::spawn(&world, &format!("r{i}"), options));
+    }
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(90)).await;
     for r in &mut replicas {

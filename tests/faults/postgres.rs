@@ -3,15 +3,19 @@
 use std::time::Duration;
 
 use crate::common::proxy::Proxy;
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
+use crate::for_each_backend;
 use crate::harness;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses_and_doubles_nothing()
- {
+for_each_backend!(
+    postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses_and_doubles_nothing
+);
+
+async fn postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses_and_doubles_nothing(
+    backend: Backend,
+) {
     let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+    let mut world = harness::world_for(backend).await;
     let via_proxy = world
         .db
         .url

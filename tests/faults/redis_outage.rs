@@ -1,22 +1,28 @@
-//! Scenario 6: Redis restarted empty mid-tick, Redis down during and
-//! between ticks (skip), and the database-only mode.
+//! Scenario 6: the lock lost mid-tick (Redis restarted empty; for the
+//! PostgreSQL backend, the session holding the advisory lock terminated with
+//! pg_terminate_backend), Redis down during and between ticks (skip), and
+//! the database-only mode.
+//!
+//! The last two are Redis-only: with the PostgreSQL backend the lock
+//! service *is* the database, so "the lock backend is down" is scenario 7.
 
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode, World};
+use crate::for_each_backend;
 use crate::harness::{self, RedisServer};
 
 fn use_redis(world: &mut World, redis: &RedisServer) {
     world.set("redis.url", redis.url());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restarted_empty_mid_tick_cancels_the_tick_and_the_key_is_never_recreated_by_it() {
+for_each_backend!(a_lock_lost_mid_tick_cancels_the_tick_and_its_holder_never_recreates_it);
+
+async fn a_lock_lost_mid_tick_cancels_the_tick_and_its_holder_never_recreates_it(backend: Backend) {
     let redis = &mut RedisServer::start().await;
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+    let mut world = harness::world_for(backend).await;
     use_redis(&mut world, redis);
     world
         .set("lock.renew_every", "200ms")
@@ -38,7 +44,10 @@ async fn redis_restarted_empty_mid_tick_cancels_the_tick_and_the_key_is_never_re
     .fetch_one(world.pool())
     .await
     .unwrap();
-    redis.restart().await;
+    match backend {
+        Backend::Redis => redis.restart().await,
+        Backend::Postgres => backend.break_lock(&world).await,
+    }
 
     common::wait_until(
         "the interrupted run ends",
@@ -59,12 +68,14 @@ async fn redis_restarted_empty_mid_tick_cancels_the_tick_and_the_key_is_never_re
         .await
         .unwrap();
     assert_eq!(outcome, "lost_lock");
-    let key: Option<String> = redis.conn().await.get(world.lock_key()).await.unwrap();
-    assert_ne!(
-        key,
-        Some(token.to_string()),
-        "the old holder re-created its key"
-    );
+    if backend == Backend::Redis {
+        let key: Option<String> = redis.conn().await.get(world.lock_key()).await.unwrap();
+        assert_ne!(
+            key,
+            Some(token.to_string()),
+            "the old holder re-created its key"
+        );
+    }
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
     for r in &mut replicas {

@@ -2,13 +2,20 @@
 
 use std::time::Duration;
 
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
+use crate::for_each_backend;
 use crate::harness::{self, Replica, ReplicaOptions};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+for_each_backend!(
+    three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once,
+    two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens,
+    a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothing_is_resent,
+    a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_more,
+    a_tick_lasting_several_ttls_keeps_its_lock_and_no_other_replica_runs_meanwhile,
+);
+
+async fn three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once(backend: Backend) {
+    let mut world = harness::world_for(backend).await;
     world.set("reminders.batch_size", 200);
     common::insert_overdue(world.pool(), 2000).await;
     let adder = harness::keep_adding_overdue(&world, 40, Duration::from_millis(700), 30);
@@ -42,10 +49,8 @@ async fn three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens(backend: Backend) {
+    let world = harness::world_for(backend).await;
     common::insert_overdue(world.pool(), 500).await;
     let adder = harness::keep_adding_overdue(&world, 30, Duration::from_millis(500), 16);
     let same_name = ReplicaOptions {
@@ -88,10 +93,10 @@ async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothing_is_resent() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothing_is_resent(
+    backend: Backend,
+) {
+    let mut world = harness::world_for(backend).await;
     world
         .set("reminders.batch_size", 50)
         .set("reminders.send_concurrency", 2);
@@ -105,7 +110,8 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
         world.sink.count() >= 200
     })
     .await;
-    let holder = harness::current_holder(&world, &world.lock_key(), &common::redis_url())
+    let holder = backend
+        .holder_replica(&world)
         .await
         .expect("someone holds the lock mid-batch");
     let victim = replicas
@@ -158,10 +164,10 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_more() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_more(
+    backend: Backend,
+) {
+    let mut world = harness::world_for(backend).await;
     world
         .set("reminders.batch_size", 50)
         .set("reminders.send_concurrency", 2);
@@ -175,7 +181,8 @@ async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_mor
         world.sink.count() >= 100
     })
     .await;
-    let holder = harness::current_holder(&world, &world.lock_key(), &common::redis_url())
+    let holder = backend
+        .holder_replica(&world)
         .await
         .expect("someone holds the lock");
     let paused_run: i64 = sqlx::query_scalar(
@@ -187,6 +194,12 @@ async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_mor
     .unwrap();
     let sleeper = replicas.iter().position(|r| r.name == holder).unwrap();
     replicas[sleeper].pause();
+    if backend == Backend::Postgres {
+        // An advisory lock outlives a paused process as long as its session
+        // does; the server dropping that session (a keepalive timeout, a
+        // DBA) is what lets another replica take over.
+        backend.break_lock(&world).await;
+    }
     let at_pause = world.sink.count();
 
     common::wait_until(
@@ -231,10 +244,10 @@ async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_mor
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tick_lasting_several_ttls_keeps_its_lock_and_no_other_replica_runs_meanwhile() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn a_tick_lasting_several_ttls_keeps_its_lock_and_no_other_replica_runs_meanwhile(
+    backend: Backend,
+) {
+    let mut world = harness::world_for(backend).await;
     world
         .set("lock.ttl", "1s")
         .set("lock.renew_every", "200ms")

@@ -2,15 +2,16 @@
 
 use std::time::Duration;
 
-use redis::AsyncCommands;
-
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
+use crate::for_each_backend;
 use crate::harness::{self, Replica, ReplicaOptions};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exits_zero() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+for_each_backend!(sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exits_zero,);
+
+async fn sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exits_zero(
+    backend: Backend,
+) {
+    let mut world = harness::world_for(backend).await;
     world
         .set("shutdown.timeout", "10s")
         .set("reminders.send_concurrency", 2)
@@ -41,12 +42,10 @@ async fn sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exit
     );
     assert_eq!(tally.sent as usize, world.sink.count());
     assert!(tally.sent < 200);
-    let held: bool = common::redis_conn()
-        .await
-        .exists(world.lock_key())
-        .await
-        .unwrap();
-    assert!(!held, "the lock was released (min_hold is 0)");
+    assert!(
+        !backend.is_held(&world).await,
+        "the lock was released (min_hold is 0)"
+    );
     let outcome: Option<String> =
         sqlx::query_scalar("SELECT outcome FROM job_runs ORDER BY id DESC LIMIT 1")
             .fetch_one(world.pool())

@@ -3,13 +3,20 @@
 use std::time::Duration;
 
 use crate::common::proxy::Proxy;
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
+use crate::for_each_backend;
 use crate::harness;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smtp_refusing_with_4xx_then_recovering_delivers_every_reminder_once_on_later_ticks() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+for_each_backend!(
+    smtp_refusing_with_4xx_then_recovering_delivers_every_reminder_once_on_later_ticks,
+    smtp_rejecting_with_5xx_is_final_and_never_retried,
+    smtp_down_entirely_is_retried_like_a_4xx_once_it_is_back,
+);
+
+async fn smtp_refusing_with_4xx_then_recovering_delivers_every_reminder_once_on_later_ticks(
+    backend: Backend,
+) {
+    let world = harness::world_for(backend).await;
     common::insert_overdue(world.pool(), 200).await;
     world.sink.set_mode(SmtpMode::Refuse4xx);
     let mut replicas = harness::spawn_replicas(&world, 2);
@@ -31,10 +38,8 @@ async fn smtp_refusing_with_4xx_then_recovering_delivers_every_reminder_once_on_
     assert_eq!(world.sink.count(), 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smtp_rejecting_with_5xx_is_final_and_never_retried() {
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+async fn smtp_rejecting_with_5xx_is_final_and_never_retried(backend: Backend) {
+    let world = harness::world_for(backend).await;
     common::insert_overdue(world.pool(), 50).await;
     world.sink.set_mode(SmtpMode::Refuse5xx);
     let mut replicas = harness::spawn_replicas(&world, 2);
@@ -73,11 +78,9 @@ async fn smtp_rejecting_with_5xx_is_final_and_never_retried() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smtp_down_entirely_is_retried_like_a_4xx_once_it_is_back() {
-    let mut world = World::new().await;
+async fn smtp_down_entirely_is_retried_like_a_4xx_once_it_is_back(backend: Backend) {
+    let mut world = harness::world_for(backend).await;
     let proxy = Proxy::start(world.sink.addr).await;
-    harness::fast_replicas(&mut world);
     world
         .set("smtp.port", proxy.port())
         .set("smtp.timeout", "1s");

@@ -7,13 +7,14 @@
 //!
 //! Five replicas for five minutes while new invoices keep arriving and a
 //! chaos loop SIGKILLs (and replaces) a replica, SIGSTOPs one past the TTL,
-//! or restarts Redis empty, every few seconds. Prints the totals.
+//! or takes the lock away (Redis restarted empty; for PostgreSQL, the
+//! holder's session terminated), every few seconds. Prints the totals.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode};
 use crate::harness::{self, RedisServer, Replica, ReplicaOptions};
 
 /// xorshift64*: reproducible chaos from a printed seed.
@@ -30,7 +31,19 @@ impl Rng {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: minutes long; run with --run-ignored only"]
-async fn soak_five_replicas_under_random_kills_pauses_and_redis_restarts() {
+async fn soak_five_replicas_under_random_kills_pauses_and_lock_losses_redis() {
+    soak(Backend::Redis).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: minutes long; run with --run-ignored only"]
+async fn soak_five_replicas_under_random_kills_pauses_and_lock_losses_postgres() {
+    soak(Backend::Postgres).await
+}
+
+/// Redis backend: the lock loss is a Redis restart (empty). PostgreSQL:
+/// the holder's session is terminated.
+async fn soak(backend: Backend) {
     let secs: u64 = std::env::var("SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -47,8 +60,7 @@ async fn soak_five_replicas_under_random_kills_pauses_and_redis_restarts() {
         });
     let mut rng = Rng(seed);
     let redis = &mut RedisServer::start().await;
-    let mut world = World::new().await;
-    harness::fast_replicas(&mut world);
+    let mut world = harness::world_for(backend).await;
     world
         .set("redis.url", redis.url())
         .set("reminders.batch_size", 50)
@@ -84,7 +96,10 @@ async fn soak_five_replicas_under_random_kills_pauses_and_redis_restarts() {
                 pauses += 1;
             }
             _ => {
-                redis.restart().await;
+                match backend {
+                    Backend::Redis => redis.restart().await,
+                    Backend::Postgres => backend.break_lock(&world).await,
+                }
                 restarts += 1;
             }
         }
@@ -102,8 +117,9 @@ async fn soak_five_replicas_under_random_kills_pauses_and_redis_restarts() {
     let report = harness::assert_exactly_once(&world, kills * 50).await;
     let unknown = report["unknown"].as_array().map(Vec::len).unwrap_or(0);
     println!(
-        "soak: seed={seed} seconds={secs} invoices={} ticks={ticks} mails={} kills={kills} pauses={pauses} \
-         redis_restarts={restarts} duplicates=0 unknown={unknown}",
+        "soak ({}): seed={seed} seconds={secs} invoices={} ticks={ticks} mails={} kills={kills} pauses={pauses} \
+         lock_losses={restarts} duplicates=0 unknown={unknown}",
+        backend.name(),
         2000 + added,
         world.sink.count(),
     );

@@ -114,14 +114,14 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
     let world = World::new().await;
     let owed = common::insert_invoice(world.pool(), "A", "a@example.test", 10, false).await;
     let paid = common::insert_invoice(world.pool(), "B", "b@example.test", 10, true).await;
-    let run = db::runs::start_run(world.pool(), "test", None, "2026-11-30")
+    let run = db::runs::start_run(world.pool(), "test", None, None, "2026-11-30")
         .await
         .unwrap();
 
-    let first = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run)
+    let first = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run, None)
         .await
         .unwrap();
-    let second = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run)
+    let second = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run, None)
         .await
         .unwrap();
 

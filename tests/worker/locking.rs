@@ -1,5 +1,7 @@
-//! The lease: skip when held, never delete another holder's key, min_hold,
-//! the watchdog, and cancellation when the lease is lost.
+//! The lease: skip when held, never free another holder's lock, min_hold,
+//! the watchdog, and cancellation when the lease is lost. Each test runs
+//! for both lock backends (`for_each_backend!`), except the few about
+//! Redis's own failure modes (a lost SET reply, an unreachable Redis).
 
 use std::time::Duration;
 
@@ -9,29 +11,34 @@ use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::proxy::{Mode as ProxyMode, Proxy};
-use crate::common::{self, SmtpMode, World};
+use crate::common::{self, Backend, SmtpMode, World};
+use crate::for_each_backend;
+
+async fn world_for(backend: Backend) -> World {
+    let mut world = World::new().await;
+    backend.configure(&mut world);
+    world
+}
 
 async fn get(key: &str) -> Option<String> {
     common::redis_conn().await.get(key).await.unwrap()
 }
 
-async fn pttl(key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut common::redis_conn().await)
-        .await
-        .unwrap()
-}
+for_each_backend!(
+    a_lock_held_by_another_holder_is_skipped,
+    while_a_tick_runs_the_lock_names_its_run,
+    release_never_frees_another_holders_lock,
+    release_frees_our_own_lock,
+    a_tick_shorter_than_min_hold_keeps_the_lock_until_min_hold,
+    the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl,
+    a_stolen_lock_cancels_the_job_before_the_next_mail,
+    a_lock_that_vanishes_cancels_the_job_and_is_never_recreated,
+);
 
-#[tokio::test]
-async fn a_lock_held_by_another_token_is_skipped() {
-    let world = World::new().await;
+async fn a_lock_held_by_another_holder_is_skipped(backend: Backend) {
+    let world = world_for(backend).await;
     common::insert_overdue(world.pool(), 3).await;
-    let _: () = common::redis_conn()
-        .await
-        .set_ex(world.lock_key(), "someone-else", 30)
-        .await
-        .unwrap();
+    let _other = backend.hold_elsewhere(&world).await;
     let ctx = world.context().await;
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
@@ -44,16 +51,17 @@ async fn a_lock_held_by_another_token_is_skipped() {
             .unwrap()
             .is_empty()
     );
-    assert_eq!(
-        get(&world.lock_key()).await.as_deref(),
-        Some("someone-else")
+    assert!(
+        backend.is_held(&world).await,
+        "the other holder keeps its lock"
     );
 }
 
-#[tokio::test]
-async fn the_lock_key_holds_exactly_the_token_while_a_tick_runs() {
-    let mut world = World::new().await;
-    world.set("reminders.send_concurrency", 1);
+async fn while_a_tick_runs_the_lock_names_its_run(backend: Backend) {
+    let mut world = world_for(backend).await;
+    world
+        .set("reminders.send_concurrency", 1)
+        .set("replica_id", "replica-under-test");
     world
         .sink
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
@@ -68,91 +76,107 @@ async fn the_lock_key_holds_exactly_the_token_while_a_tick_runs() {
         || async { world.sink.count() >= 1 },
     )
     .await;
-    let value = get(&world.lock_key())
-        .await
-        .expect("key exists while the tick runs");
+    let holder = backend.holder_replica(&world).await;
+    let redis_value = get(&world.lock_key()).await;
     tick.await.unwrap().unwrap();
 
-    let runs = invoice_reminder::db::runs::recent_runs(world.pool(), 1)
+    assert_eq!(holder.as_deref(), Some("replica-under-test"));
+    let run = &invoice_reminder::db::runs::recent_runs(world.pool(), 1)
         .await
-        .unwrap();
-    assert_eq!(runs[0].lock_token.map(|t| t.to_string()), Some(value));
-    assert_eq!(
-        get(&world.lock_key()).await,
-        None,
-        "released (min_hold is 0)"
+        .unwrap()[0];
+    assert!(
+        run.fence_token.is_some_and(|f| f > 0),
+        "the run records its fencing token"
     );
+    if backend == Backend::Redis {
+        // The key's value is exactly the run's token, for operators to GET.
+        assert_eq!(run.lock_token.map(|t| t.to_string()), redis_value);
+    }
+    assert!(!backend.is_held(&world).await, "released (min_hold is 0)");
 }
 
-#[tokio::test]
-async fn release_never_deletes_another_holders_key() {
-    let world = World::new().await;
+async fn release_never_frees_another_holders_lock(backend: Backend) {
+    let world = world_for(backend).await;
     let ctx = world.context().await;
-    let Acquisition::Acquired(lease) = ctx.lock.try_acquire().await.unwrap() else {
+    let Acquisition::Acquired(lease) = ctx.lock.try_acquire(0).await.unwrap() else {
         panic!("expected to acquire a free lock");
     };
-    // Our lease expired and another replica took the lock.
-    let _: () = common::redis_conn()
-        .await
-        .set(world.lock_key(), "other-token")
-        .await
-        .unwrap();
+    // Our lease lapsed and another replica took the lock.
+    let _thief = backend.steal(&world).await;
 
     let released = lease.release().await.unwrap();
 
     assert_eq!(released, Released::NotOwner);
-    assert_eq!(get(&world.lock_key()).await.as_deref(), Some("other-token"));
+    assert!(backend.thief_holds(&world).await);
 }
 
-#[tokio::test]
-async fn release_deletes_our_own_key() {
-    let world = World::new().await;
+async fn release_frees_our_own_lock(backend: Backend) {
+    let world = world_for(backend).await;
     let ctx = world.context().await;
-    let Acquisition::Acquired(lease) = ctx.lock.try_acquire().await.unwrap() else {
+    let Acquisition::Acquired(lease) = ctx.lock.try_acquire(0).await.unwrap() else {
         panic!("expected to acquire a free lock");
     };
-    assert_eq!(
-        get(&world.lock_key()).await,
-        Some(lease.token().to_string())
-    );
+    assert!(backend.is_held(&world).await);
+    if backend == Backend::Redis {
+        assert_eq!(
+            get(&world.lock_key()).await,
+            Some(lease.token().to_string())
+        );
+    }
 
     assert_eq!(lease.release().await.unwrap(), Released::Deleted);
 
-    assert_eq!(get(&world.lock_key()).await, None);
+    assert!(!backend.is_held(&world).await);
 }
 
-#[tokio::test]
-async fn a_tick_shorter_than_min_hold_leaves_the_key_until_min_hold() {
-    let mut world = World::new().await;
-    world.set("lock.min_hold", "5s");
+async fn a_tick_shorter_than_min_hold_keeps_the_lock_until_min_hold(backend: Backend) {
+    let mut world = world_for(backend).await;
+    world.set("lock.min_hold", "2s");
     common::insert_overdue(world.pool(), 1).await;
     let ctx = world.context().await;
+    let started = tokio::time::Instant::now();
 
-    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
-    let runs = invoice_reminder::db::runs::recent_runs(world.pool(), 1)
-        .await
-        .unwrap();
-    assert_eq!(
-        get(&world.lock_key()).await,
-        runs[0].lock_token.map(|t| t.to_string())
-    );
-    let left = pttl(&world.lock_key()).await;
+    assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
     assert!(
-        left > 0 && left <= 5000,
-        "key should expire within min_hold, PTTL = {left}"
+        started.elapsed() < Duration::from_secs(2),
+        "the tick itself does not wait for min_hold"
     );
+    assert!(
+        backend.is_held(&world).await,
+        "still held right after the tick"
+    );
+    if backend == Backend::Redis {
+        let left: i64 = redis::cmd("PTTL")
+            .arg(world.lock_key())
+            .query_async(&mut common::redis_conn().await)
+            .await
+            .unwrap();
+        assert!(
+            left > 0 && left <= 2000,
+            "the key expires within min_hold, PTTL = {left}"
+        );
+    }
     // A replica whose clock is behind fires the same tick again: skipped.
     let late = world.context().await;
     assert_eq!(
         run_tick(&late, &CancellationToken::new()).await.unwrap(),
         TickOutcome::LockHeld
     );
+    // And at acquired + min_hold the lock is free again.
+    common::wait_until(
+        "the lock is free after min_hold",
+        Duration::from_secs(5),
+        || async { !backend.is_held(&world).await },
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(1900));
+    ctx.lock.finish().await;
 }
 
-#[tokio::test]
-async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl() {
-    let mut world = World::new().await;
+async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl(backend: Backend) {
+    let mut world = world_for(backend).await;
     world
         .set("lock.ttl", "1s")
         .set("lock.renew_every", "200ms")
@@ -201,9 +225,8 @@ async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl() 
     );
 }
 
-#[tokio::test]
-async fn a_stolen_lock_cancels_the_job_before_the_next_mail() {
-    let mut world = World::new().await;
+async fn a_stolen_lock_cancels_the_job_before_the_next_mail(backend: Backend) {
+    let mut world = world_for(backend).await;
     world
         .set("lock.ttl", "5s")
         .set("lock.renew_every", "100ms")
@@ -221,11 +244,7 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail() {
         world.sink.count() >= 3
     })
     .await;
-    let _: () = common::redis_conn()
-        .await
-        .set(world.lock_key(), "thief")
-        .await
-        .unwrap();
+    let _thief = backend.steal(&world).await;
     let at_theft = world.sink.count();
     let outcome = tick.await.unwrap().unwrap();
 
@@ -240,10 +259,9 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail() {
         world.sink.count() - at_theft
     );
     assert_eq!(summary.sent as usize, world.sink.count());
-    assert_eq!(
-        get(&world.lock_key()).await.as_deref(),
-        Some("thief"),
-        "the thief's key is untouched"
+    assert!(
+        backend.thief_holds(&world).await,
+        "the thief's lock is untouched"
     );
     // Nothing is left `sending`: unsent rows were handed back.
     assert_eq!(common::count_status(world.pool(), "sending").await, 0);
@@ -257,10 +275,10 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail() {
     assert_eq!(runs[0].outcome.as_deref(), Some("lost_lock"));
 }
 
-#[tokio::test]
-async fn a_key_that_vanishes_cancels_the_job_and_is_never_recreated() {
-    // What a Redis restarted empty looks like to the holder.
-    let mut world = World::new().await;
+/// Redis restarted empty, or (PostgreSQL) the session holding the lock
+/// killed with pg_terminate_backend.
+async fn a_lock_that_vanishes_cancels_the_job_and_is_never_recreated(backend: Backend) {
+    let mut world = world_for(backend).await;
     world
         .set("lock.renew_every", "100ms")
         .set("reminders.send_concurrency", 1);
@@ -276,20 +294,16 @@ async fn a_key_that_vanishes_cancels_the_job_and_is_never_recreated() {
         world.sink.count() >= 2
     })
     .await;
-    let _: () = common::redis_conn()
-        .await
-        .del(world.lock_key())
-        .await
-        .unwrap();
+    backend.break_lock(&world).await;
     let outcome = tick.await.unwrap().unwrap();
 
     assert!(matches!(outcome, TickOutcome::LockLost(_)), "{outcome:?}");
-    assert_eq!(
-        get(&world.lock_key()).await,
-        None,
-        "the watchdog must not re-create the key"
+    assert!(
+        !backend.is_held(&world).await,
+        "the old holder must not re-create the lock"
     );
     assert!(world.sink.count() < 40);
+    assert_eq!(common::count_status(world.pool(), "sending").await, 0);
 }
 
 #[tokio::test]
@@ -345,7 +359,7 @@ async fn an_acquire_whose_reply_is_lost_checks_once_for_its_own_token() {
     ctx.lock.holder().await.unwrap(); // open the shared connection
 
     proxy.withhold_replies_on_open_connections();
-    let acquisition = ctx.lock.try_acquire().await.unwrap();
+    let acquisition = ctx.lock.try_acquire(0).await.unwrap();
     proxy.deliver_replies();
 
     let Acquisition::Acquired(lease) = acquisition else {
@@ -355,6 +369,7 @@ async fn an_acquire_whose_reply_is_lost_checks_once_for_its_own_token() {
         get(&world.lock_key()).await,
         Some(lease.token().to_string())
     );
+    assert!(lease.fence() > 0);
     lease.release().await.unwrap();
 }
 
@@ -374,7 +389,7 @@ async fn an_acquire_whose_reply_is_lost_and_key_is_not_ours_is_not_acquired() {
         .unwrap();
 
     proxy.withhold_replies_on_open_connections();
-    let acquisition = ctx.lock.try_acquire().await.unwrap();
+    let acquisition = ctx.lock.try_acquire(0).await.unwrap();
     proxy.deliver_replies();
 
     assert!(

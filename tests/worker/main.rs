@@ -7,4 +7,5 @@ mod common;
 mod claims;
 mod config;
 mod delivery;
+mod fencing;
 mod locking;

@@ -1,0 +1,99 @@
+//! SQL for locking: PostgreSQL advisory locks (the `postgres` lock backend)
+//! and the fencing high-water marks every claim checks.
+
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+
+/// `pg_try_advisory_lock`: session-level, held until unlocked or until the
+/// connection closes.
+pub async fn try_advisory_lock(conn: &mut PgConnection, lock_id: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(lock_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// True if the lock was held by this session.
+pub async fn advisory_unlock(conn: &mut PgConnection, lock_id: i64) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+        .bind(lock_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// A round trip on the lock's own connection: while it answers, the session
+/// (and with it the lock) is alive.
+pub async fn ping(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(conn).await?;
+    Ok(())
+}
+
+/// The next fencing token, above `floor`. The sequence never goes back, so
+/// the floor only matters if someone reset it.
+pub async fn next_fence(conn: &mut PgConnection, floor: i64) -> Result<i64, sqlx::Error> {
+    let next: i64 = sqlx::query_scalar("SELECT nextval('lock_fence_seq')")
+        .fetch_one(&mut *conn)
+        .await?;
+    if next > floor {
+        return Ok(next);
+    }
+    sqlx::query_scalar("SELECT setval('lock_fence_seq', $1 + 1)")
+        .bind(floor)
+        .fetch_one(conn)
+        .await
+}
+
+/// The session holding advisory lock `lock_id` in this database, if any:
+/// (backend pid, application_name).
+pub async fn advisory_holder(
+    conn: &mut PgConnection,
+    lock_id: i64,
+) -> Result<Option<(i32, String)>, sqlx::Error> {
+    // A bigint advisory lock appears in pg_locks split into two oids.
+    let high = (lock_id >> 32) & 0xFFFF_FFFF;
+    let low = lock_id & 0xFFFF_FFFF;
+    sqlx::query_as(
+        "SELECT a.pid, coalesce(a.application_name, '')
+           FROM pg_locks l
+           JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+            AND l.classid::bigint = $1 AND l.objid::bigint = $2
+          LIMIT 1",
+    )
+    .bind(high)
+    .bind(low)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The highest fencing token any claim of `lock_key` has written (0 if none).
+pub async fn fence_high_water(pool: &PgPool, lock_key: &str) -> Result<i64, sqlx::Error> {
+    let token: Option<i64> =
+        sqlx::query_scalar("SELECT token FROM lock_fences WHERE lock_key = $1")
+            .bind(lock_key)
+            .fetch_optional(pool)
+            .await?;
+    Ok(token.unwrap_or(0))
+}
+
+/// Advances the high-water mark of `lock_key` to `token` unless a newer
+/// holder has already written. Returns false when `token` is stale; the
+/// caller must then roll back. The row lock it takes serialises claims of
+/// one lock until the transaction ends.
+pub async fn advance_fence(
+    tx: &mut Transaction<'_, Postgres>,
+    lock_key: &str,
+    token: i64,
+) -> Result<bool, sqlx::Error> {
+    let advanced: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO lock_fences (lock_key, token) VALUES ($1, $2)
+         ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token
+          WHERE lock_fences.token <= EXCLUDED.token
+         RETURNING token",
+    )
+    .bind(lock_key)
+    .bind(token)
+    .fetch_optional(&mut **tx)
+    .await?;
+    Ok(advanced.is_some())
+}

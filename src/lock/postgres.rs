@@ -1,0 +1,227 @@
+//! The PostgreSQL backend: a session-level advisory lock on a dedicated
+//! connection, for teams that do not run Redis.
+//!
+//! # Why session-level, on a connection of its own
+//! `pg_try_advisory_xact_lock` would be released when its transaction ends,
+//! and our work is mostly *outside* any transaction: claims commit, then mail
+//! goes out over SMTP, then results are written. A transaction held open
+//! across all that would pin a connection and a snapshot for the whole tick
+//! and still protect nothing between its statements from the outside world's
+//! point of view. So we take `pg_try_advisory_lock` (session level) on a
+//! connection opened for this purpose and held for the whole tick; the
+//! pool's connections never hold it.
+//!
+//! # The lock id
+//! Advisory locks are keyed by a 64-bit integer. Ours is
+//! [`advisory_lock_id`]`(lock.key)`: FNV-1a 64 of the key's UTF-8 bytes,
+//! read as a two's-complement `i64`. It is the same on every replica and
+//! every version, so replicas with the same `lock.key` exclude each other.
+//!
+//! # TTL, renewal, loss
+//! The lock lives exactly as long as the session. A process that dies closes
+//! its connection and PostgreSQL releases the lock at once; there is no TTL
+//! to wait for. The "watchdog" is a liveness check: every `lock.renew_every`
+//! a `SELECT 1` on the lock's connection. If the connection fails (the
+//! server restarted, the session was terminated, the network dropped it),
+//! the lock is gone and the job is cancelled before its next mail, exactly
+//! like a lost Redis lock. The same local trust deadline applies: without a
+//! successful check for `lock.ttl - ttl/5`, the lease counts as lost.
+//!
+//! # min_hold
+//! A tick shorter than `lock.min_hold` keeps the session (and the lock) open
+//! in the background until `acquired + min_hold`, then unlocks. The daemon
+//! and `run-once` wait for such holds before they exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::{AcquireResult, Handle, Holder, LeaseTimes, LockError, Released, Renewal};
+use crate::config::Settings;
+use crate::db;
+
+/// FNV-1a 64 of `key`, as the `bigint` given to `pg_try_advisory_lock`.
+pub fn advisory_lock_id(key: &str) -> i64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = key
+        .as_bytes()
+        .iter()
+        .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME));
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+#[derive(Clone)]
+pub struct PostgresLock {
+    pub(crate) key: String,
+    pub(crate) lock_id: i64,
+    pub(crate) times: LeaseTimes,
+    options: PgConnectOptions,
+    connect_timeout: Duration,
+    /// Background tasks keeping a lock until `min_hold`.
+    holds: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+}
+
+/// The connection that holds one acquisition's lock. `None` once released.
+#[derive(Clone)]
+pub(crate) struct Session {
+    conn: Arc<Mutex<Option<PgConnection>>>,
+}
+
+impl PostgresLock {
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            key: settings.lock.key.clone(),
+            lock_id: advisory_lock_id(&settings.lock.key),
+            times: LeaseTimes {
+                ttl: settings.lock.ttl,
+                renew_every: settings.lock.renew_every,
+                min_hold: settings.lock.min_hold,
+            },
+            options: settings.pg_connect_options(),
+            connect_timeout: settings.database.connect_timeout,
+            holds: Arc::default(),
+        }
+    }
+
+    async fn connect(&self) -> Result<PgConnection, LockError> {
+        match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(LockError::Backend(format!(
+                "cannot open the lock connection to PostgreSQL: {e}"
+            ))),
+            Err(_) => Err(LockError::Backend(
+                "cannot open the lock connection to PostgreSQL within database.connect_timeout"
+                    .into(),
+            )),
+        }
+    }
+
+    pub(super) async fn try_acquire(&self, fence_floor: i64) -> Result<AcquireResult, LockError> {
+        let mut conn = self.connect().await?;
+        let won = db::locks::try_advisory_lock(&mut conn, self.lock_id)
+            .await
+            .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
+        if !won {
+            let _ = conn.close().await;
+            return Ok(AcquireResult::Held);
+        }
+        match db::locks::next_fence(&mut conn, fence_floor).await {
+            Ok(fence) => Ok(AcquireResult::Won {
+                handle: Handle::Postgres(Session {
+                    conn: Arc::new(Mutex::new(Some(conn))),
+                }),
+                fence,
+            }),
+            Err(e) => {
+                // Closing the session releases the lock.
+                let _ = conn.close().await;
+                Err(LockError::Backend(format!(
+                    "cannot draw a fencing token: {e}"
+                )))
+            }
+        }
+    }
+
+    /// A liveness check of the lock's session. Any failure of the
+    /// connection means the session, and the lock with it, is gone.
+    pub(super) async fn renew(&self, session: &Session) -> Result<Renewal, LockError> {
+        let mut slot = session.conn.lock().await;
+        let Some(conn) = slot.as_mut() else {
+            return Ok(Renewal::Gone);
+        };
+        match db::locks::ping(conn).await {
+            Ok(()) => Ok(Renewal::Renewed),
+            Err(e) => {
+                tracing::warn!(error = %e, "the lock's PostgreSQL session failed");
+                slot.take();
+                Ok(Renewal::Gone)
+            }
+        }
+    }
+
+    pub(super) async fn release(
+        &self,
+        session: Session,
+        hold_for: Option<Duration>,
+    ) -> Result<Released, LockError> {
+        let Some(conn) = session.conn.lock().await.take() else {
+            return Ok(Released::NotOwner);
+        };
+        match hold_for {
+            Some(left) => {
+                let lock_id = self.lock_id;
+                let task = tokio::spawn(async move {
+                    tokio::time::sleep(left).await;
+                    unlock(conn, lock_id).await;
+                });
+                let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+                holds.retain(|h| !h.is_finished());
+                holds.push(task);
+                Ok(Released::HeldForMinHold(left))
+            }
+            None => Ok(if unlock(conn, self.lock_id).await {
+                Released::Deleted
+            } else {
+                Released::NotOwner
+            }),
+        }
+    }
+
+    pub(super) async fn holder(&self) -> Result<Option<Holder>, LockError> {
+        let mut conn = self.connect().await?;
+        let found = db::locks::advisory_holder(&mut conn, self.lock_id)
+            .await
+            .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
+        let _ = conn.close().await;
+        Ok(found.map(|(pid, application_name)| Holder {
+            replica_id: application_name
+                .strip_prefix("invoice-reminder/")
+                .map(str::to_owned)
+                .or(Some(application_name).filter(|n| !n.is_empty())),
+            pid: Some(pid),
+            ..Holder::default()
+        }))
+    }
+
+    pub(super) async fn finish(&self) {
+        let holds: Vec<JoinHandle<()>> = {
+            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            holds.drain(..).collect()
+        };
+        for hold in holds {
+            let _ = hold.await;
+        }
+    }
+}
+
+/// Unlocks and closes; true if the session still held the lock. A failure
+/// closes the connection anyway, which releases the lock.
+async fn unlock(mut conn: PgConnection, lock_id: i64) -> bool {
+    let held = db::locks::advisory_unlock(&mut conn, lock_id)
+        .await
+        .unwrap_or(false);
+    let _ = conn.close().await;
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_ids_are_fnv1a_64_of_the_key() {
+        // Reference values of FNV-1a 64.
+        assert_eq!(advisory_lock_id(""), 0xcbf2_9ce4_8422_2325_u64 as i64);
+        assert_eq!(advisory_lock_id("a"), 0xaf63_dc4c_8601_ec8c_u64 as i64);
+        // The default key's id, as documented in the README.
+        assert_eq!(advisory_lock_id("invoice-reminder:lock"), DEFAULT_KEY_ID);
+    }
+
+    /// Documented in the README ("Choosing a lock backend").
+    const DEFAULT_KEY_ID: i64 = -1_493_233_006_242_521_214;
+}

@@ -1,0 +1,153 @@
+//! Fencing tokens: a holder whose lock was taken over cannot claim a single
+//! row, even if nothing in the process noticed the loss (the pause fell
+//! between its last lease check and its claim). Both backends.
+
+use std::time::Duration;
+
+use invoice_reminder::db;
+use invoice_reminder::db::reminders::{ClaimError, Fence};
+use invoice_reminder::lock::{Acquisition, LostReason};
+use invoice_reminder::reminders::{Holding, TickOutcome, work_period};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{self, Backend, World};
+use crate::for_each_backend;
+
+for_each_backend!(
+    a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row,
+    fencing_tokens_grow_with_every_acquisition,
+);
+
+async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: Backend) {
+    let mut world = World::new().await;
+    backend.configure(&mut world);
+    // A watchdog too slow to notice within this test: only fencing can stop A.
+    world.set("lock.ttl", "60s").set("lock.renew_every", "30s");
+    let invoices = common::insert_overdue(world.pool(), 20).await;
+    let (a, b) = (world.context().await, world.context().await);
+
+    let Acquisition::Acquired(stale) = a
+        .lock
+        .try_acquire(common::fence_floor(&world).await)
+        .await
+        .unwrap()
+    else {
+        panic!("A acquires the free lock");
+    };
+    // A "pauses"; its lock is lost and B takes over and writes one claim.
+    backend.break_lock(&world).await;
+    let Acquisition::Acquired(fresh) = b
+        .lock
+        .try_acquire(common::fence_floor(&world).await)
+        .await
+        .unwrap()
+    else {
+        panic!("B acquires after A lost the lock");
+    };
+    assert!(
+        fresh.fence() > stale.fence(),
+        "{} > {}",
+        fresh.fence(),
+        stale.fence()
+    );
+    let run_b = db::runs::start_run(
+        world.pool(),
+        "b",
+        Some(fresh.token()),
+        Some(fresh.fence()),
+        "2026-11-30",
+    )
+    .await
+    .unwrap();
+    let key = world.lock_key();
+    let fence_b = Fence {
+        lock_key: &key,
+        token: fresh.fence(),
+    };
+    let by_b = db::reminders::claim_batch(
+        world.pool(),
+        &invoices[..5],
+        "2026-11-30",
+        run_b,
+        Some(fence_b),
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_b.len(), 5);
+
+    // A wakes up, still trusting its lease by its own clock, and works.
+    assert!(
+        stale.guard().check().is_ok(),
+        "nothing in A noticed the loss"
+    );
+    let holding = Holding {
+        token: stale.token(),
+        fence: stale.fence(),
+        lock_key: &key,
+    };
+    let outcome = work_period(&a, Some(holding), &stale.guard(), &CancellationToken::new())
+        .await
+        .unwrap();
+
+    assert!(
+        matches!(outcome, TickOutcome::LockLost(ref s) if s.claimed == 0),
+        "{outcome:?}"
+    );
+    assert_eq!(stale.guard().lost_reason(), Some(LostReason::Fenced));
+    assert_eq!(world.sink.count(), 0, "the stale holder sent mail");
+    let claimed_by_a: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM reminders WHERE fence_token = $1")
+            .bind(stale.fence())
+            .fetch_one(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(claimed_by_a, 0);
+    // The stale token is refused outright, too.
+    let refused = db::reminders::claim_batch(
+        world.pool(),
+        &invoices[5..],
+        "2026-11-30",
+        run_b,
+        Some(Fence {
+            lock_key: &key,
+            token: stale.fence(),
+        }),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(ClaimError::Fenced { .. })),
+        "{refused:?}"
+    );
+    drop(stale);
+    fresh.release().await.unwrap();
+}
+
+async fn fencing_tokens_grow_with_every_acquisition(backend: Backend) {
+    let mut world = World::new().await;
+    backend.configure(&mut world);
+    let ctx = world.context().await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let Acquisition::Acquired(lease) = ctx.lock.try_acquire(0).await.unwrap() else {
+            panic!("acquire the free lock");
+        };
+        assert!(lease.fence() > last, "{} after {last}", lease.fence());
+        last = lease.fence();
+        lease.release().await.unwrap();
+    }
+    // A floor from the database lifts the next token above it (a Redis that
+    // restarted empty would otherwise start counting again from 1).
+    let floor = last + 1000;
+    let Acquisition::Acquired(lease) = ctx.lock.try_acquire(floor).await.unwrap() else {
+        panic!("acquire the free lock");
+    };
+    assert!(
+        lease.fence() > floor,
+        "{} above the floor {floor}",
+        lease.fence()
+    );
+    lease.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), ctx.lock.finish())
+        .await
+        .unwrap();
+}
