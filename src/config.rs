@@ -217,6 +217,8 @@ pub struct ReminderSettings {
     pub batch_size: u32,
     pub max_attempts: u32,
     pub send_concurrency: u32,
+    /// At most this many reminders claimed per tick; None: no limit.
+    pub max_per_tick: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -238,6 +240,8 @@ pub struct SmtpSettings {
     pub timeout: Duration,
     pub message_id_domain: String,
     pub pool_size: u32,
+    /// At most this many messages started per second per replica; None: no limit.
+    pub max_per_second: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,11 +274,19 @@ impl Settings {
 
     /// Options for one PostgreSQL connection, with `application_name` set to
     /// this replica so `pg_stat_activity` shows who is connected.
+    ///
+    /// `plan_cache_mode = force_custom_plan`: sqlx prepares every statement,
+    /// and after a few executions PostgreSQL may switch a prepared statement
+    /// to a generic plan that ignores the parameters. For the overdue page
+    /// (`LIMIT $n`, a keyset cursor) a generic plan can be a full scan and
+    /// sort per page, turning a backlog into quadratic work; planning each
+    /// execution costs well under a millisecond.
     pub fn pg_connect_options(&self) -> PgConnectOptions {
         self.database
             .options
             .clone()
             .application_name(&application_name(&self.replica_id))
+            .options([("plan_cache_mode", "force_custom_plan")])
     }
 }
 
@@ -426,6 +438,7 @@ struct RawReminders {
     batch_size: u32,
     max_attempts: u32,
     send_concurrency: u32,
+    max_per_tick: u32,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -446,6 +459,7 @@ struct RawSmtp {
     #[serde(deserialize_with = "string_like")]
     message_id_domain: String,
     pool_size: u32,
+    max_per_second: u32,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -512,6 +526,7 @@ impl Default for RawReminders {
             batch_size: DEFAULT_BATCH_SIZE,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             send_concurrency: DEFAULT_SEND_CONCURRENCY,
+            max_per_tick: 0,
         }
     }
 }
@@ -528,6 +543,7 @@ impl Default for RawSmtp {
             timeout: DEFAULT_SMTP_TIMEOUT,
             message_id_domain: DEFAULT_MESSAGE_ID_DOMAIN.into(),
             pool_size: DEFAULT_SMTP_POOL_SIZE,
+            max_per_second: 0,
         }
     }
 }
@@ -898,6 +914,7 @@ impl RawSettings {
                 batch_size: rem.batch_size,
                 max_attempts: rem.max_attempts,
                 send_concurrency: rem.send_concurrency,
+                max_per_tick: Some(rem.max_per_tick).filter(|n| *n > 0),
             },
             smtp: SmtpSettings {
                 host: smtp.host,
@@ -909,6 +926,7 @@ impl RawSettings {
                 timeout: smtp.timeout,
                 message_id_domain: smtp.message_id_domain,
                 pool_size: smtp.pool_size,
+                max_per_second: Some(smtp.max_per_second).filter(|n| *n > 0),
             },
             log: LogSettings {
                 format: log.format,

@@ -33,7 +33,7 @@ pub struct Context {
 #[derive(Default, Debug)]
 struct Deferred {
     deliveries: Vec<DeferredDeliveries>,
-    /// (run_id, ids attempted by that run): the end-of-run sweep.
+    /// (run_id, ids that stay `sending`): the end-of-run sweep.
     hand_backs: Vec<(i64, Vec<i64>)>,
     finishes: Vec<DeferredFinish>,
 }
@@ -87,8 +87,8 @@ impl Context {
         }
     }
 
-    pub(crate) fn defer_hand_back(&self, run_id: i64, attempted: Vec<i64>) {
-        self.deferred().hand_backs.push((run_id, attempted));
+    pub(crate) fn defer_hand_back(&self, run_id: i64, keep: Vec<i64>) {
+        self.deferred().hand_backs.push((run_id, keep));
     }
 
     pub(crate) fn defer_finish(
@@ -129,7 +129,7 @@ impl Context {
     }
 
     async fn write_deferred(&self, pending: &mut Deferred) -> Result<(), sqlx::Error> {
-        // Outcomes first: the sweep must see attempted rows as attempted.
+        // Outcomes first: once written, those rows are no longer `sending`.
         while let Some(d) = pending.deliveries.first() {
             let r = db::reminders::record_deliveries(&self.db, d.run_id, d.max_attempts, &d.rows)
                 .await?;
@@ -140,8 +140,8 @@ impl Context {
             );
             pending.deliveries.remove(0);
         }
-        while let Some((run_id, attempted)) = pending.hand_backs.first() {
-            let n = db::reminders::hand_back_unattempted(&self.db, *run_id, attempted).await?;
+        while let Some((run_id, keep)) = pending.hand_backs.first() {
+            let n = db::reminders::hand_back_unattempted(&self.db, *run_id, keep).await?;
             tracing::info!(
                 run_id,
                 handed_back = n,

@@ -103,6 +103,11 @@ impl OutgoingMail {
     pub fn formatted(&self) -> &[u8] {
         &self.bytes
     }
+
+    /// Sender and recipients for the SMTP transaction.
+    pub fn envelope(&self) -> &Envelope {
+        &self.envelope
+    }
 }
 
 /// `invoice-{id}.{period}@{domain}`: the same reminder, the same id.
@@ -242,6 +247,8 @@ pub struct Mailer {
 
 struct MailerInner {
     settings: SmtpSettings,
+    /// `smtp.max_per_second`: the earliest instant the next message may start.
+    pacer: Option<(Duration, tokio::sync::Mutex<Instant>)>,
     /// One permit per connection that may exist at once (`smtp.pool_size`).
     slots: Semaphore,
     /// Connections that finished a transaction cleanly, with when.
@@ -254,11 +261,33 @@ impl Mailer {
         Self {
             inner: Arc::new(MailerInner {
                 settings: settings.clone(),
+                pacer: settings.max_per_second.map(|rate| {
+                    (
+                        Duration::from_secs(1) / rate,
+                        tokio::sync::Mutex::new(Instant::now()),
+                    )
+                }),
                 slots: Semaphore::new(settings.pool_size as usize),
                 idle: Mutex::new(Vec::new()),
                 hello: ClientId::default(),
             }),
         }
+    }
+
+    /// Waits for this message's slot under `smtp.max_per_second` (at once
+    /// without a limit). Slots are spaced evenly, shared by every concurrent
+    /// send of this replica.
+    pub async fn pace(&self) {
+        let Some((interval, next)) = &self.inner.pacer else {
+            return;
+        };
+        let slot = {
+            let mut next = next.lock().await;
+            let slot = (*next).max(Instant::now());
+            *next = slot + *interval;
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
     }
 
     /// Sends one message. See the module docs for what each error means.
@@ -336,15 +365,30 @@ impl Mailer {
             None
         };
         let connecting = async {
-            let mut conn = AsyncSmtpConnection::connect_tokio1(
-                (s.host.as_str(), s.port),
-                Some(s.timeout),
-                &self.inner.hello,
-                wrapper,
-                None,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            let mut conn = match wrapper {
+                // Implicit TLS: lettre wraps the socket itself.
+                Some(params) => AsyncSmtpConnection::connect_tokio1(
+                    (s.host.as_str(), s.port),
+                    Some(s.timeout),
+                    &self.inner.hello,
+                    Some(params),
+                    None,
+                )
+                .await
+                .map_err(|e| e.to_string())?,
+                None => {
+                    let tcp = tokio::net::TcpStream::connect((s.host.as_str(), s.port))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    // lettre writes the body and the final "." separately;
+                    // with Nagle's algorithm the second write waits for the
+                    // server's delayed ACK (~40 ms a message).
+                    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+                    AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.inner.hello)
+                        .await
+                        .map_err(|e| e.to_string())?
+                }
+            };
             if s.tls == SmtpTls::Starttls {
                 if !conn.can_starttls() {
                     return Err("the server does not offer STARTTLS".to_owned());

@@ -17,10 +17,13 @@
 //! be called with any [`LeaseGuard`] (tests use it to bypass the lock and
 //! prove that the database alone prevents duplicates).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
 
 use chrono::NaiveDate;
 use futures::StreamExt;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -213,7 +216,7 @@ pub async fn work_period(
     .await
     .map_err(db_err("recording the run"))?;
     let span = tracing::info_span!("tick", run_id, period = %period);
-    let mut tick = Tick {
+    let tick = Tick {
         ctx,
         fence: holding.map(|h| Fence {
             lock_key: h.lock_key,
@@ -222,22 +225,27 @@ pub async fn work_period(
         guard,
         shutdown,
         today,
+        run_id,
+        period: period.clone(),
         smtp_down: AtomicBool::new(false),
-        attempted: Vec::new(),
-        summary: Summary {
-            run_id,
-            period: period.clone(),
-            ..Summary::default()
-        },
+        counters: Counters::default(),
+        unrecorded: Semaphore::new(2 * settings.reminders.batch_size as usize),
+        still_sending: Mutex::new(Vec::new()),
     };
     let result = tick.claim_and_send().instrument(span.clone()).await;
     let _entered = span.enter();
-    match db::reminders::hand_back_unattempted(&ctx.db, run_id, &tick.attempted).await {
-        Ok(n) => tick.summary.handed_back = n as u32,
-        Err(_) => ctx.defer_hand_back(run_id, std::mem::take(&mut tick.attempted)),
-    }
-    tick.summary.duration_ms = started.elapsed().as_millis() as u64;
-    let summary = tick.summary.clone();
+    let still_sending = std::mem::take(&mut *tick.still_sending());
+    let handed_back =
+        match db::reminders::hand_back_unattempted(&ctx.db, run_id, &still_sending).await {
+            Ok(n) => n as u32,
+            Err(_) => {
+                ctx.defer_hand_back(run_id, still_sending);
+                0
+            }
+        };
+    let summary = tick
+        .counters
+        .summary(run_id, period, handed_back, started.elapsed());
     let counts = RunCounts {
         claimed: summary.claimed,
         sent: summary.sent,
@@ -280,7 +288,62 @@ pub async fn work_period(
     })
 }
 
+/// Outcomes of a tick in progress, shared by its three stages.
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU32,
+    skipped: AtomicU32,
+    sent: AtomicU32,
+    failed: AtomicU32,
+    discarded: AtomicU32,
+    unknown: AtomicU32,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU32, n: u32) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn summary(&self, run_id: i64, period: String, handed_back: u32, took: Duration) -> Summary {
+        let get = |c: &AtomicU32| c.load(Ordering::Relaxed);
+        Summary {
+            run_id,
+            period,
+            claimed: get(&self.claimed),
+            sent: get(&self.sent),
+            failed: get(&self.failed),
+            discarded: get(&self.discarded),
+            unknown: get(&self.unknown),
+            skipped: get(&self.skipped),
+            handed_back,
+            duration_ms: took.as_millis() as u64,
+        }
+    }
+}
+
+/// Returns permits to the claim bound when dropped.
+struct PermitsBack<'a>(&'a Semaphore, usize);
+
+impl Drop for PermitsBack<'_> {
+    fn drop(&mut self) {
+        self.0.add_permits(self.1);
+    }
+}
+
+/// How long a delivery result may wait before it is written with others.
+const RECORD_EVERY: Duration = Duration::from_millis(200);
+
 /// The state of one tick in progress.
+///
+/// A tick is a pipeline of three stages that run concurrently:
+/// **claim** (page overdue invoices, claim a batch, hand it on; at most one
+/// batch ahead of the sender), **send** (a stream of claimed reminders,
+/// `send_concurrency` at a time over the SMTP pool) and **record** (delivery
+/// results written in one statement per `batch_size` results or per
+/// [`RECORD_EVERY`], whichever comes first). Per message the order is
+/// unchanged: its claim is committed before it is sent, and its status is
+/// written after the server answered. The database and SMTP work overlap,
+/// so a large backlog moves at the pace of the slower of the two.
 struct Tick<'a> {
     ctx: &'a Context,
     /// Presented with every claim; None without a lock.
@@ -289,13 +352,22 @@ struct Tick<'a> {
     shutdown: &'a CancellationToken,
     /// The database's date, for the period and "days overdue".
     today: NaiveDate,
+    run_id: i64,
+    period: String,
     /// Set when a connection to the SMTP server could not be made: the rest
     /// of the tick is handed back rather than failed one by one.
     smtp_down: AtomicBool,
-    /// Reminder ids whose send began (or that were settled without one):
-    /// everything else this run holds is handed back at the end.
-    attempted: Vec<i64>,
-    summary: Summary,
+    counters: Counters,
+    /// Rows claimed but not yet recorded may never exceed 2 × batch_size:
+    /// the claimer takes permits before it claims, the recorder gives them
+    /// back once results are written. This bounds what a SIGKILL can leave
+    /// in `sending`.
+    unrecorded: Semaphore,
+    /// Rows this run attempted that legitimately stay `sending`: unknown
+    /// deliveries, and rows whose result could not be written yet. Every
+    /// other row the run still holds in `sending` at the end never started
+    /// and is handed back. Small: it does not grow with the backlog.
+    still_sending: Mutex<Vec<i64>>,
 }
 
 /// What happened to one claimed row in this tick.
@@ -319,37 +391,100 @@ impl Tick<'_> {
         None
     }
 
-    async fn claim_and_send(&mut self) -> Result<(), TickError> {
+    fn still_sending(&self) -> std::sync::MutexGuard<'_, Vec<i64>> {
+        self.still_sending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs the three stages until the claimer runs out of work (or stops)
+    /// and everything it claimed has been attempted and recorded.
+    async fn claim_and_send(&self) -> Result<(), TickError> {
+        let settings = &self.ctx.settings.reminders;
+        let (batches, claimed) = mpsc::channel::<Vec<ClaimedReminder>>(1);
+        let (results, to_record) = mpsc::channel::<Vec<(i64, Delivery)>>(1);
+
+        let claiming = async move {
+            let claimed = self.claim_all(&batches).await;
+            drop(batches);
+            claimed
+        };
+        let sending = async move {
+            let reminders = tokio_stream::wrappers::ReceiverStream::new(claimed)
+                .flat_map(futures::stream::iter);
+            let outcomes = reminders
+                .map(|reminder| self.attempt(reminder))
+                .buffer_unordered(settings.send_concurrency as usize)
+                .filter_map(|attempt| {
+                    futures::future::ready(match attempt {
+                        Attempt::Finished(id, delivery) => Some((id, delivery)),
+                        Attempt::NotStarted => {
+                            // Nothing to record: the end-of-run sweep hands it back.
+                            self.unreserve(1);
+                            None
+                        }
+                    })
+                });
+            let chunks = tokio_stream::StreamExt::chunks_timeout(
+                outcomes,
+                settings.batch_size as usize,
+                RECORD_EVERY,
+            );
+            let mut chunks = std::pin::pin!(chunks);
+            while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
+                if results.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+            drop(results);
+        };
+        let recording = self.record_all(to_record);
+
+        let (claimed, (), recorded) = tokio::join!(claiming, sending, recording);
+        claimed.and(recorded)
+    }
+
+    /// The claim stage: retries first (they have waited longest), then new
+    /// reminders page by page, each claimed batch handed to the sender.
+    async fn claim_all(
+        &self,
+        batches: &mpsc::Sender<Vec<ClaimedReminder>>,
+    ) -> Result<(), TickError> {
         let s = &self.ctx.settings.reminders;
         let (batch_size, max_attempts) = (s.batch_size, s.max_attempts);
-        let period = self.summary.period.clone();
-        let run_id = self.summary.run_id;
 
-        // Retries first: they have waited longest.
         while self.stop_reason().is_none() {
+            let Some(limit) = self.room(batch_size) else {
+                return Ok(());
+            };
+            self.reserve(limit).await;
             let reclaimed = db::reminders::reclaim_failed(
                 &self.ctx.db,
-                &period,
-                run_id,
+                &self.period,
+                self.run_id,
                 max_attempts,
-                batch_size,
+                limit,
                 self.fence,
             )
             .await;
             let Some(batch) = self.fenced(reclaimed, "re-claiming failed reminders")? else {
-                break;
+                return Ok(());
             };
+            self.unreserve(limit as usize - batch.len());
             if batch.is_empty() {
                 break;
             }
-            self.send_batch(batch).await?;
+            if !self.hand_on(batches, batch).await {
+                return Ok(());
+            }
         }
 
         let cutoff = s.overdue_cutoff(self.today);
         let mut after: Option<OverdueKey> = None;
         while self.stop_reason().is_none() {
+            let Some(limit) = self.room(batch_size) else {
+                return Ok(());
+            };
             let page =
-                db::invoices::fetch_overdue_page(&self.ctx.db, cutoff, &period, after, batch_size)
+                db::invoices::fetch_overdue_page(&self.ctx.db, cutoff, &self.period, after, limit)
                     .await
                     .map_err(db_err("reading overdue invoices"))?;
             let Some(last) = page.last().copied() else {
@@ -360,18 +495,67 @@ impl Tick<'_> {
                 break;
             }
             let ids: Vec<i64> = page.iter().map(|k| k.id).collect();
-            let claimed =
-                db::reminders::claim_batch(&self.ctx.db, &ids, &period, run_id, self.fence).await;
+            self.reserve(limit).await;
+            let claimed = db::reminders::claim_batch(
+                &self.ctx.db,
+                &ids,
+                &self.period,
+                self.run_id,
+                self.fence,
+            )
+            .await;
             let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
                 break;
             };
-            self.summary.skipped += (ids.len() - claimed.len()) as u32;
-            self.send_batch(claimed).await?;
-            if page.len() < batch_size as usize {
+            self.unreserve(limit as usize - claimed.len());
+            Counters::add(&self.counters.skipped, (ids.len() - claimed.len()) as u32);
+            if !self.hand_on(batches, claimed).await {
+                break;
+            }
+            if page.len() < limit as usize {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Waits until `n` more rows may be claimed without exceeding the bound
+    /// on claimed-but-unrecorded rows.
+    async fn reserve(&self, n: u32) {
+        if let Ok(permits) = self.unrecorded.acquire_many(n).await {
+            permits.forget();
+        }
+    }
+
+    fn unreserve(&self, n: usize) {
+        self.unrecorded.add_permits(n);
+    }
+
+    /// Passes a claimed batch to the sender; false if the sender is gone.
+    async fn hand_on(
+        &self,
+        batches: &mpsc::Sender<Vec<ClaimedReminder>>,
+        batch: Vec<ClaimedReminder>,
+    ) -> bool {
+        Counters::add(&self.counters.claimed, batch.len() as u32);
+        batch.is_empty() || batches.send(batch).await.is_ok()
+    }
+
+    /// How many rows the next claim may take: `batch_size`, or less near
+    /// `reminders.max_per_tick`; None once the tick's share is claimed.
+    fn room(&self, batch_size: u32) -> Option<u32> {
+        let Some(max) = self.ctx.settings.reminders.max_per_tick else {
+            return Some(batch_size);
+        };
+        let left = max.saturating_sub(self.counters.claimed.load(Ordering::Relaxed));
+        if left == 0 {
+            tracing::info!(
+                max_per_tick = max,
+                "reminders.max_per_tick reached; the rest waits for the next tick"
+            );
+            return None;
+        }
+        Some(left.min(batch_size))
     }
 
     /// A refused claim means a newer holder exists: the lease is lost.
@@ -394,68 +578,78 @@ impl Tick<'_> {
         }
     }
 
-    /// Sends a claimed batch with bounded concurrency, then records every
-    /// outcome in one statement and hands back what never started.
-    async fn send_batch(&mut self, batch: Vec<ClaimedReminder>) -> Result<(), TickError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.summary.claimed += batch.len() as u32;
-        let concurrency = self.ctx.settings.reminders.send_concurrency as usize;
-        let this = &*self;
-        let attempts: Vec<Attempt> = futures::stream::iter(batch)
-            .map(|reminder| this.attempt(reminder))
-            .buffer_unordered(concurrency)
-            .collect()
-            .await;
-
-        let mut deliveries = Vec::with_capacity(attempts.len());
-        for attempt in attempts {
-            if let Attempt::Finished(id, delivery) = attempt {
-                self.attempted.push(id);
-                deliveries.push((id, delivery));
-            }
-        }
-        let run_id = self.summary.run_id;
+    /// The record stage: one statement per chunk of results. A chunk that
+    /// cannot be written is kept for the next tick (see `Context`), and its
+    /// rows stay out of the end-of-run hand-back.
+    async fn record_all(
+        &self,
+        mut to_record: mpsc::Receiver<Vec<(i64, Delivery)>>,
+    ) -> Result<(), TickError> {
         let max_attempts = self.ctx.settings.reminders.max_attempts;
-        let recorded =
-            db::reminders::record_deliveries(&self.ctx.db, run_id, max_attempts, &deliveries).await;
-        match recorded {
-            Ok(r) => {
-                self.summary.sent += r.sent;
-                self.summary.failed += r.failed;
-                self.summary.discarded += r.discarded;
-                self.summary.unknown += r.unknown;
-                Ok(())
-            }
-            Err(e) => {
-                // The mail went out (or not) regardless; count it from what
-                // we know and write the rows when the database is back.
-                for (_, d) in &deliveries {
-                    match d {
-                        Delivery::Sent { .. } => self.summary.sent += 1,
-                        Delivery::Failed { .. } | Delivery::Deferred { .. } => {
-                            self.summary.failed += 1
-                        }
-                        Delivery::Discarded { .. } => self.summary.discarded += 1,
-                        Delivery::Unknown { .. } => self.summary.unknown += 1,
-                    }
+        let mut failure = None;
+        while let Some(deliveries) = to_record.recv().await {
+            // Written or kept for later: either way no longer in flight here.
+            let _written = PermitsBack(&self.unrecorded, deliveries.len());
+            self.still_sending().extend(
+                deliveries
+                    .iter()
+                    .filter(|(_, d)| matches!(d, Delivery::Unknown { .. }))
+                    .map(|(id, _)| *id),
+            );
+            match db::reminders::record_deliveries(
+                &self.ctx.db,
+                self.run_id,
+                max_attempts,
+                &deliveries,
+            )
+            .await
+            {
+                Ok(r) => {
+                    let c = &self.counters;
+                    Counters::add(&c.sent, r.sent);
+                    Counters::add(&c.failed, r.failed);
+                    Counters::add(&c.discarded, r.discarded);
+                    Counters::add(&c.unknown, r.unknown);
                 }
-                self.ctx.defer_deliveries(run_id, max_attempts, deliveries);
-                Err(db_err("recording delivery results")(e))
+                Err(e) => {
+                    // The mail went out (or not) regardless; count it from
+                    // what we know and write the rows when the database is back.
+                    let c = &self.counters;
+                    for (_, d) in &deliveries {
+                        match d {
+                            Delivery::Sent { .. } => Counters::add(&c.sent, 1),
+                            Delivery::Failed { .. } | Delivery::Deferred { .. } => {
+                                Counters::add(&c.failed, 1)
+                            }
+                            Delivery::Discarded { .. } => Counters::add(&c.discarded, 1),
+                            Delivery::Unknown { .. } => Counters::add(&c.unknown, 1),
+                        }
+                    }
+                    self.still_sending()
+                        .extend(deliveries.iter().map(|(id, _)| *id));
+                    self.ctx
+                        .defer_deliveries(self.run_id, max_attempts, deliveries);
+                    failure.get_or_insert(e);
+                }
             }
+        }
+        match failure {
+            Some(e) => Err(db_err("recording delivery results")(e)),
+            None => Ok(()),
         }
     }
 
-    /// One reminder: check we may still send, build, send, classify.
+    /// One reminder: wait for a rate slot, check we may still send, build,
+    /// send, classify.
     async fn attempt(&self, reminder: ClaimedReminder) -> Attempt {
         let id = reminder.reminder_id;
+        self.ctx.mailer.pace().await;
         if let Some(stop) = self.stop_reason() {
             tracing::debug!(invoice_id = reminder.invoice_id, ?stop, "not sending");
             return Attempt::NotStarted;
         }
         let smtp = &self.ctx.settings.smtp;
-        let mail = match mailer::build_message(smtp, &reminder, &self.summary.period, self.today) {
+        let mail = match mailer::build_message(smtp, &reminder, &self.period, self.today) {
             Ok(mail) => mail,
             Err(e) => {
                 tracing::warn!(invoice_id = reminder.invoice_id, error = %e, "reminder discarded");

@@ -5,6 +5,13 @@
 //! Pages are keyset-paginated on `(due_date, id)`, the order of the partial
 //! index `invoices_unpaid_due_date_id`: each page is one index range scan,
 //! whatever the page number, and paid invoices are never visited.
+//!
+//! The "no reminder yet" test is a per-row probe of the UNIQUE (invoice_id,
+//! period) index, kept that way with `OFFSET 0`: otherwise PostgreSQL may
+//! turn it into an anti-join planned from `reminders` statistics, and those
+//! are stale exactly when it matters (the table grows by a whole backlog
+//! within one tick); a plan that rescans `reminders` for every page makes
+//! the tick quadratic.
 
 use chrono::NaiveDate;
 use sqlx::{FromRow, PgPool};
@@ -33,7 +40,8 @@ pub async fn fetch_overdue_page(
                   WHERE i.paid_at IS NULL
                     AND i.due_date < $1
                     AND NOT EXISTS (SELECT 1 FROM reminders r
-                                     WHERE r.invoice_id = i.id AND r.period = $2)
+                                     WHERE r.invoice_id = i.id AND r.period = $2
+                                    OFFSET 0)
                   ORDER BY i.due_date, i.id
                   LIMIT $3",
             )
@@ -51,7 +59,8 @@ pub async fn fetch_overdue_page(
                     AND i.due_date < $1
                     AND (i.due_date, i.id) > ($4, $5)
                     AND NOT EXISTS (SELECT 1 FROM reminders r
-                                     WHERE r.invoice_id = i.id AND r.period = $2)
+                                     WHERE r.invoice_id = i.id AND r.period = $2
+                                    OFFSET 0)
                   ORDER BY i.due_date, i.id
                   LIMIT $3",
             )

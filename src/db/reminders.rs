@@ -291,8 +291,8 @@ pub async fn record_deliveries(
 }
 
 /// Returns every row run `run_id` still holds in `sending` except those in
-/// `attempted` (whose SMTP transaction began): a first claim is deleted
-/// (the invoice is simply owed again), a retry goes back to `failed`.
+/// `keep` (unknown deliveries, results not written yet): a first claim is
+/// deleted (the invoice is simply owed again), a retry goes back to `failed`.
 ///
 /// Sweeping by run rather than by a list of claimed ids also returns rows
 /// whose claim committed but whose reply never reached us (the database
@@ -300,7 +300,7 @@ pub async fn record_deliveries(
 pub async fn hand_back_unattempted(
     pool: &PgPool,
     run_id: i64,
-    attempted: &[i64],
+    keep: &[i64],
 ) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = sqlx::query_as(
         "WITH deleted AS (
@@ -315,7 +315,7 @@ pub async fn hand_back_unattempted(
          SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
     )
     .bind(run_id)
-    .bind(attempted)
+    .bind(keep)
     .fetch_one(pool)
     .await?;
     Ok(u64::try_from(deleted + restored).unwrap_or(0))

@@ -114,7 +114,7 @@ async fn soak(backend: Backend) {
         .fetch_one(world.pool())
         .await
         .unwrap();
-    let report = harness::assert_exactly_once(&world, kills * 50).await;
+    let report = harness::assert_exactly_once(&world, kills * 2 * 50).await;
     let unknown = report["unknown"].as_array().map(Vec::len).unwrap_or(0);
     println!(
         "soak ({}): seed={seed} seconds={secs} invoices={} ticks={ticks} mails={} kills={kills} pauses={pauses} \

@@ -8,4 +8,5 @@ mod claims;
 mod config;
 mod delivery;
 mod fencing;
+mod limits;
 mod locking;

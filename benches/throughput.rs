@@ -1,0 +1,619 @@
+//! Throughput benchmark: one command, real services.
+//!
+//! ```text
+//! cargo bench --bench throughput
+//! BENCH_SIZES=1000,10000 BENCH_NAIVE_MAX=10000 cargo bench --bench throughput
+//! ```
+//!
+//! Needs PostgreSQL and Redis (the same defaults and `TEST_POSTGRES_URL` /
+//! `TEST_REDIS_URL` overrides as the tests) and Postfix's `smtp-sink`
+//! (`apt-get install postfix`, "No configuration"), a fast local SMTP sink.
+//! It seeds its own database, prints one table, and drops the database.
+//!
+//! What it measures, for each backlog size (overdue invoices):
+//! * end-to-end: `invoice-reminder run-once` (the release binary, as a
+//!   child process) working the whole backlog; reminders/s from the run's
+//!   `job_runs` row; the child's peak RSS from `wait4`;
+//! * naive: the straightforward loop (one INSERT, one fresh SMTP connection,
+//!   one UPDATE per invoice, sequentially);
+//! * db-only: the worker's claim and status statements alone (no mail);
+//! * smtp-only: the worker's mailer alone, same pool and concurrency (no
+//!   database);
+//!
+//! and the overdue index: a tick over 1k overdue invoices among 1M paid
+//! ones versus among 1k paid ones.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chrono::NaiveDate;
+use futures::StreamExt;
+use invoice_reminder::config::{ConfigSource, Settings};
+use invoice_reminder::db;
+use invoice_reminder::db::reminders::{ClaimedReminder, Delivery};
+use invoice_reminder::mailer::{self, Mailer};
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::extension::ClientId;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
+const BATCH_SIZE: u32 = 500;
+const CONCURRENCY: u32 = 16;
+
+struct Row {
+    size: usize,
+    e2e: f64,
+    naive: Option<f64>,
+    db_only: f64,
+    smtp_only: f64,
+    rss_kib: i64,
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(bench());
+}
+
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+async fn bench() {
+    let sizes = env_list("BENCH_SIZES", "1000,10000,100000");
+    let naive_max: usize = std::env::var("BENCH_NAIVE_MAX")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let sink = Sink::start();
+    let bench_db = BenchDb::create().await;
+    let settings = settings(&bench_db.url, sink.port);
+    // The worker's own connection options (application_name, plan cache mode).
+    let worker_pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect_with(settings.pg_connect_options())
+        .await
+        .expect("connect");
+    let pool = &worker_pool;
+
+    println!("invoice-reminder throughput benchmark");
+    println!(
+        "machine: {} cores; {}; smtp-sink on 127.0.0.1:{}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        first_line("/proc/cpuinfo", "model name").unwrap_or_else(|| "cpu unknown".into()),
+        sink.port
+    );
+    println!(
+        "worker settings: batch_size {BATCH_SIZE}, send_concurrency {CONCURRENCY}, smtp.pool_size {CONCURRENCY}, redis lock\n"
+    );
+
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        reset(pool).await;
+        seed_overdue(pool, size as i64, 0).await;
+        let (e2e, rss_kib) = end_to_end(&bench_db.url, sink.port, size).await;
+        reset_reminders(pool).await;
+        let naive = if size <= naive_max {
+            let r = naive_loop(pool, &settings, sink.port).await;
+            reset_reminders(pool).await;
+            Some(r)
+        } else {
+            None
+        };
+        let db_only = db_only(pool, &settings).await;
+        reset_reminders(pool).await;
+        let smtp_only = smtp_only(pool, &settings, size).await;
+        let row = Row {
+            size,
+            e2e,
+            naive,
+            db_only,
+            smtp_only,
+            rss_kib,
+        };
+        print_row(&row);
+        rows.push(row);
+    }
+
+    // The overdue index: cost should follow overdue invoices, not the ledger.
+    reset(pool).await;
+    seed_overdue(pool, 1000, 1000).await;
+    let small = tick_and_scan(&bench_db.url, sink.port, pool, &settings).await;
+    reset(pool).await;
+    seed_overdue(pool, 1000, 1_000_000).await;
+    let large = tick_and_scan(&bench_db.url, sink.port, pool, &settings).await;
+
+    println!();
+    println!(
+        "1k overdue among 1k paid:  tick {:>7.1} ms, overdue scan {:>6.2} ms",
+        small.0, small.1
+    );
+    println!(
+        "1k overdue among 1M paid:  tick {:>7.1} ms, overdue scan {:>6.2} ms",
+        large.0, large.1
+    );
+    println!();
+    summarize(&rows, small, large);
+    drop(bench_db);
+    drop(sink);
+}
+
+fn print_row(r: &Row) {
+    if r.size == 0 {
+        return;
+    }
+    static HEADER: std::sync::Once = std::sync::Once::new();
+    HEADER.call_once(|| {
+        println!(
+            "{:>8}  {:>12}  {:>9}  {:>8}  {:>11}  {:>11}  {:>14}  {:>10}",
+            "backlog",
+            "end-to-end/s",
+            "naive/s",
+            "vs naive",
+            "db-only/s",
+            "smtp-only/s",
+            "e2e/slower lim",
+            "peak RSS"
+        );
+    });
+    let slower = r.db_only.min(r.smtp_only);
+    println!(
+        "{:>8}  {:>12.0}  {:>9}  {:>8}  {:>11.0}  {:>11.0}  {:>13.0}%  {:>7.1} MiB",
+        r.size,
+        r.e2e,
+        r.naive
+            .map(|n| format!("{n:.0}"))
+            .unwrap_or_else(|| "-".into()),
+        r.naive
+            .map(|n| format!("{:.1}x", r.e2e / n))
+            .unwrap_or_else(|| "-".into()),
+        r.db_only,
+        r.smtp_only,
+        100.0 * r.e2e / slower,
+        r.rss_kib as f64 / 1024.0
+    );
+}
+
+fn summarize(rows: &[Row], small: (f64, f64), large: (f64, f64)) {
+    let at = |n: usize| rows.iter().find(|r| r.size == n);
+    println!("targets:");
+    if let Some(r) = at(10_000)
+        && let Some(naive) = r.naive
+    {
+        let x = r.e2e / naive;
+        println!(
+            "  end-to-end >= 5x naive at 10k:            {x:.1}x  {}",
+            verdict(x >= 5.0)
+        );
+    }
+    if let Some(r) = at(100_000) {
+        let share = r.e2e / r.db_only.min(r.smtp_only);
+        println!(
+            "  end-to-end >= 60% of slower limit at 100k: {:.0}%  {}",
+            share * 100.0,
+            verdict(share >= 0.6)
+        );
+    }
+    if let (Some(a), Some(b)) = (at(10_000), at(100_000)) {
+        let ratio = b.rss_kib as f64 / a.rss_kib as f64;
+        println!(
+            "  peak RSS 100k <= 1.5x 10k:                 {ratio:.2}x  {}",
+            verdict(ratio <= 1.5)
+        );
+    }
+    let ratio = large.0 / small.0;
+    println!(
+        "  1k-among-1M tick <= 2x 1k-among-1k:        {ratio:.2}x  {}",
+        verdict(ratio <= 2.0)
+    );
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "FAIL" }
+}
+
+fn first_line(path: &str, prefix: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+/// Postfix's smtp-sink, as a child process.
+struct Sink {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Sink {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let mut cmd = Command::new("smtp-sink");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.args(["-u", "nobody"]);
+        }
+        // -m: concurrent sessions; the last argument is the listen backlog.
+        cmd.args(["-m", "256", &format!("127.0.0.1:{port}"), "1024"]);
+        let child = cmd
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start smtp-sink (apt-get install postfix; see BENCHMARKS.md)");
+        // From here on Drop kills and reaps it.
+        let sink = Self { port, child };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return sink;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("smtp-sink did not start");
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct BenchDb {
+    name: String,
+    url: String,
+    admin: String,
+}
+
+impl BenchDb {
+    async fn create() -> Self {
+        let admin = std::env::var("TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let name = format!("ir_bench_{}", uuid::Uuid::new_v4().simple());
+        let admin_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&admin)
+            .await
+            .expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin_pool)
+            .await
+            .expect("create bench database");
+        let url = format!("{}/{name}", admin.rsplit_once('/').expect("admin url").0);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .expect("connect");
+        db::migrate(&pool).await.expect("migrate");
+        pool.close().await;
+        Self { name, url, admin }
+    }
+}
+
+impl Drop for BenchDb {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&admin)
+                    .await
+                {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&pool)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn worker_env(db_url: &str, smtp_port: u16) -> Vec<(String, String)> {
+    [
+        ("INVOICE_REMINDER__DATABASE__URL", db_url.to_owned()),
+        (
+            "INVOICE_REMINDER__REDIS__URL",
+            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        ),
+        (
+            "INVOICE_REMINDER__LOCK__KEY",
+            format!("ir-bench:{}:lock", uuid::Uuid::new_v4().simple()),
+        ),
+        ("INVOICE_REMINDER__LOCK__MIN_HOLD", "0s".into()),
+        ("INVOICE_REMINDER__SMTP__PORT", smtp_port.to_string()),
+        ("INVOICE_REMINDER__SMTP__POOL_SIZE", CONCURRENCY.to_string()),
+        (
+            "INVOICE_REMINDER__REMINDERS__SEND_CONCURRENCY",
+            CONCURRENCY.to_string(),
+        ),
+        (
+            "INVOICE_REMINDER__REMINDERS__BATCH_SIZE",
+            BATCH_SIZE.to_string(),
+        ),
+        ("INVOICE_REMINDER__LOG__LEVEL", "warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+fn settings(db_url: &str, smtp_port: u16) -> Settings {
+    Settings::load(&ConfigSource {
+        path: Some(
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"),
+        ),
+        env: worker_env(db_url, smtp_port),
+    })
+    .expect("bench settings")
+}
+
+async fn reset(pool: &PgPool) {
+    sqlx::query(
+        "TRUNCATE reminders, job_runs, invoices, customers, lock_fences RESTART IDENTITY CASCADE",
+    )
+    .execute(pool)
+    .await
+    .expect("truncate");
+}
+
+async fn reset_reminders(pool: &PgPool) {
+    sqlx::query("TRUNCATE reminders, job_runs, lock_fences RESTART IDENTITY CASCADE")
+        .execute(pool)
+        .await
+        .expect("truncate reminders");
+}
+
+/// `overdue` unpaid invoices due ten days ago, and `paid` paid ones.
+async fn seed_overdue(pool: &PgPool, overdue: i64, paid: i64) {
+    sqlx::query(
+        "INSERT INTO customers (name, email)
+         SELECT 'Customer ' || g, 'customer' || g || '@example.test' FROM generate_series(1, 1000) g",
+    )
+    .execute(pool)
+    .await
+    .expect("customers");
+    sqlx::query(
+        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+         SELECT 1 + g % 1000, 'INV-' || g, 10000 + g % 5000, 'EUR', current_date - 10 - (g % 30)::int,
+                CASE WHEN g > $1 THEN now() END
+           FROM generate_series(1, $1 + $2) g",
+    )
+    .bind(overdue)
+    .bind(paid)
+    .execute(pool)
+    .await
+    .expect("invoices");
+    sqlx::query("ANALYZE invoices")
+        .execute(pool)
+        .await
+        .expect("analyze");
+}
+
+/// Runs the real binary once over the backlog; returns (reminders/s from
+/// the run's own timing, peak RSS in KiB).
+async fn end_to_end(db_url: &str, smtp_port: u16, expected: usize) -> (f64, i64) {
+    let (status, rss) = run_child(db_url, smtp_port);
+    assert!(status == 0, "run-once failed with {status}");
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(db_url)
+        .await
+        .expect("connect");
+    let (sent, secs): (i32, f64) = sqlx::query_as(
+        "SELECT sent, extract(epoch FROM finished_at - started_at)::float8 FROM job_runs ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("read the run");
+    assert_eq!(
+        sent as usize, expected,
+        "the run did not send the whole backlog"
+    );
+    (f64::from(sent) / secs, rss)
+}
+
+/// Spawns `run-once` and reaps it with wait4 for its peak RSS.
+fn run_child(db_url: &str, smtp_port: u16) -> (i32, i64) {
+    let child = Command::new(BINARY)
+        .arg("--config")
+        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"))
+        .arg("run-once")
+        .envs(worker_env(db_url, smtp_port))
+        .spawn()
+        .expect("start invoice-reminder");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in; pid is our child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4");
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    std::mem::forget(child); // already reaped
+    (code, usage.ru_maxrss)
+}
+
+/// What a straightforward implementation does: per invoice, one INSERT,
+/// one fresh SMTP connection, one UPDATE, one after the other.
+async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
+    let today = db::today(pool, settings.schedule.timezone)
+        .await
+        .expect("today");
+    let rows = overdue_rows(pool, today).await;
+    let started = Instant::now();
+    for r in &rows {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO reminders (invoice_id, period, status) VALUES ($1, 'naive', 'sending') RETURNING id",
+        )
+        .bind(r.invoice_id)
+        .fetch_one(pool)
+        .await
+        .expect("insert");
+        let mail = mailer::build_message(&settings.smtp, r, "naive", today).expect("message");
+        // A fresh connection per message; TCP_NODELAY as the worker uses it,
+        // so the comparison is about the design, not a socket option.
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", smtp_port))
+            .await
+            .expect("connect");
+        tcp.set_nodelay(true).expect("nodelay");
+        let mut conn =
+            AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &ClientId::default())
+                .await
+                .expect("greeting");
+        conn.send(mail.envelope(), mail.formatted())
+            .await
+            .expect("send");
+        conn.quit().await.expect("quit");
+        sqlx::query("UPDATE reminders SET status = 'sent', sent_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .expect("update");
+    }
+    rows.len() as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Every overdue invoice as the worker would claim it (no claim made).
+async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<ClaimedReminder> {
+    sqlx::query_as(
+        "SELECT 0::bigint AS reminder_id, i.id AS invoice_id, 0 AS attempts, i.number, i.amount_cents,
+                i.currency, i.due_date, c.name AS customer_name, c.email AS customer_email
+           FROM invoices i JOIN customers c ON c.id = i.customer_id
+          WHERE i.paid_at IS NULL AND i.due_date < $1 - 3 ORDER BY i.id",
+    )
+    .bind(today)
+    .fetch_all(pool)
+    .await
+    .expect("overdue rows")
+}
+
+/// The worker's database statements alone: page, claim, record as sent.
+async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
+    let today = db::today(pool, settings.schedule.timezone)
+        .await
+        .expect("today");
+    let cutoff = settings.reminders.overdue_cutoff(today);
+    let run = db::runs::start_run(pool, "bench", None, None, "db-only")
+        .await
+        .expect("run");
+    let started = Instant::now();
+    let mut after = None;
+    let mut total = 0usize;
+    loop {
+        let page = db::invoices::fetch_overdue_page(pool, cutoff, "db-only", after, BATCH_SIZE)
+            .await
+            .expect("page");
+        let Some(last) = page.last().copied() else {
+            break;
+        };
+        after = Some(last);
+        let ids: Vec<i64> = page.iter().map(|k| k.id).collect();
+        let claimed = db::reminders::claim_batch(pool, &ids, "db-only", run, None)
+            .await
+            .expect("claim");
+        let deliveries: Vec<(i64, Delivery)> = claimed
+            .iter()
+            .map(|c| {
+                (
+                    c.reminder_id,
+                    Delivery::Sent {
+                        message_id: mailer::message_id(c.invoice_id, "db-only", "bench.test"),
+                    },
+                )
+            })
+            .collect();
+        db::reminders::record_deliveries(pool, run, 5, &deliveries)
+            .await
+            .expect("record");
+        total += claimed.len();
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The worker's mailer alone: same pool size and concurrency, no database.
+async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
+    let today = db::today(pool, settings.schedule.timezone)
+        .await
+        .expect("today");
+    let rows = overdue_rows(pool, today).await;
+    assert_eq!(rows.len(), size);
+    let mailer = Mailer::new(&settings.smtp);
+    let started = Instant::now();
+    let sent = futures::stream::iter(rows.iter())
+        .map(|r| {
+            let mailer = mailer.clone();
+            let smtp = &settings.smtp;
+            async move {
+                let mail = mailer::build_message(smtp, r, "smtp-only", today).expect("message");
+                mailer.send(&mail).await.is_ok()
+            }
+        })
+        .buffer_unordered(CONCURRENCY as usize)
+        .filter(|ok| futures::future::ready(*ok))
+        .count()
+        .await;
+    assert_eq!(sent, size, "smtp-only sends failed");
+    sent as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A worker tick over the backlog (ms, from job_runs) and one full walk of
+/// the overdue query (ms), on the current data.
+async fn tick_and_scan(
+    db_url: &str,
+    smtp_port: u16,
+    pool: &PgPool,
+    settings: &Settings,
+) -> (f64, f64) {
+    let today = db::today(pool, settings.schedule.timezone)
+        .await
+        .expect("today");
+    let cutoff = settings.reminders.overdue_cutoff(today);
+    // Warm the cache the way a running system would be.
+    let _ = db::invoices::count_overdue(pool, cutoff).await;
+    let started = Instant::now();
+    let mut after = None;
+    loop {
+        let page = db::invoices::fetch_overdue_page(pool, cutoff, "scan", after, BATCH_SIZE)
+            .await
+            .expect("page");
+        let Some(last) = page.last().copied() else {
+            break;
+        };
+        after = Some(last);
+    }
+    let scan_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let (status, _) = run_child(db_url, smtp_port);
+    assert_eq!(status, 0);
+    let tick_ms: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM finished_at - started_at)::float8 * 1000 FROM job_runs ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("run");
+    (tick_ms, scan_ms)
+}
