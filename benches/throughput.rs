@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo bench --bench throughput
-//! BENCH_SIZES=1000,10000 BENCH_NAIVE_MAX=10000 cargo bench --bench throughput
+//! BENCH_SIZES=1000,10000 BENCH_NAIVE_MAX=10000 cargo bench --bench throughput   # quicker
 //! ```
 //!
 //! Needs PostgreSQL and Redis (the same defaults and `TEST_POSTGRES_URL` /
@@ -71,7 +71,7 @@ async fn bench() {
     let naive_max: usize = std::env::var("BENCH_NAIVE_MAX")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+        .unwrap_or(100_000);
     let sink = Sink::start();
     let bench_db = BenchDb::create().await;
     let settings = settings(&bench_db.url, sink.port);
@@ -132,7 +132,17 @@ async fn bench() {
     seed_overdue(pool, 1000, 1_000_000).await;
     let large = tick_and_scan(&bench_db.url, sink.port, pool, &settings).await;
 
+    // Cancellation under full load.
+    reset(pool).await;
+    seed_overdue(pool, 100_000, 0).await;
+    let (stopped_ms, after, outcome) = lock_loss_under_load(&bench_db.url, sink.port, pool).await;
+
     println!();
+    println!(
+        "lock stolen at 20k of a 100k tick (renew_every 200ms): the run ended {stopped_ms:.0} ms \
+         later, outcome {outcome}; {after} reminders recorded after the theft (an upper bound: \
+         it includes up to 200 ms of results sent before the theft and recorded late)"
+    );
     println!(
         "1k overdue among 1k paid:  tick {:>7.1} ms, overdue scan {:>6.2} ms",
         small.0, small.1
@@ -143,6 +153,7 @@ async fn bench() {
     );
     println!();
     summarize(&rows, small, large);
+    delete_bench_keys().await;
     drop(bench_db);
     drop(sink);
 }
@@ -330,16 +341,39 @@ impl Drop for BenchDb {
     }
 }
 
+/// All lock keys of one benchmark run live under this prefix (deleted at the end).
+static KEY_PREFIX: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("ir-bench:{}:", uuid::Uuid::new_v4().simple()));
+
+fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Deletes this run's lock and fence keys.
+async fn delete_bench_keys() {
+    let Ok(client) = redis::Client::open(redis_url()) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", *KEY_PREFIX))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+    }
+}
+
 fn worker_env(db_url: &str, smtp_port: u16) -> Vec<(String, String)> {
     [
         ("INVOICE_REMINDER__DATABASE__URL", db_url.to_owned()),
-        (
-            "INVOICE_REMINDER__REDIS__URL",
-            std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        ),
+        ("INVOICE_REMINDER__REDIS__URL", redis_url()),
         (
             "INVOICE_REMINDER__LOCK__KEY",
-            format!("ir-bench:{}:lock", uuid::Uuid::new_v4().simple()),
+            format!("{}{}:lock", *KEY_PREFIX, uuid::Uuid::new_v4().simple()),
         ),
         ("INVOICE_REMINDER__LOCK__MIN_HOLD", "0s".into()),
         ("INVOICE_REMINDER__SMTP__PORT", smtp_port.to_string()),
@@ -436,13 +470,21 @@ async fn end_to_end(db_url: &str, smtp_port: u16, expected: usize) -> (f64, i64)
 
 /// Spawns `run-once` and reaps it with wait4 for its peak RSS.
 fn run_child(db_url: &str, smtp_port: u16) -> (i32, i64) {
-    let child = Command::new(BINARY)
+    reap(spawn_child(worker_env(db_url, smtp_port)))
+}
+
+fn spawn_child(env: Vec<(String, String)>) -> std::process::Child {
+    Command::new(BINARY)
         .arg("--config")
         .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"))
         .arg("run-once")
-        .envs(worker_env(db_url, smtp_port))
+        .envs(env)
         .spawn()
-        .expect("start invoice-reminder");
+        .expect("start invoice-reminder")
+}
+
+/// Waits for the child; returns (exit code, peak RSS in KiB).
+fn reap(child: std::process::Child) -> (i32, i64) {
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: rusage is plain data that wait4 fills in; pid is our child.
@@ -456,6 +498,59 @@ fn run_child(db_url: &str, smtp_port: u16) -> (i32, i64) {
     };
     std::mem::forget(child); // already reaped
     (code, usage.ru_maxrss)
+}
+
+/// A 100k tick whose lock is stolen once 20k reminders are recorded: how
+/// long until it stopped, and how many were recorded after the theft.
+async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f64, i64, String) {
+    let mut env = worker_env(db_url, smtp_port);
+    let key = env
+        .iter()
+        .find(|(k, _)| k == "INVOICE_REMINDER__LOCK__KEY")
+        .map(|(_, v)| v.clone())
+        .expect("lock key");
+    env.push(("INVOICE_REMINDER__LOCK__TTL".into(), "10s".into()));
+    env.push(("INVOICE_REMINDER__LOCK__RENEW_EVERY".into(), "200ms".into()));
+    let child = spawn_child(env);
+    let sent = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM reminders WHERE status = 'sent'")
+            .fetch_one(pool)
+            .await
+            .expect("count")
+    };
+    while sent().await < 20_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut redis = redis::Client::open(redis_url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("thief")
+        .query_async(&mut redis)
+        .await
+        .expect("SET");
+    let (at_theft, stolen_at): (i64, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM reminders WHERE status = 'sent'), now()")
+            .fetch_one(pool)
+            .await
+            .expect("theft time");
+    let _ = tokio::task::spawn_blocking(move || reap(child)).await;
+    let (total, stopped_ms, outcome): (i32, f64, Option<String>) = sqlx::query_as(
+        "SELECT sent, extract(epoch FROM finished_at - $1)::float8 * 1000, outcome
+           FROM job_runs ORDER BY id DESC LIMIT 1",
+    )
+    .bind(stolen_at)
+    .fetch_one(pool)
+    .await
+    .expect("run");
+    (
+        stopped_ms,
+        i64::from(total) - at_theft,
+        outcome.unwrap_or_default(),
+    )
 }
 
 /// What a straightforward implementation does: per invoice, one INSERT,
