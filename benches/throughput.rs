@@ -23,6 +23,10 @@
 //! and the overdue index: a tick over 1k overdue invoices among 1M paid
 //! ones versus among 1k paid ones.
 
+#[allow(unused_imports)]
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -73,7 +77,8 @@ async fn bench() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
     let sink = Sink::start();
-    let bench_db = BenchDb::create().await;
+    // A fresh migrated database, dropped at the end (the tests' helper).
+    let bench_db = common::TestDb::create().await;
     let settings = settings(&bench_db.url, sink.port);
     // The worker's own connection options (application_name, plan cache mode).
     let worker_pool = PgPoolOptions::new()
@@ -283,75 +288,13 @@ impl Drop for Sink {
     }
 }
 
-struct BenchDb {
-    name: String,
-    url: String,
-    admin: String,
-}
-
-impl BenchDb {
-    async fn create() -> Self {
-        let admin = std::env::var("TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let name = format!("ir_bench_{}", uuid::Uuid::new_v4().simple());
-        let admin_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&admin)
-            .await
-            .expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&admin_pool)
-            .await
-            .expect("create bench database");
-        let url = format!("{}/{name}", admin.rsplit_once('/').expect("admin url").0);
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .expect("connect");
-        db::migrate(&pool).await.expect("migrate");
-        pool.close().await;
-        Self { name, url, admin }
-    }
-}
-
-impl Drop for BenchDb {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            rt.block_on(async move {
-                if let Ok(pool) = PgPoolOptions::new()
-                    .max_connections(1)
-                    .connect(&admin)
-                    .await
-                {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&pool)
-                    .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 /// All lock keys of one benchmark run live under this prefix (deleted at the end).
 static KEY_PREFIX: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("ir-bench:{}:", uuid::Uuid::new_v4().simple()));
 
-fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
 /// Deletes this run's lock and fence keys.
 async fn delete_bench_keys() {
-    let Ok(client) = redis::Client::open(redis_url()) else {
+    let Ok(client) = redis::Client::open(common::redis_url()) else {
         return;
     };
     let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
@@ -370,7 +313,7 @@ async fn delete_bench_keys() {
 fn worker_env(db_url: &str, smtp_port: u16) -> Vec<(String, String)> {
     [
         ("INVOICE_REMINDER__DATABASE__URL", db_url.to_owned()),
-        ("INVOICE_REMINDER__REDIS__URL", redis_url()),
+        ("INVOICE_REMINDER__REDIS__URL", common::redis_url()),
         (
             "INVOICE_REMINDER__LOCK__KEY",
             format!("{}{}:lock", *KEY_PREFIX, uuid::Uuid::new_v4().simple()),
@@ -521,7 +464,7 @@ async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f
     while sent().await < 20_000 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut redis = redis::Client::open(redis_url())
+    let mut redis = redis::Client::open(common::redis_url())
         .expect("redis url")
         .get_multiplexed_async_connection()
         .await

@@ -5,8 +5,9 @@
 //!      │
 //!   acquired ──▶ start_run ──▶ period from the DB clock
 //!      │
-//!      ├─ retries: reclaim `failed` rows ──▶ send ──▶ record
-//!      ├─ new: page overdue ──▶ claim_batch ──▶ send ──▶ record
+//!      ├─ claim: reclaim `failed` rows, then page overdue ──▶ claim_batch
+//!      ├─ send:  claimed rows, send_concurrency at a time     } three overlapping
+//!      ├─ record: delivery results, one statement per chunk  } stages
 //!      │        (before every mail: lease valid? shutdown? SMTP reachable?)
 //!      ├─ hand back rows never started
 //!      ▼
@@ -75,8 +76,9 @@ pub struct Summary {
     /// Rows this run claimed (new claims and retries).
     pub claimed: u32,
     pub sent: u32,
-    /// Transient failures (retried later) and final ones (discarded).
+    /// Transient failures, retried on a later tick.
     pub failed: u32,
+    /// Final failures: permanent rejections, invalid data, last attempts.
     pub discarded: u32,
     /// Sends whose result is unknown (left `sending`).
     pub unknown: u32,
@@ -226,66 +228,74 @@ pub async fn work_period(
         shutdown,
         today,
         run_id,
-        period: period.clone(),
+        period,
         smtp_down: AtomicBool::new(false),
         counters: Counters::default(),
         unrecorded: Semaphore::new(2 * settings.reminders.batch_size as usize),
         still_sending: Mutex::new(Vec::new()),
     };
-    let result = tick.claim_and_send().instrument(span.clone()).await;
-    let _entered = span.enter();
-    let still_sending = std::mem::take(&mut *tick.still_sending());
-    let handed_back =
-        match db::reminders::hand_back_unattempted(&ctx.db, run_id, &still_sending).await {
-            Ok(n) => n as u32,
-            Err(_) => {
-                ctx.defer_hand_back(run_id, still_sending);
-                0
-            }
+    tick.run(started).instrument(span).await
+}
+
+impl Tick<'_> {
+    /// Runs the stages, hands back what never started, records the run and
+    /// logs its summary line.
+    async fn run(&self, started: Instant) -> Result<TickOutcome, TickError> {
+        let (ctx, run_id) = (self.ctx, self.run_id);
+        let result = self.claim_and_send().await;
+        let still_sending = std::mem::take(&mut *self.still_sending());
+        let handed_back =
+            match db::reminders::hand_back_unattempted(&ctx.db, run_id, &still_sending).await {
+                Ok(n) => n as u32,
+                Err(_) => {
+                    ctx.defer_hand_back(run_id, still_sending);
+                    0
+                }
+            };
+        let summary =
+            self.counters
+                .summary(run_id, self.period.clone(), handed_back, started.elapsed());
+        let counts = RunCounts {
+            claimed: summary.claimed,
+            sent: summary.sent,
+            failed: summary.failed + summary.discarded,
         };
-    let summary = tick
-        .counters
-        .summary(run_id, period, handed_back, started.elapsed());
-    let counts = RunCounts {
-        claimed: summary.claimed,
-        sent: summary.sent,
-        failed: summary.failed + summary.discarded,
-    };
-    let (outcome, error) = match &result {
-        Err(e) => (RunOutcome::Error, Some(e.to_string())),
-        Ok(()) => match tick.stop_reason() {
-            Some(Stop::Lost(_)) => (RunOutcome::LostLock, None),
-            Some(Stop::Shutdown) => (RunOutcome::Shutdown, None),
-            Some(Stop::SmtpDown) => (RunOutcome::SmtpUnavailable, None),
-            None => (RunOutcome::Done, None),
-        },
-    };
-    if db::runs::finish_run(&ctx.db, run_id, outcome, counts, error.as_deref())
-        .await
-        .is_err()
-    {
-        ctx.defer_finish(run_id, outcome, counts, error.clone());
+        let (outcome, error) = match &result {
+            Err(e) => (RunOutcome::Error, Some(e.to_string())),
+            Ok(()) => match self.stop_reason() {
+                Some(Stop::Lost(_)) => (RunOutcome::LostLock, None),
+                Some(Stop::Shutdown) => (RunOutcome::Shutdown, None),
+                Some(Stop::SmtpDown) => (RunOutcome::SmtpUnavailable, None),
+                None => (RunOutcome::Done, None),
+            },
+        };
+        if db::runs::finish_run(&ctx.db, run_id, outcome, counts, error.as_deref())
+            .await
+            .is_err()
+        {
+            ctx.defer_finish(run_id, outcome, counts, error.clone());
+        }
+        tracing::info!(
+            outcome = outcome.as_str(),
+            period = %summary.period,
+            claimed = summary.claimed,
+            sent = summary.sent,
+            failed = summary.failed,
+            discarded = summary.discarded,
+            unknown = summary.unknown,
+            skipped = summary.skipped,
+            handed_back = summary.handed_back,
+            duration_ms = summary.duration_ms,
+            "tick finished"
+        );
+        result?;
+        Ok(match outcome {
+            RunOutcome::LostLock => TickOutcome::LockLost(summary),
+            RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
+            RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
+            RunOutcome::Done | RunOutcome::Error => TickOutcome::Done(summary),
+        })
     }
-    tracing::info!(
-        outcome = outcome.as_str(),
-        period = %summary.period,
-        claimed = summary.claimed,
-        sent = summary.sent,
-        failed = summary.failed,
-        discarded = summary.discarded,
-        unknown = summary.unknown,
-        skipped = summary.skipped,
-        handed_back = summary.handed_back,
-        duration_ms = summary.duration_ms,
-        "tick finished"
-    );
-    result?;
-    Ok(match outcome {
-        RunOutcome::LostLock => TickOutcome::LockLost(summary),
-        RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
-        RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
-        RunOutcome::Done | RunOutcome::Error => TickOutcome::Done(summary),
-    })
 }
 
 /// Outcomes of a tick in progress, shared by its three stages.

@@ -22,27 +22,12 @@ use uuid::Uuid;
 use super::{AcquireResult, Handle, Holder, LeaseTimes, LockError, Released, Renewal};
 use crate::config::Settings;
 
-/// `SET key token NX PX ttl`; when it succeeds, draws the next fencing
-/// token from KEYS[2], lifted above ARGV[3] (the database's high-water mark)
-/// in case Redis lost the counter. Returns the token, or 0 when the lock is
-/// held by someone else.
-const ACQUIRE: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.call('INCR', KEYS[2])
-  local floor = tonumber(ARGV[3])
-  if fence <= floor then
-    fence = floor + 1
-    redis.call('SET', KEYS[2], fence)
-  end
-  return fence
-end
-return 0
-"#;
-
-/// After an ambiguous acquire: if the key holds our token, draw our fencing
-/// token (as ACQUIRE would have); otherwise 0.
-const FENCE_IF_OURS: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+/// Lua that draws the next fencing token from KEYS[2], lifted above
+/// ARGV[2] (the database's high-water mark) in case Redis lost the counter,
+/// and returns it. Shared by the two scripts below.
+macro_rules! draw_fence {
+    () => {
+        r#"
   local fence = redis.call('INCR', KEYS[2])
   local floor = tonumber(ARGV[2])
   if fence <= floor then
@@ -50,9 +35,25 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('SET', KEYS[2], fence)
   end
   return fence
-end
-return 0
-"#;
+"#
+    };
+}
+
+/// `SET key token NX PX ttl` (ARGV[1] token, ARGV[3] ttl ms); when it
+/// succeeds, the fencing token; 0 when the lock is held by someone else.
+const ACQUIRE: &str = concat!(
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then",
+    draw_fence!(),
+    "end\nreturn 0\n"
+);
+
+/// After an ambiguous acquire: if the key holds our token (ARGV[1]), our
+/// fencing token, as ACQUIRE would have drawn it; otherwise 0.
+const FENCE_IF_OURS: &str = concat!(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then",
+    draw_fence!(),
+    "end\nreturn 0\n"
+);
 
 /// Extends the key only while it holds our token. 1: renewed, 0: gone,
 /// -1: another token.
@@ -137,8 +138,8 @@ impl RedisLock {
             .key(&self.key)
             .key(&self.fence_key)
             .arg(token.to_string())
-            .arg(millis(self.times.ttl))
             .arg(fence_floor)
+            .arg(millis(self.times.ttl))
             .invoke_async(&mut conn)
             .await;
         let won = |fence| AcquireResult::Won {

@@ -40,9 +40,7 @@ async fn runs_per_slot(backend: Backend, min_hold: &str) -> Vec<i64> {
         },
     )
     .await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     harness::assert_exactly_once(&world, 0).await;
     // The late replica really did fire (it found the lock held, or it worked).
     assert!(replicas[1].log().contains("lock held") || replicas[1].log().contains("tick finished"));

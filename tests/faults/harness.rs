@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::common::{self, Backend, World};
+use crate::common::{self, Backend, SmtpMode, World};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
 
@@ -110,12 +110,22 @@ pub struct Replica {
     status: Option<ExitStatus>,
 }
 
+/// Debian's libfaketime (package `faketime`), thread-safe variant.
+fn libfaketime() -> PathBuf {
+    let candidates = ["x86_64-linux-gnu", "aarch64-linux-gnu", ""];
+    candidates
+        .iter()
+        .map(|arch| PathBuf::from(format!("/usr/lib/{arch}/faketime/libfaketimeMT.so.1")))
+        .find(|p| p.exists())
+        .expect("libfaketime not found: apt-get install faketime (see README)")
+}
+
 /// How to start a replica.
 #[derive(Clone, Default)]
 pub struct ReplicaOptions {
     /// Extra `INVOICE_REMINDER__...` variables (after the world's).
     pub env: Vec<(String, String)>,
-    /// Run under `faketime -f <offset>`, e.g. "-2s".
+    /// Run with libfaketime at this offset, e.g. "-2s" (the clock 2 s behind).
     pub faketime: Option<String>,
     /// Override the replica_id (default: the replica's name).
     pub replica_id: Option<String>,
@@ -126,14 +136,7 @@ impl Replica {
         let log = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("replica-{}-{name}.log", world.db.name));
         let file = std::fs::File::create(&log).expect("replica log file");
-        let mut cmd = match &options.faketime {
-            Some(offset) => {
-                let mut c = Command::new("faketime");
-                c.args(["-f", offset, BINARY]);
-                c
-            }
-            None => Command::new(BINARY),
-        };
+        let mut cmd = Command::new(BINARY);
         cmd.arg("--config")
             .arg(common::default_config_path())
             .arg("run")
@@ -150,6 +153,12 @@ impl Replica {
             .envs(options.env.iter().cloned())
             .stdout(Stdio::null())
             .stderr(Stdio::from(file));
+        if let Some(offset) = &options.faketime {
+            // libfaketime preloaded into the replica itself (not the
+            // `faketime` wrapper, which would stand between us and the
+            // process we signal).
+            cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
+        }
         let child = cmd.spawn().expect("start invoice-reminder");
         Self {
             name: name.to_owned(),
@@ -255,6 +264,56 @@ pub fn fast_replicas(world: &mut World) {
         .set("database.connect_timeout", "2s")
         .set("shutdown.timeout", "20s")
         .set("log.level", "info");
+}
+
+/// Settings under which a backlog takes seconds, so a test can act
+/// mid-batch: batches of 50, two sends at a time, 10 ms per message at the
+/// SMTP server.
+pub fn slow_down(world: &mut World) {
+    world
+        .set("reminders.batch_size", 50)
+        .set("reminders.send_concurrency", 2);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(10)));
+}
+
+/// Inserts `invoices` overdue invoices, starts `replicas` replicas and
+/// waits until `mails` reminders have arrived.
+pub async fn start_mid_backlog(
+    world: &World,
+    invoices: i64,
+    replicas: usize,
+    mails: usize,
+) -> Vec<Replica> {
+    common::insert_overdue(world.pool(), invoices).await;
+    let started = spawn_replicas(world, replicas);
+    common::wait_until(
+        &format!("{mails} mails arrive"),
+        Duration::from_secs(60),
+        || async { world.sink.count() >= mails },
+    )
+    .await;
+    started
+}
+
+/// SIGTERM to every replica still running, and wait for each to exit.
+pub async fn stop_all(replicas: &mut [Replica]) {
+    for r in replicas {
+        r.stop_gracefully().await;
+    }
+}
+
+/// Waits until at least `n` runs (ticks that took the lock) were recorded.
+pub async fn wait_for_runs(world: &World, n: i64, timeout: Duration) {
+    common::wait_until(&format!("{n} ticks were worked"), timeout, || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM job_runs")
+            .fetch_one(world.pool())
+            .await
+            .expect("count runs")
+            >= n
+    })
+    .await;
 }
 
 pub fn spawn_replicas(world: &World, count: usize) -> Vec<Replica> {

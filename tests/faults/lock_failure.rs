@@ -46,9 +46,7 @@ async fn replicas_that_each_hold_a_different_lock_at_once_still_mail_each_invoic
     }
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(90)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(world.sink.count(), 2000);

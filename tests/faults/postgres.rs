@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::common::proxy::Proxy;
-use crate::common::{self, Backend, SmtpMode};
+use crate::common::{self, Backend};
 use crate::for_each_backend;
 use crate::harness;
 
@@ -24,20 +24,9 @@ async fn postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses
         via_proxy, world.db.url,
         "TEST_POSTGRES_URL must point at 127.0.0.1:5432 for this test"
     );
-    world
-        .set("database.url", via_proxy)
-        .set("reminders.batch_size", 50)
-        .set("reminders.send_concurrency", 2);
-    world
-        .sink
-        .set_mode(SmtpMode::Delay(Duration::from_millis(10)));
-    common::insert_overdue(world.pool(), 1200).await;
-    let mut replicas = harness::spawn_replicas(&world, 2);
-
-    common::wait_until("100 mails arrive", Duration::from_secs(30), || async {
-        world.sink.count() >= 100
-    })
-    .await;
+    world.set("database.url", via_proxy);
+    harness::slow_down(&mut world);
+    let mut replicas = harness::start_mid_backlog(&world, 1200, 2, 100).await;
     proxy.go_down();
     let failures_before: usize = replicas.iter().map(|r| tick_failures(&r.log())).sum();
     common::wait_until(
@@ -57,9 +46,7 @@ async fn postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses
     }
     proxy.come_up().await;
     harness::wait_until_settled(&world, &[], Duration::from_secs(90)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     // Results written while the database was away were kept and written
     // later; claims whose reply was lost were handed back by the run sweep.
     harness::assert_exactly_once(&world, 0).await;

@@ -31,13 +31,7 @@ async fn a_lock_lost_mid_tick_cancels_the_tick_and_its_holder_never_recreates_it
     world
         .sink
         .set_mode(SmtpMode::Delay(Duration::from_millis(20)));
-    common::insert_overdue(world.pool(), 400).await;
-    let mut replicas = harness::spawn_replicas(&world, 2);
-
-    common::wait_until("30 mails arrive", Duration::from_secs(30), || async {
-        world.sink.count() >= 30
-    })
-    .await;
+    let mut replicas = harness::start_mid_backlog(&world, 400, 2, 30).await;
     let (run_id, token): (i64, uuid::Uuid) = sqlx::query_as(
         "SELECT id, lock_token FROM job_runs WHERE finished_at IS NULL ORDER BY id DESC LIMIT 1",
     )
@@ -78,9 +72,7 @@ async fn a_lock_lost_mid_tick_cancels_the_tick_and_its_holder_never_recreates_it
     }
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     harness::assert_exactly_once(&world, 0).await;
 }
 
@@ -97,13 +89,7 @@ async fn with_redis_down_replicas_skip_each_tick_with_one_error_send_nothing_and
     world
         .sink
         .set_mode(SmtpMode::Delay(Duration::from_millis(20)));
-    common::insert_overdue(world.pool(), 300).await;
-    let mut replicas = harness::spawn_replicas(&world, 2);
-
-    common::wait_until("20 mails arrive", Duration::from_secs(30), || async {
-        world.sink.count() >= 20
-    })
-    .await;
+    let mut replicas = harness::start_mid_backlog(&world, 300, 2, 20).await;
     redis.stop();
     common::wait_until(
         "the tick in flight gives up",
@@ -147,9 +133,7 @@ async fn with_redis_down_replicas_skip_each_tick_with_one_error_send_nothing_and
 
     redis.restart().await;
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     harness::assert_exactly_once(&world, 0).await;
 }
 
@@ -177,9 +161,7 @@ async fn in_database_only_mode_replicas_keep_sending_without_redis_and_still_nev
     let mut replicas = harness::spawn_replicas(&world, 3);
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(90)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(world.sink.count(), 1500);

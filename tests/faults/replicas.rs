@@ -21,14 +21,7 @@ async fn three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once(backend
     let adder = harness::keep_adding_overdue(&world, 40, Duration::from_millis(700), 30);
     let mut replicas = harness::spawn_replicas(&world, 3);
 
-    common::wait_until("30 ticks were worked", Duration::from_secs(120), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM job_runs")
-            .fetch_one(world.pool())
-            .await
-            .unwrap()
-            >= 30
-    })
-    .await;
+    harness::wait_for_runs(&world, 30, Duration::from_secs(120)).await;
     let total = 2000 + adder.await.unwrap();
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
     for r in &mut replicas {
@@ -62,19 +55,10 @@ async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens(back
         Replica::spawn(&world, "b", same_name),
     ];
 
-    common::wait_until("12 ticks were worked", Duration::from_secs(60), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM job_runs")
-            .fetch_one(world.pool())
-            .await
-            .unwrap()
-            >= 12
-    })
-    .await;
+    harness::wait_for_runs(&world, 12, Duration::from_secs(60)).await;
     adder.await.unwrap();
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(harness::overlapping_runs(&world).await, vec![]);
@@ -97,19 +81,8 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
     backend: Backend,
 ) {
     let mut world = harness::world_for(backend).await;
-    world
-        .set("reminders.batch_size", 50)
-        .set("reminders.send_concurrency", 2);
-    world
-        .sink
-        .set_mode(SmtpMode::Delay(Duration::from_millis(10)));
-    common::insert_overdue(world.pool(), 1200).await;
-    let mut replicas = harness::spawn_replicas(&world, 3);
-
-    common::wait_until("200 mails arrive", Duration::from_secs(60), || async {
-        world.sink.count() >= 200
-    })
-    .await;
+    harness::slow_down(&mut world);
+    let mut replicas = harness::start_mid_backlog(&world, 1200, 3, 200).await;
     let holder = backend
         .holder_replica(&world)
         .await
@@ -152,9 +125,7 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
     assert!(takeover < 4.5, "takeover took {takeover:.2} s");
 
     harness::wait_until_settled(&world, &[holder.as_str()], Duration::from_secs(90)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     // What the dead replica had claimed but not recorded is unknown: at most
     // two batches (the bound the claim pipeline keeps).
     let report = harness::assert_exactly_once(&world, 2 * 50).await;
@@ -169,19 +140,8 @@ async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_mor
     backend: Backend,
 ) {
     let mut world = harness::world_for(backend).await;
-    world
-        .set("reminders.batch_size", 50)
-        .set("reminders.send_concurrency", 2);
-    world
-        .sink
-        .set_mode(SmtpMode::Delay(Duration::from_millis(10)));
-    common::insert_overdue(world.pool(), 1500).await;
-    let mut replicas = harness::spawn_replicas(&world, 2);
-
-    common::wait_until("100 mails arrive", Duration::from_secs(60), || async {
-        world.sink.count() >= 100
-    })
-    .await;
+    harness::slow_down(&mut world);
+    let mut replicas = harness::start_mid_backlog(&world, 1500, 2, 100).await;
     let holder = backend
         .holder_replica(&world)
         .await
@@ -213,9 +173,7 @@ async fn a_holder_paused_past_its_ttl_wakes_to_a_lost_lock_and_sends_nothing_mor
     replicas[sleeper].resume();
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(90)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     harness::assert_exactly_once(&world, 0).await;
     let outcome: Option<String> = sqlx::query_scalar("SELECT outcome FROM job_runs WHERE id = $1")
         .bind(paused_run)
@@ -262,9 +220,7 @@ async fn a_tick_lasting_several_ttls_keeps_its_lock_and_no_other_replica_runs_me
     let mut replicas = harness::spawn_replicas(&world, 3);
 
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(harness::overlapping_runs(&world).await, vec![]);

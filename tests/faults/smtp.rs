@@ -30,9 +30,7 @@ async fn smtp_refusing_with_4xx_then_recovering_delivers_every_reminder_once_on_
     assert_eq!(world.sink.count(), 0);
     world.sink.set_mode(SmtpMode::Accept);
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(world.sink.count(), 200);
@@ -63,9 +61,7 @@ async fn smtp_rejecting_with_5xx_is_final_and_never_retried(backend: Backend) {
             >= runs_then + 3
     })
     .await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     assert_eq!(world.sink.count(), 0, "a rejected reminder was retried");
     assert_eq!(world.sink.refused(), 50);
@@ -113,9 +109,7 @@ async fn smtp_down_entirely_is_retried_like_a_4xx_once_it_is_back(backend: Backe
     );
     proxy.come_up().await;
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
 
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(world.sink.count(), 150);

@@ -107,9 +107,7 @@ async fn soak(backend: Backend) {
     let added = adder.await.unwrap();
     let dead_refs: Vec<&str> = dead.iter().map(String::as_str).collect();
     harness::wait_until_settled(&world, &dead_refs, Duration::from_secs(120)).await;
-    for r in &mut replicas {
-        r.stop_gracefully().await;
-    }
+    harness::stop_all(&mut replicas).await;
     let ticks: i64 = sqlx::query_scalar("SELECT count(*) FROM job_runs")
         .fetch_one(world.pool())
         .await
