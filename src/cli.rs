@@ -43,6 +43,10 @@ pub enum Command {
         /// rest are half paid, half not yet due.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u8).range(0..=100))]
         overdue_pct: u8,
+        /// Do nothing if the database already has invoices (for one-shot
+        /// containers that may be started again).
+        #[arg(long)]
+        if_empty: bool,
     },
 
     /// Run one tick now. Exits 0 when done, or when skipped because another

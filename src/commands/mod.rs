@@ -42,7 +42,8 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             customers,
             invoices,
             overdue_pct,
-        } => seed(&settings, customers, invoices, overdue_pct).await,
+            if_empty,
+        } => seed(&settings, customers, invoices, overdue_pct, if_empty).await,
         Command::RunOnce { dry_run } => run_once(settings, dry_run).await,
         Command::Run => run(settings).await,
         Command::Audit {
@@ -77,8 +78,18 @@ async fn seed(
     customers: u32,
     invoices: u32,
     overdue_pct: u8,
+    if_empty: bool,
 ) -> anyhow::Result<ExitCode> {
     let pool = connect(settings).await?;
+    if if_empty {
+        let existing = db::seed::count_invoices(&pool)
+            .await
+            .context("failed to count invoices (did you run `migrate`?)")?;
+        if existing > 0 {
+            outln!("the database already has {existing} invoices; not seeding (--if-empty)");
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let today = db::today(&pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;

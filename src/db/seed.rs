@@ -74,3 +74,10 @@ pub async fn seed(
         not_yet_due: rest - paid,
     })
 }
+
+/// How many invoices exist (for `seed --if-empty`).
+pub async fn count_invoices(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM invoices")
+        .fetch_one(pool)
+        .await
+}

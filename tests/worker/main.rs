@@ -5,6 +5,7 @@
 mod common;
 
 mod claims;
+mod cli;
 mod config;
 mod delivery;
 mod fencing;

@@ -1,0 +1,208 @@
+//! The operator's commands, through the real binary: seed, audit, status,
+//! run-once.
+
+use std::process::Output;
+use std::time::Duration;
+
+use invoice_reminder::reminders::run_tick;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{self, Backend, SmtpMode, World};
+use crate::for_each_backend;
+
+/// `invoice-reminder <args>` with the world's configuration.
+async fn cli(world: &World, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
+        .arg("--config")
+        .arg(common::default_config_path())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .output()
+        .await
+        .expect("run invoice-reminder")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn invoice_count(world: &World) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM invoices")
+        .fetch_one(world.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn seed_makes_the_share_of_overdue_invoices_asked_for() {
+    let world = World::new().await;
+
+    let out = cli(
+        &world,
+        &[
+            "seed",
+            "--customers",
+            "5",
+            "--invoices",
+            "40",
+            "--overdue-pct",
+            "25",
+        ],
+    )
+    .await;
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("10 overdue and unpaid"),
+        "{}",
+        stdout(&out)
+    );
+    let ctx = world.context().await;
+    let plan = invoice_reminder::reminders::dry_run(&ctx, 100)
+        .await
+        .unwrap();
+    assert_eq!(plan.would_send.len(), 10);
+}
+
+#[tokio::test]
+async fn seed_if_empty_adds_nothing_to_a_database_that_has_invoices() {
+    let world = World::new().await;
+    let args = ["seed", "--customers", "2", "--invoices", "10", "--if-empty"];
+
+    cli(&world, &args).await;
+    let second = cli(&world, &args).await;
+
+    assert_eq!(second.status.code(), Some(0));
+    assert!(
+        stdout(&second).contains("not seeding"),
+        "{}",
+        stdout(&second)
+    );
+    assert_eq!(invoice_count(&world).await, 10);
+}
+
+#[tokio::test]
+async fn audit_exits_1_and_names_the_pairs_when_duplicates_exist() {
+    let world = World::new().await;
+    let invoice = common::insert_invoice(world.pool(), "A", "a@example.test", 10, false).await;
+    // Only possible once someone drops the constraint; audit must notice.
+    sqlx::query("ALTER TABLE reminders DROP CONSTRAINT reminders_invoice_id_period_key")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        sqlx::query(
+            "INSERT INTO reminders (invoice_id, period, status) VALUES ($1, '2026-11-30', 'sent')",
+        )
+        .bind(invoice)
+        .execute(world.pool())
+        .await
+        .unwrap();
+    }
+
+    let human = cli(&world, &["audit"]).await;
+    let json = cli(&world, &["audit", "--json"]).await;
+
+    assert_eq!(human.status.code(), Some(1));
+    assert!(
+        stdout(&human).contains(&format!("invoice {invoice} period 2026-11-30: 2 rows")),
+        "{}",
+        stdout(&human)
+    );
+    assert_eq!(json.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["duplicates"][0]["invoice_id"], invoice);
+    assert_eq!(report["duplicates"][0]["copies"], 2);
+}
+
+#[tokio::test]
+async fn audit_reports_unknown_failed_and_missing_reminders() {
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 4).await;
+    let ctx = world.context().await;
+    world.sink.set_mode(SmtpMode::Refuse5xx);
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    // One reminder left `sending` by a run that ended: delivery unknown.
+    sqlx::query("UPDATE reminders SET status = 'sending' WHERE invoice_id = $1")
+        .bind(ids[0])
+        .execute(world.pool())
+        .await
+        .unwrap();
+    let missing = common::insert_invoice(world.pool(), "New", "new@example.test", 9, false).await;
+
+    let out = cli(&world, &["audit", "--json"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "no duplicates");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["unknown"].as_array().unwrap().len(), 1);
+    assert_eq!(report["unknown"][0]["invoice_id"], ids[0]);
+    assert_eq!(report["failed"].as_array().unwrap().len(), 3);
+    assert_eq!(report["missing_count"], 1);
+    assert_eq!(report["missing"][0]["invoice_id"], missing);
+    assert_eq!(report["counts"]["discarded"], 3);
+}
+
+#[tokio::test]
+async fn run_once_exits_0_when_another_replica_holds_the_lock() {
+    let world = World::new().await;
+    common::insert_overdue(world.pool(), 2).await;
+    let _other = Backend::Redis.hold_elsewhere(&world).await;
+
+    let out = cli(&world, &["run-once"]).await;
+
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lock held, skipping"));
+    assert_eq!(world.sink.count(), 0);
+}
+
+for_each_backend!(status_names_the_replica_holding_the_lock);
+
+async fn status_names_the_replica_holding_the_lock(backend: Backend) {
+    let mut world = World::new().await;
+    backend.configure(&mut world);
+    world
+        .set("replica_id", "worker-7")
+        .set("reminders.send_concurrency", 1);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
+    common::insert_overdue(world.pool(), 20).await;
+    let ctx = world.context().await;
+    let stop = CancellationToken::new();
+    let tick = {
+        let stop = stop.clone();
+        tokio::spawn(async move { run_tick(&ctx, &stop).await })
+    };
+    common::wait_until(
+        "the first mail arrives",
+        Duration::from_secs(10),
+        || async { world.sink.count() >= 1 },
+    )
+    .await;
+
+    let out = cli(&world, &["status", "--json"]).await;
+    stop.cancel();
+    tick.await.unwrap().unwrap();
+
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["holder"]["replica_id"], "worker-7", "{status}");
+    match backend {
+        Backend::Redis => assert!(status["holder"]["ttl_left_ms"].as_i64().unwrap() > 0),
+        Backend::Postgres => assert!(status["holder"]["pid"].as_i64().unwrap() > 0),
+    }
+    assert_eq!(status["last_runs"][0]["replica_id"], "worker-7");
+}
