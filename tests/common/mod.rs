@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::context::Context;
+use invoice_reminder::reminders::{TickError, TickOutcome, run_tick};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use backend::Backend;
@@ -246,6 +248,37 @@ impl World {
     pub fn pool(&self) -> &PgPool {
         &self.db.pool
     }
+
+    /// Waits until the SMTP sink has received `n` messages.
+    pub async fn wait_for_mails(&self, n: usize) {
+        wait_until(
+            &format!("{n} mail(s) arrive"),
+            Duration::from_secs(60),
+            || async { self.sink.count() >= n },
+        )
+        .await;
+    }
+}
+
+/// A tick running on its own task, and the shutdown token it watches.
+pub struct BackgroundTick {
+    pub handle: tokio::task::JoinHandle<Result<TickOutcome, TickError>>,
+    pub stop: CancellationToken,
+}
+
+impl BackgroundTick {
+    /// Waits for the tick and returns its outcome (panics if it failed).
+    pub async fn outcome(self) -> TickOutcome {
+        self.handle.await.expect("tick task").expect("tick")
+    }
+}
+
+/// Starts `run_tick` on a task of its own.
+pub fn spawn_tick(ctx: Context) -> BackgroundTick {
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let handle = tokio::spawn(async move { run_tick(&ctx, &token).await });
+    BackgroundTick { handle, stop }
 }
 
 pub fn default_config_path() -> PathBuf {

@@ -17,6 +17,22 @@ use crate::common::{self, Backend, SmtpMode, World};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
 
+/// Makes the child die with the test process even if the test is killed
+/// (a timeout, Ctrl-C) before its handles' Drop can run.
+fn die_with_test(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls prctl, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -46,7 +62,7 @@ impl RedisServer {
     }
 
     async fn launch(&mut self) {
-        let child = Command::new("redis-server")
+        let child = die_with_test(&mut Command::new("redis-server"))
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
@@ -159,7 +175,9 @@ impl Replica {
             // process we signal).
             cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
         }
-        let child = cmd.spawn().expect("start invoice-reminder");
+        let child = die_with_test(&mut cmd)
+            .spawn()
+            .expect("start invoice-reminder");
         Self {
             name: name.to_owned(),
             child: Some(child),

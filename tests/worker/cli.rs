@@ -176,21 +176,12 @@ async fn status_names_the_replica_holding_the_lock(backend: Backend) {
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     common::insert_overdue(world.pool(), 20).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = {
-        let stop = stop.clone();
-        tokio::spawn(async move { run_tick(&ctx, &stop).await })
-    };
-    common::wait_until(
-        "the first mail arrives",
-        Duration::from_secs(10),
-        || async { world.sink.count() >= 1 },
-    )
-    .await;
+    let tick = common::spawn_tick(ctx);
+    world.wait_for_mails(1).await;
 
     let out = cli(&world, &["status", "--json"]).await;
-    stop.cancel();
-    tick.await.unwrap().unwrap();
+    tick.stop.cancel();
+    tick.outcome().await;
 
     assert_eq!(
         out.status.code(),

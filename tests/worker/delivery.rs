@@ -254,18 +254,11 @@ async fn shutdown_mid_tick_finishes_the_mail_in_flight_and_hands_back_the_rest()
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     common::insert_overdue(world.pool(), 30).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = {
-        let stop = stop.clone();
-        tokio::spawn(async move { run_tick(&ctx, &stop).await })
-    };
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until("two mails arrive", Duration::from_secs(10), || async {
-        world.sink.count() >= 2
-    })
-    .await;
-    stop.cancel();
-    let outcome = tick.await.unwrap().unwrap();
+    world.wait_for_mails(2).await;
+    tick.stop.cancel();
+    let outcome = tick.outcome().await;
 
     let TickOutcome::Shutdown(summary) = outcome else {
         panic!("expected Shutdown, got {outcome:?}");

@@ -71,16 +71,12 @@ async fn a_large_tick_at_full_speed_stops_soon_after_its_lock_is_stolen() {
         .set("smtp.pool_size", 16);
     common::insert_overdue(world.pool(), 20_000).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = tokio::spawn(async move { run_tick(&ctx, &stop).await });
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until("1000 mails arrive", Duration::from_secs(60), || async {
-        world.sink.count() >= 1000
-    })
-    .await;
+    world.wait_for_mails(1000).await;
     let _thief = common::Backend::Redis.steal(&world).await;
     let at_theft = world.sink.count();
-    let outcome = tick.await.unwrap().unwrap();
+    let outcome = tick.outcome().await;
 
     assert!(
         matches!(

@@ -67,18 +67,12 @@ async fn while_a_tick_runs_the_lock_names_its_run(backend: Backend) {
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     common::insert_overdue(world.pool(), 5).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = tokio::spawn(async move { run_tick(&ctx, &stop).await });
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until(
-        "the first mail arrives",
-        Duration::from_secs(10),
-        || async { world.sink.count() >= 1 },
-    )
-    .await;
+    world.wait_for_mails(1).await;
     let holder = backend.holder_replica(&world).await;
     let redis_value = get(&world.lock_key()).await;
-    tick.await.unwrap().unwrap();
+    tick.outcome().await;
 
     assert_eq!(holder.as_deref(), Some("replica-under-test"));
     let run = &invoice_reminder::db::runs::recent_runs(world.pool(), 1)
@@ -188,22 +182,13 @@ async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl(ba
     common::insert_overdue(world.pool(), 30).await; // ~3 s of sending: three TTLs
     let holder = world.context().await;
     let rival = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = {
-        let stop = stop.clone();
-        tokio::spawn(async move { run_tick(&holder, &stop).await })
-    };
-    common::wait_until(
-        "the holder sends its first mail",
-        Duration::from_secs(10),
-        || async { world.sink.count() >= 1 },
-    )
-    .await;
+    let tick = common::spawn_tick(holder);
+    world.wait_for_mails(1).await;
 
     let mut rival_attempts = 0;
-    while !tick.is_finished() {
-        let outcome = run_tick(&rival, &stop).await.unwrap();
-        if !tick.is_finished() {
+    while !tick.handle.is_finished() {
+        let outcome = run_tick(&rival, &CancellationToken::new()).await.unwrap();
+        if !tick.handle.is_finished() {
             assert_eq!(
                 outcome,
                 TickOutcome::LockHeld,
@@ -214,7 +199,7 @@ async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl(ba
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let outcome = tick.await.unwrap().unwrap();
+    let outcome = tick.outcome().await;
     assert!(
         matches!(outcome, TickOutcome::Done(ref s) if s.sent == 30),
         "{outcome:?}"
@@ -237,16 +222,12 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail(backend: Backend) {
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     common::insert_overdue(world.pool(), 60).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = tokio::spawn(async move { run_tick(&ctx, &stop).await });
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until("three mails arrive", Duration::from_secs(10), || async {
-        world.sink.count() >= 3
-    })
-    .await;
+    world.wait_for_mails(3).await;
     let _thief = backend.steal(&world).await;
     let at_theft = world.sink.count();
-    let outcome = tick.await.unwrap().unwrap();
+    let outcome = tick.outcome().await;
 
     let TickOutcome::LockLost(summary) = outcome else {
         panic!("expected LockLost, got {outcome:?}");
@@ -287,15 +268,11 @@ async fn a_lock_that_vanishes_cancels_the_job_and_is_never_recreated(backend: Ba
         .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     common::insert_overdue(world.pool(), 40).await;
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = tokio::spawn(async move { run_tick(&ctx, &stop).await });
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until("two mails arrive", Duration::from_secs(10), || async {
-        world.sink.count() >= 2
-    })
-    .await;
+    world.wait_for_mails(2).await;
     backend.break_lock(&world).await;
-    let outcome = tick.await.unwrap().unwrap();
+    let outcome = tick.outcome().await;
 
     assert!(matches!(outcome, TickOutcome::LockLost(_)), "{outcome:?}");
     assert!(
@@ -321,20 +298,14 @@ async fn the_lease_lapses_by_the_local_clock_when_redis_stops_answering() {
         .set_mode(SmtpMode::Delay(Duration::from_millis(50)));
     common::insert_overdue(world.pool(), 200).await; // ~10 s if nothing stopped it
     let ctx = world.context().await;
-    let stop = CancellationToken::new();
-    let tick = tokio::spawn(async move { run_tick(&ctx, &stop).await });
+    let tick = common::spawn_tick(ctx);
 
-    common::wait_until("two mails arrive", Duration::from_secs(10), || async {
-        world.sink.count() >= 2
-    })
-    .await;
+    world.wait_for_mails(2).await;
     proxy.set_mode(ProxyMode::Stall);
     let started = tokio::time::Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(8), tick)
+    let outcome = tokio::time::timeout(Duration::from_secs(8), tick.outcome())
         .await
-        .expect("the tick must stop by itself")
-        .unwrap()
-        .unwrap();
+        .expect("the tick must stop by itself");
 
     assert!(matches!(outcome, TickOutcome::LockLost(_)), "{outcome:?}");
     // Trusted for at most ttl - ttl/5 = 800 ms after the last renewal,
