@@ -219,5 +219,9 @@ say "invoice-reminder audit"
 AUDIT=0
 "$BIN" audit || AUDIT=$?
 say "audit exit code: $AUDIT"
+# This run's lock key and fencing counter are of no further use.
+if command -v redis-cli >/dev/null; then
+  redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" DEL "$LOCK_KEY" "$LOCK_KEY:fence" >/dev/null || true
+fi
 ((FAILED == 0)) || say "warning: a replica exited with a non-zero status (see above)"
 exit "$AUDIT"
