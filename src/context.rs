@@ -106,12 +106,6 @@ impl Context {
         });
     }
 
-    /// Number of deferred writes still waiting (for tests and logs).
-    pub fn deferred_writes(&self) -> usize {
-        let d = self.deferred();
-        d.deliveries.len() + d.hand_backs.len() + d.finishes.len()
-    }
-
     /// Writes what earlier ticks could not, oldest first. Stops at the
     /// first failure (the database is still away) and keeps the rest.
     pub async fn flush_deferred(&self) {

@@ -78,16 +78,6 @@ pub enum SendError {
     Unknown { reason: String },
 }
 
-impl SendError {
-    /// Worth another attempt on a later tick.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Self::NotDelivered { permanent, .. } | Self::Refused { permanent, .. } => !permanent,
-            Self::Unknown { .. } => false,
-        }
-    }
-}
-
 /// A message ready to send.
 #[derive(Debug, Clone)]
 pub struct OutgoingMail {
@@ -520,5 +510,107 @@ async fn step<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(StepError::Smtp(e)),
         Err(_) => Err(StepError::Timeout(limit)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smtp() -> SmtpSettings {
+        crate::config::Settings::load(&crate::config::ConfigSource {
+            path: Some(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml").into()),
+            env: vec![(
+                "INVOICE_REMINDER__SMTP__MESSAGE_ID_DOMAIN".into(),
+                "mail.test".into(),
+            )],
+        })
+        .map(|s| s.smtp)
+        .unwrap_or_else(|e| panic!("default settings: {e}"))
+    }
+
+    fn reminder(name: &str, email: &str) -> ClaimedReminder {
+        ClaimedReminder {
+            reminder_id: 1,
+            invoice_id: 42,
+            attempts: 0,
+            number: "INV-7".into(),
+            amount_cents: 123_456,
+            currency: "EUR".into(),
+            due_date: NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
+            customer_name: name.into(),
+            customer_email: email.into(),
+        }
+    }
+
+    fn today() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default()
+    }
+
+    #[test]
+    fn sanitize_removes_line_breaks_and_truncates() {
+        assert_eq!(sanitize("Eve\r\nBcc: x@y", 100), "Eve Bcc: x@y");
+        assert_eq!(sanitize("  a \t b  ", 100), "a b");
+        assert_eq!(sanitize(&"n".repeat(500), 10).chars().count(), 10);
+    }
+
+    #[test]
+    fn amounts_have_two_decimals_and_the_currency() {
+        assert_eq!(format_amount(123_456, "EUR"), "1234.56 EUR");
+        assert_eq!(format_amount(5, "USD"), "0.05 USD");
+    }
+
+    #[test]
+    fn the_same_reminder_always_gets_the_same_message_id() {
+        let a = build_message(
+            &smtp(),
+            &reminder("Ada", "ada@example.test"),
+            "2026-11-30",
+            today(),
+        );
+        let b = build_message(
+            &smtp(),
+            &reminder("Ada", "ada@example.test"),
+            "2026-11-30",
+            today(),
+        );
+        let (a, b) = (a.map(|m| m.message_id), b.map(|m| m.message_id));
+        assert_eq!(a.as_deref().ok(), Some("invoice-42.2026-11-30@mail.test"));
+        assert_eq!(a.ok(), b.ok());
+    }
+
+    #[test]
+    fn the_message_carries_the_invoice_and_no_injected_header() {
+        let mail = build_message(
+            &smtp(),
+            &reminder("Eve\r\nBcc: all@evil.test", "eve@example.test"),
+            "2026-11-30",
+            today(),
+        )
+        .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
+        .unwrap_or_default();
+        assert!(mail.contains("X-Invoice-Id: 42\r\n"), "{mail}");
+        assert!(mail.contains("X-Reminder-Period: 2026-11-30\r\n"), "{mail}");
+        assert!(
+            mail.contains("Message-ID: <invoice-42.2026-11-30@mail.test>"),
+            "{mail}"
+        );
+        assert!(!mail.contains("\r\nBcc:"), "{mail}");
+        assert!(
+            mail.contains("1234.56 EUR") && mail.contains("10 days overdue"),
+            "{mail}"
+        );
+    }
+
+    #[test]
+    fn an_invalid_address_names_the_invoice() {
+        let err = build_message(&smtp(), &reminder("X", "nope"), "2026-11-30", today())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("invoice 42") && err.contains("address"),
+            "{err}"
+        );
     }
 }

@@ -320,27 +320,3 @@ pub async fn hand_back_unattempted(
     .await?;
     Ok(u64::try_from(deleted + restored).unwrap_or(0))
 }
-
-/// One reminder as `audit` and tests see it.
-#[derive(Debug, Clone, FromRow, serde::Serialize)]
-pub struct ReminderRow {
-    pub id: i64,
-    pub invoice_id: i64,
-    pub period: String,
-    pub status: String,
-    pub attempts: i32,
-    pub run_id: Option<i64>,
-    pub message_id: Option<String>,
-    pub last_error: Option<String>,
-}
-
-/// All reminders of a period, by invoice (tests and small reports).
-pub async fn list_for_period(pool: &PgPool, period: &str) -> Result<Vec<ReminderRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, invoice_id, period, status, attempts, run_id, message_id, last_error
-           FROM reminders WHERE period = $1 ORDER BY invoice_id",
-    )
-    .bind(period)
-    .fetch_all(pool)
-    .await
-}

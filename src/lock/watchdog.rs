@@ -118,10 +118,6 @@ impl LeaseGuard {
         }
     }
 
-    pub fn is_lost(&self) -> bool {
-        self.check().is_err()
-    }
-
     pub fn lost_reason(&self) -> Option<LostReason> {
         *self.inner.reason.lock().unwrap_or_else(|p| p.into_inner())
     }
