@@ -27,7 +27,7 @@ async fn runs_per_slot(backend: Backend, min_hold: &str) -> Vec<i64> {
         ),
     ];
     common::wait_until(
-        "five cron slots were worked",
+        "six cron slots were worked",
         Duration::from_secs(60),
         || async {
             sqlx::query_scalar::<_, i64>(
