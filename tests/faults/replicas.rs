@@ -68,11 +68,19 @@ async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens(back
             .await
             .unwrap();
     assert_eq!(runs, tokens, "every run had a token of its own");
+    // Which replica wins each race is up to the scheduler, and one may win
+    // all of them; what matters is that both took part in the ticks and the
+    // shared name never let the loser believe it held the lock.
+    let skipped: usize = replicas
+        .iter()
+        .map(|r| r.log().matches("lock held, skipping").count())
+        .sum();
+    assert!(skipped > 0, "the two replicas never contended for a tick");
     for r in &replicas {
+        let log = r.log();
         assert!(
-            r.log().contains("lock held, skipping"),
-            "both replicas competed: {}",
-            r.log()
+            log.contains("tick finished") || log.contains("lock held, skipping"),
+            "each replica took part in the ticks: {log}"
         );
     }
 }
