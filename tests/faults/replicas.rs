@@ -43,7 +43,10 @@ async fn three_replicas_over_thirty_ticks_mail_each_invoice_exactly_once(backend
 }
 
 async fn two_replicas_sharing_one_replica_id_are_told_apart_by_their_tokens(backend: Backend) {
-    let world = harness::world_for(backend).await;
+    let mut world = harness::world_for(backend).await;
+    // Held past each tick's end, so the replica that fires second in a cron
+    // slot always finds the lock taken, however fast the first one was.
+    world.set("lock.min_hold", "800ms");
     common::insert_overdue(world.pool(), 500).await;
     let adder = harness::keep_adding_overdue(&world, 30, Duration::from_millis(500), 16);
     let same_name = ReplicaOptions {
