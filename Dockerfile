@@ -39,8 +39,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin app
 
-# The binary reads config/default.toml relative to the working directory;
-# compose points INVOICE_REMINDER_CONFIG at config/docker.toml instead.
+# The defaults are compiled into the binary; config/ is copied as the
+# documented starting point, and compose points INVOICE_REMINDER_CONFIG at
+# config/docker.toml.
 WORKDIR /app
 COPY --from=builder /build/target/release/invoice-reminder /usr/local/bin/invoice-reminder
 COPY config ./config

@@ -34,8 +34,8 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::db;
-use invoice_reminder::db::reminders::{ClaimedReminder, Delivery};
-use invoice_reminder::mailer::{self, Mailer};
+use invoice_reminder::domain::{Customer, Delivery, Invoice, InvoiceId, ReminderId};
+use invoice_reminder::mail::{self, Mailer};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::extension::ClientId;
 use sqlx::PgPool;
@@ -504,15 +504,16 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
         .expect("today");
     let rows = overdue_rows(pool, today).await;
     let started = Instant::now();
-    for r in &rows {
+    for (invoice, customer) in &rows {
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO reminders (invoice_id, period, status) VALUES ($1, 'naive', 'sending') RETURNING id",
         )
-        .bind(r.invoice_id)
+        .bind(invoice.id)
         .fetch_one(pool)
         .await
         .expect("insert");
-        let mail = mailer::build_message(&settings.smtp, r, "naive", today).expect("message");
+        let mail = mail::build_message(&settings.smtp, invoice, customer, "naive", today)
+            .expect("message");
         // A fresh connection per message; TCP_NODELAY as the worker uses it,
         // so the comparison is about the design, not a socket option.
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", smtp_port))
@@ -537,17 +538,33 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
 }
 
 /// Every overdue invoice as the worker would claim it (no claim made).
-async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<ClaimedReminder> {
-    sqlx::query_as(
-        "SELECT 0::bigint AS reminder_id, i.id AS invoice_id, 0 AS attempts, i.number, i.amount_cents,
-                i.currency, i.due_date, c.name AS customer_name, c.email AS customer_email
+async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer)> {
+    type Row = (i64, String, i64, String, NaiveDate, String, String);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email
            FROM invoices i JOIN customers c ON c.id = i.customer_id
           WHERE i.paid_at IS NULL AND i.due_date < $1 - 3 ORDER BY i.id",
     )
     .bind(today)
     .fetch_all(pool)
     .await
-    .expect("overdue rows")
+    .expect("overdue rows");
+    rows.into_iter()
+        .map(
+            |(id, number, amount_cents, currency, due_date, name, email)| {
+                (
+                    Invoice {
+                        id: InvoiceId(id),
+                        number,
+                        amount_cents,
+                        currency,
+                        due_date,
+                    },
+                    Customer { name, email },
+                )
+            },
+        )
+        .collect()
 }
 
 /// The worker's database statements alone: page, claim, record as sent.
@@ -570,17 +587,17 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             break;
         };
         after = Some(last);
-        let ids: Vec<i64> = page.iter().map(|k| k.id).collect();
+        let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
         let claimed = db::reminders::claim_batch(pool, &ids, "db-only", run, None)
             .await
             .expect("claim");
-        let deliveries: Vec<(i64, Delivery)> = claimed
+        let deliveries: Vec<(ReminderId, Delivery)> = claimed
             .iter()
             .map(|c| {
                 (
-                    c.reminder_id,
+                    c.id,
                     Delivery::Sent {
-                        message_id: mailer::message_id(c.invoice_id, "db-only", "bench.test"),
+                        message_id: mail::message_id(c.invoice.id, "db-only", "bench.test"),
                     },
                 )
             })
@@ -603,11 +620,12 @@ async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
     let mailer = Mailer::new(&settings.smtp);
     let started = Instant::now();
     let sent = futures::stream::iter(rows.iter())
-        .map(|r| {
+        .map(|(invoice, customer)| {
             let mailer = mailer.clone();
             let smtp = &settings.smtp;
             async move {
-                let mail = mailer::build_message(smtp, r, "smtp-only", today).expect("message");
+                let mail = mail::build_message(smtp, invoice, customer, "smtp-only", today)
+                    .expect("message");
                 mailer.send(&mail).await.is_ok()
             }
         })

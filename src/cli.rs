@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
     about = "Emails customers about overdue invoices, once per period, from any number of replicas."
 )]
 pub struct Cli {
-    /// Configuration file [default: config/default.toml]
+    /// Configuration file, layered over the compiled-in defaults [default: none]
     #[arg(
         long,
         global = true,

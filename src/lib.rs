@@ -5,39 +5,45 @@
 //! twice.
 //!
 //! Two lines of defence:
-//! 1. a lease ([`lock`]): a Redis key with a unique token, renewed by a
-//!    watchdog that cancels the work when the lease is lost, so normally
-//!    one replica works a tick;
+//! 1. a lease ([`lock`]): a Redis key with a unique token, or a PostgreSQL
+//!    session advisory lock, renewed by a watchdog that cancels the work when
+//!    the lease is lost, so normally one replica works a tick;
 //! 2. the database ([`db::reminders`]): each reminder is claimed under
-//!    UNIQUE (invoice_id, period) *before* its mail is sent, so a second
-//!    sender is refused even when the lock fails.
+//!    UNIQUE (invoice_id, period) *before* its mail is sent, with the
+//!    holder's fencing token, so a second or stale sender is refused even
+//!    when the lock fails.
 //!
 //! Delivery is at-most-once: a process that dies between the SMTP server's
 //! acceptance and the status update leaves a `sending` row whose fate is
 //! unknown; it is never resent, and `audit` lists it.
 //!
 //! ## Layout
-//! * [`config`]: typed settings, loaded and validated once.
-//! * [`telemetry`]: structured logging.
-//! * [`shutdown`]: the SIGTERM/SIGINT token.
-//! * [`lock`]: the lease model (design note), the Redis backend, the watchdog.
-//! * [`db`]: all SQL: invoices, reminders (the claim protocol), runs, audit, seed.
-//! * [`period`]: the period key (`2026-11-30`, `2026-W49`, `2026-11`).
-//! * [`mailer`]: message building and SMTP with known-or-unknown outcomes.
-//! * [`reminders`]: one tick, returning a [`reminders::TickOutcome`].
-//! * [`scheduler`]: cron wiring; one tick at a time.
-//! * [`context`]: what a tick needs, built from the settings.
-//! * [`cli`], [`commands`]: the command line.
+//! Read [`tick`] first: the job top to bottom. Then:
+//! * [`tick::pipeline`](tick) claim → send → record; [`tick::deferred`]
+//!   results held while the database is away.
+//! * [`db`]: all SQL; [`db::reminders`] is the claim protocol.
+//! * [`lock`]: the lease model (design note), Redis and PostgreSQL backends,
+//!   the watchdog.
+//! * [`mail`]: building a message, and SMTP with known-or-unknown outcomes.
+//! * [`domain`]: the plain values the layers exchange (ids, invoice,
+//!   customer, delivery, counts).
+//! * [`config`]: typed settings, defaults compiled in from
+//!   `config/default.toml`, validated once.
+//! * [`schedule`]: cron wiring, one tick at a time; [`context`]: what a tick
+//!   needs; [`period`]: the period key.
+//! * [`cli`], [`commands`]: the command line; [`telemetry`]: logs;
+//!   [`shutdown`]: the SIGTERM/SIGINT token.
 
 pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod context;
 pub mod db;
+pub mod domain;
 pub mod lock;
-pub mod mailer;
+pub mod mail;
 pub mod period;
-pub mod reminders;
-pub mod scheduler;
+pub mod schedule;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tick;

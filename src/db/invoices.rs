@@ -16,11 +16,13 @@
 use chrono::NaiveDate;
 use sqlx::{FromRow, PgPool};
 
+use crate::domain::InvoiceId;
+
 /// Position of the last row of a page; the next page starts after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
 pub struct OverdueKey {
     pub due_date: NaiveDate,
-    pub id: i64,
+    pub id: InvoiceId,
 }
 
 /// One page of overdue invoices that have no reminder for `period` yet,
@@ -86,7 +88,7 @@ pub async fn count_overdue(pool: &PgPool, cutoff: NaiveDate) -> Result<i64, sqlx
 /// A reminder the next tick would attempt (for `run-once --dry-run`).
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct DueReminder {
-    pub invoice_id: i64,
+    pub invoice_id: InvoiceId,
     pub number: String,
     pub customer_email: String,
     pub due_date: NaiveDate,

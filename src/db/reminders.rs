@@ -37,6 +37,7 @@ use chrono::NaiveDate;
 use sqlx::{FromRow, PgPool, Postgres, Transaction};
 
 use super::locks::advance_fence;
+use crate::domain::{Claimed, Counts, Customer, Delivery, Invoice, InvoiceId, ReminderId};
 
 /// The fencing token a claim presents, and the lock it was drawn for.
 #[derive(Debug, Clone, Copy)]
@@ -71,19 +72,38 @@ async fn begin_fenced<'c>(
     Ok(tx)
 }
 
-/// A claimed reminder with everything needed to build its message.
-#[derive(Debug, Clone, FromRow)]
-pub struct ClaimedReminder {
-    pub reminder_id: i64,
-    pub invoice_id: i64,
-    /// Delivery attempts finished before this claim (0 for a first claim).
-    pub attempts: i32,
-    pub number: String,
-    pub amount_cents: i64,
-    pub currency: String,
-    pub due_date: NaiveDate,
-    pub customer_name: String,
-    pub customer_email: String,
+/// A claimed row joined with its invoice and customer.
+#[derive(FromRow)]
+struct ClaimedRow {
+    reminder_id: ReminderId,
+    invoice_id: InvoiceId,
+    attempts: i32,
+    number: String,
+    amount_cents: i64,
+    currency: String,
+    due_date: NaiveDate,
+    customer_name: String,
+    customer_email: String,
+}
+
+impl From<ClaimedRow> for Claimed {
+    fn from(r: ClaimedRow) -> Self {
+        Claimed {
+            id: r.reminder_id,
+            attempts: r.attempts,
+            invoice: Invoice {
+                id: r.invoice_id,
+                number: r.number,
+                amount_cents: r.amount_cents,
+                currency: r.currency,
+                due_date: r.due_date,
+            },
+            customer: Customer {
+                name: r.customer_name,
+                email: r.customer_email,
+            },
+        }
+    }
 }
 
 /// Claims reminders for `invoice_ids` in `period` for run `run_id`. Returns
@@ -91,13 +111,13 @@ pub struct ClaimedReminder {
 /// if no newer lock holder has written.
 pub async fn claim_batch(
     pool: &PgPool,
-    invoice_ids: &[i64],
+    invoice_ids: &[InvoiceId],
     period: &str,
     run_id: i64,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<ClaimedReminder>, ClaimError> {
+) -> Result<Vec<Claimed>, ClaimError> {
     let mut tx = begin_fenced(pool, fence).await?;
-    let claimed = sqlx::query_as(
+    let claimed: Vec<ClaimedRow> = sqlx::query_as(
         "WITH claimed AS (
              INSERT INTO reminders (invoice_id, period, status, run_id, fence_token)
              SELECT i.id, $2, 'sending', $3, $4
@@ -122,7 +142,7 @@ pub async fn claim_batch(
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(claimed)
+    Ok(claimed.into_iter().map(Claimed::from).collect())
 }
 
 /// Re-claims up to `limit` `failed` reminders of `period` that still have
@@ -135,9 +155,9 @@ pub async fn reclaim_failed(
     max_attempts: u32,
     limit: u32,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<ClaimedReminder>, ClaimError> {
+) -> Result<Vec<Claimed>, ClaimError> {
     let mut tx = begin_fenced(pool, fence).await?;
-    let claimed = sqlx::query_as(
+    let claimed: Vec<ClaimedRow> = sqlx::query_as(
         "WITH picked AS (
              SELECT r.id
                FROM reminders r
@@ -173,47 +193,7 @@ pub async fn reclaim_failed(
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(claimed)
-}
-
-/// What one send attempt ended in, as recorded on the row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The SMTP server accepted the message.
-    Sent { message_id: String },
-    /// Transient failure: retried on a later tick while attempts remain.
-    Failed { error: String },
-    /// Not delivered because the SMTP server could not be reached at all:
-    /// `failed` like a transient failure, but it does not use up an attempt
-    /// (nothing reached the server), so an outage cannot exhaust retries.
-    Deferred { error: String },
-    /// Final failure: never retried.
-    Discarded { error: String },
-    /// Handed over without a reply: stays `sending`, never retried.
-    Unknown { error: String },
-}
-
-impl Delivery {
-    fn kind(&self) -> &'static str {
-        match self {
-            Self::Sent { .. } => "sent",
-            Self::Failed { .. } => "failed",
-            Self::Deferred { .. } => "deferred",
-            Self::Discarded { .. } => "discarded",
-            Self::Unknown { .. } => "unknown",
-        }
-    }
-}
-
-/// Counts of what `record_deliveries` wrote.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    pub sent: u32,
-    /// `failed` (will be retried).
-    pub failed: u32,
-    /// `discarded`, including failures that used the last attempt.
-    pub discarded: u32,
-    pub unknown: u32,
+    Ok(claimed.into_iter().map(Claimed::from).collect())
 }
 
 /// Records the outcome of a set of attempts in one statement. Only rows
@@ -224,10 +204,10 @@ pub async fn record_deliveries(
     pool: &PgPool,
     run_id: i64,
     max_attempts: u32,
-    deliveries: &[(i64, Delivery)],
-) -> Result<Recorded, sqlx::Error> {
+    deliveries: &[(ReminderId, Delivery)],
+) -> Result<Counts, sqlx::Error> {
     if deliveries.is_empty() {
-        return Ok(Recorded::default());
+        return Ok(Counts::default());
     }
     let mut ids = Vec::with_capacity(deliveries.len());
     let mut kinds = Vec::with_capacity(deliveries.len());
@@ -278,7 +258,7 @@ pub async fn record_deliveries(
     .bind(run_id)
     .fetch_all(pool)
     .await?;
-    let mut recorded = Recorded::default();
+    let mut recorded = Counts::default();
     for (status,) in statuses {
         match status.as_str() {
             "sent" => recorded.sent += 1,
@@ -300,7 +280,7 @@ pub async fn record_deliveries(
 pub async fn hand_back_unattempted(
     pool: &PgPool,
     run_id: i64,
-    keep: &[i64],
+    keep: &[ReminderId],
 ) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = sqlx::query_as(
         "WITH deleted AS (

@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
+use crate::domain::Counts;
+
 /// How a run ended; stored as text in `job_runs.outcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -28,14 +30,6 @@ impl RunOutcome {
             Self::Error => "error",
         }
     }
-}
-
-/// Counters written when a run finishes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunCounts {
-    pub claimed: u32,
-    pub sent: u32,
-    pub failed: u32,
 }
 
 pub async fn start_run(
@@ -61,7 +55,7 @@ pub async fn finish_run(
     pool: &PgPool,
     run_id: i64,
     outcome: RunOutcome,
-    counts: RunCounts,
+    counts: &Counts,
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
@@ -73,7 +67,8 @@ pub async fn finish_run(
     .bind(outcome.as_str())
     .bind(i64::from(counts.claimed))
     .bind(i64::from(counts.sent))
-    .bind(i64::from(counts.failed))
+    // job_runs.failed counts every reminder not delivered this run.
+    .bind(i64::from(counts.failed + counts.discarded))
     .bind(error)
     .execute(pool)
     .await?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::context::Context;
-use invoice_reminder::reminders::{TickError, TickOutcome, run_tick};
+use invoice_reminder::tick::{TickError, TickOutcome, run_tick};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio_util::sync::CancellationToken;

@@ -372,7 +372,7 @@ fn worker_configuration_loads_through_the_real_loader_as_compose_passes_it() {
 #[test]
 fn worker_ticks_every_few_seconds() {
     let settings = worker_settings(&compose());
-    let (_, longest) = tick_gaps(&settings.schedule.cron);
+    let (_, longest) = tick_gaps(settings.schedule.cron.as_str());
     assert!(
         longest <= DEMO_TICK_AT_MOST,
         "schedule.cron {:?} leaves up to {longest:?} between ticks; the demo wants a tick every few seconds",
@@ -383,7 +383,7 @@ fn worker_ticks_every_few_seconds() {
 #[test]
 fn lock_min_hold_is_shorter_than_the_gap_between_ticks() {
     let settings = worker_settings(&compose());
-    let (shortest, _) = tick_gaps(&settings.schedule.cron);
+    let (shortest, _) = tick_gaps(settings.schedule.cron.as_str());
     assert!(
         settings.lock.min_hold < shortest,
         "lock.min_hold {:?} must be below the cron interval {shortest:?}, or the next tick finds the lock still held",

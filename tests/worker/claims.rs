@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use invoice_reminder::db;
+use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::LeaseGuard;
-use invoice_reminder::reminders::{TickOutcome, run_tick, work_period};
+use invoice_reminder::tick::{TickOutcome, run_tick, work_period};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, SmtpMode, World};
@@ -20,7 +21,14 @@ async fn one_tick_sends_one_reminder_per_overdue_invoice_and_records_the_run() {
     let TickOutcome::Done(summary) = outcome else {
         panic!("expected Done, got {outcome:?}");
     };
-    assert_eq!((summary.claimed, summary.sent, summary.failed), (25, 25, 0));
+    assert_eq!(
+        (
+            summary.counts.claimed,
+            summary.counts.sent,
+            summary.counts.failed
+        ),
+        (25, 25, 0)
+    );
     let mut mailed = world.sink.invoice_ids();
     mailed.sort();
     assert_eq!(mailed, ids);
@@ -43,7 +51,10 @@ async fn a_second_tick_in_the_same_period_sends_nothing() {
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
-    assert_eq!(outcome.summary().map(|s| (s.claimed, s.sent)), Some((0, 0)));
+    assert_eq!(
+        outcome.summary().map(|s| (s.counts.claimed, s.counts.sent)),
+        Some((0, 0))
+    );
     assert_eq!(world.sink.count(), 10);
 }
 
@@ -94,7 +105,7 @@ async fn with_the_lock_bypassed_concurrent_ticks_still_send_each_reminder_once()
 
     let mut claimed_by_each = Vec::new();
     for r in results {
-        claimed_by_each.push(r.unwrap().summary().unwrap().claimed);
+        claimed_by_each.push(r.unwrap().summary().unwrap().counts.claimed);
     }
     common::assert_no_duplicate_mail(&world.sink);
     assert_eq!(world.sink.count(), 300);
@@ -118,16 +129,17 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
         .await
         .unwrap();
 
-    let first = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run, None)
+    let ids = [InvoiceId(owed), InvoiceId(paid)];
+    let first = db::reminders::claim_batch(world.pool(), &ids, "2026-11-30", run, None)
         .await
         .unwrap();
-    let second = db::reminders::claim_batch(world.pool(), &[owed, paid], "2026-11-30", run, None)
+    let second = db::reminders::claim_batch(world.pool(), &ids, "2026-11-30", run, None)
         .await
         .unwrap();
 
     assert_eq!(
-        first.iter().map(|c| c.invoice_id).collect::<Vec<_>>(),
-        vec![owed]
+        first.iter().map(|c| c.invoice.id).collect::<Vec<_>>(),
+        vec![InvoiceId(owed)]
     );
     assert!(second.is_empty());
 }
@@ -185,11 +197,11 @@ async fn a_dry_run_lists_what_would_be_sent_and_claims_nothing() {
     let ids = common::insert_overdue(world.pool(), 5).await;
     let ctx = world.context().await;
 
-    let plan = invoice_reminder::reminders::dry_run(&ctx, 100)
+    let plan = invoice_reminder::commands::dry_run(&ctx, 100)
         .await
         .unwrap();
 
-    let mut listed: Vec<i64> = plan.would_send.iter().map(|r| r.invoice_id).collect();
+    let mut listed: Vec<i64> = plan.would_send.iter().map(|r| r.invoice_id.0).collect();
     listed.sort();
     assert_eq!(listed, ids);
     assert!(common::statuses(world.pool()).await.is_empty());
@@ -205,6 +217,6 @@ async fn overdue_invoices_are_paged_through_in_batches() {
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
-    assert_eq!(outcome.summary().unwrap().sent, 50);
+    assert_eq!(outcome.summary().unwrap().counts.sent, 50);
     assert_eq!(world.sink.count(), 50);
 }

@@ -4,7 +4,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use invoice_reminder::reminders::run_tick;
+use invoice_reminder::tick::run_tick;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -66,7 +66,7 @@ async fn seed_makes_the_share_of_overdue_invoices_asked_for() {
         stdout(&out)
     );
     let ctx = world.context().await;
-    let plan = invoice_reminder::reminders::dry_run(&ctx, 100)
+    let plan = invoice_reminder::commands::dry_run(&ctx, 100)
         .await
         .unwrap();
     assert_eq!(plan.would_send.len(), 10);

@@ -5,7 +5,9 @@ use std::io::Write;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use invoice_reminder::config::{ConfigSource, Settings, known_keys};
+use std::collections::BTreeMap;
+
+use invoice_reminder::config::{ConfigSource, Settings};
 
 use crate::common;
 
@@ -211,11 +213,9 @@ fn an_unreachable_database_is_a_runtime_error_without_the_password() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-#[test]
-fn the_shipped_default_file_lists_every_key_and_loads() {
-    let text = std::fs::read_to_string(common::default_config_path()).unwrap();
-    let mut listed = Vec::new();
-    fn walk(prefix: &str, t: &toml::Table, out: &mut Vec<String>) {
+/// Every leaf key of a TOML document with its value, dotted.
+fn toml_leaves(text: &str) -> BTreeMap<String, toml::Value> {
+    fn walk(prefix: &str, t: &toml::Table, out: &mut BTreeMap<String, toml::Value>) {
         for (k, v) in t {
             let key = if prefix.is_empty() {
                 k.clone()
@@ -224,21 +224,96 @@ fn the_shipped_default_file_lists_every_key_and_loads() {
             };
             match v {
                 toml::Value::Table(inner) => walk(&key, inner, out),
-                _ => out.push(key),
+                other => {
+                    out.insert(key, other.clone());
+                }
             }
         }
     }
-    walk("", &text.parse().unwrap(), &mut listed);
-    // replica_id is documented but commented out: its default is computed.
-    assert!(text.contains("# replica_id ="));
-    listed.push("replica_id".into());
-    listed.sort();
-    assert_eq!(listed, known_keys());
-    Settings::load(&ConfigSource {
-        path: Some(common::default_config_path()),
-        env: vec![],
-    })
-    .unwrap();
+    let mut out = BTreeMap::new();
+    walk("", &text.parse().unwrap(), &mut out);
+    out
+}
+
+/// The README's configuration table: key -> default, as written there.
+fn readme_key_table() -> BTreeMap<String, String> {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let backticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut table = BTreeMap::new();
+    let rows = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| key | default | meaning |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'));
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let keys = backticked(cells[1]);
+        let mut defaults = backticked(cells[2]);
+        if defaults.is_empty() {
+            defaults.push(cells[2].to_owned());
+        }
+        if defaults.len() == 1 {
+            defaults = vec![defaults[0].clone(); keys.len()];
+        }
+        assert_eq!(keys.len(), defaults.len(), "README row: {row}");
+        table.extend(keys.into_iter().zip(defaults));
+    }
+    assert!(!table.is_empty(), "no configuration table in the README");
+    table
+}
+
+#[test]
+fn the_readme_key_table_matches_the_defaults_key_for_key() {
+    let defaults = toml_leaves(invoice_reminder::config::DEFAULTS);
+    let readme = readme_key_table();
+    // replica_id is documented in default.toml but commented out: its
+    // default is computed (hostname-pid).
+    assert!(invoice_reminder::config::DEFAULTS.contains("# replica_id ="));
+    let mut documented: Vec<String> = defaults.keys().cloned().collect();
+    documented.push("replica_id".into());
+    let mut in_readme: Vec<String> = readme.keys().cloned().collect();
+    documented.sort();
+    in_readme.sort();
+    assert_eq!(in_readme, documented, "README keys vs config/default.toml");
+    for (key, value) in &defaults {
+        let expected = match value {
+            toml::Value::String(s) if s.is_empty() => "empty".to_owned(),
+            toml::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        assert_eq!(readme[key], expected, "README default of {key}");
+    }
+}
+
+#[test]
+fn the_binary_runs_from_an_empty_directory_without_a_config_file() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("empty-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = binary()
+        .current_dir(&dir)
+        .env("INVOICE_REMINDER__DATABASE__CONNECT_TIMEOUT", "1s")
+        .arg("status")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The configuration loads (defaults plus env): the failure, if any, is
+    // the unreachable database of `binary()`, a runtime error (1), not 2.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("failed to connect to PostgreSQL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("config"), "{stderr}");
 }
 
 #[test]

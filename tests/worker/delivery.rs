@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use invoice_reminder::reminders::{TickOutcome, run_tick};
+use invoice_reminder::tick::{TickOutcome, run_tick};
 use redis::AsyncCommands as _;
 use tokio_util::sync::CancellationToken;
 
@@ -111,7 +111,10 @@ async fn a_4xx_is_retried_on_a_later_tick_and_delivered_once() {
     world.sink.set_mode(SmtpMode::Refuse4xx);
 
     let first = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-    assert_eq!(first.summary().map(|s| (s.sent, s.failed)), Some((0, 5)));
+    assert_eq!(
+        first.summary().map(|s| (s.counts.sent, s.counts.failed)),
+        Some((0, 5))
+    );
     assert_eq!(common::count_status(world.pool(), "failed").await, 5);
     // Retried once per tick, not in a loop within the tick.
     assert_eq!(world.sink.refused(), 5);
@@ -119,7 +122,7 @@ async fn a_4xx_is_retried_on_a_later_tick_and_delivered_once() {
     world.sink.set_mode(SmtpMode::Accept);
     let second = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
-    assert_eq!(second.summary().map(|s| s.sent), Some(5));
+    assert_eq!(second.summary().map(|s| s.counts.sent), Some(5));
     assert_eq!(common::count_status(world.pool(), "sent").await, 5);
     assert_eq!(world.sink.count(), 5);
     common::assert_no_duplicate_mail(&world.sink);
@@ -184,9 +187,9 @@ async fn an_unreachable_smtp_server_fails_what_was_tried_hands_back_the_rest_and
     let TickOutcome::SmtpUnavailable(summary) = outcome else {
         panic!("expected SmtpUnavailable, got {outcome:?}");
     };
-    assert_eq!(summary.sent, 0);
-    assert_eq!(summary.failed, 1);
-    assert_eq!(summary.handed_back, 9);
+    assert_eq!(summary.counts.sent, 0);
+    assert_eq!(summary.counts.failed, 1);
+    assert_eq!(summary.counts.handed_back, 9);
     assert_eq!(common::count_status(world.pool(), "failed").await, 1);
     assert_eq!(common::count_status(world.pool(), "sending").await, 0);
     let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM reminders")
@@ -217,7 +220,7 @@ async fn a_send_cut_off_after_the_message_was_handed_over_stays_sending_and_is_n
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
-    assert_eq!(outcome.summary().map(|s| s.unknown), Some(1));
+    assert_eq!(outcome.summary().map(|s| s.counts.unknown), Some(1));
     let (status, error): (String, Option<String>) =
         sqlx::query_as("SELECT status, last_error FROM reminders")
             .fetch_one(world.pool())
@@ -263,8 +266,8 @@ async fn shutdown_mid_tick_finishes_the_mail_in_flight_and_hands_back_the_rest()
     let TickOutcome::Shutdown(summary) = outcome else {
         panic!("expected Shutdown, got {outcome:?}");
     };
-    assert_eq!(summary.sent as usize, world.sink.count());
-    assert!(summary.sent < 30);
+    assert_eq!(summary.counts.sent as usize, world.sink.count());
+    assert!(summary.counts.sent < 30);
     assert_eq!(common::count_status(world.pool(), "sending").await, 0);
     assert_eq!(
         common::count_status(world.pool(), "sent").await as usize,

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use invoice_reminder::db;
 use invoice_reminder::db::reminders::{ClaimError, Fence};
+use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::{Acquisition, LostReason};
-use invoice_reminder::reminders::{Holding, TickOutcome, work_period};
+use invoice_reminder::tick::{Holding, TickOutcome, work_period};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, Backend, World};
@@ -66,7 +67,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
     };
     let by_b = db::reminders::claim_batch(
         world.pool(),
-        &invoices[..5],
+        &ids(&invoices[..5]),
         "2026-11-30",
         run_b,
         Some(fence_b),
@@ -81,16 +82,18 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         "nothing in A noticed the loss"
     );
     let holding = Holding {
-        token: stale.token(),
-        fence: stale.fence(),
-        lock_key: &key,
+        lock_token: stale.token(),
+        fence: Fence {
+            lock_key: &key,
+            token: stale.fence(),
+        },
     };
     let outcome = work_period(&a, Some(holding), &stale.guard(), &CancellationToken::new())
         .await
         .unwrap();
 
     assert!(
-        matches!(outcome, TickOutcome::LockLost(ref s) if s.claimed == 0),
+        matches!(outcome, TickOutcome::LockLost(ref s) if s.counts.claimed == 0),
         "{outcome:?}"
     );
     assert_eq!(stale.guard().lost_reason(), Some(LostReason::Fenced));
@@ -105,7 +108,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
     // The stale token is refused outright, too.
     let refused = db::reminders::claim_batch(
         world.pool(),
-        &invoices[5..],
+        &ids(&invoices[5..]),
         "2026-11-30",
         run_b,
         Some(Fence {
@@ -150,4 +153,8 @@ async fn fencing_tokens_grow_with_every_acquisition(backend: Backend) {
     tokio::time::timeout(Duration::from_secs(5), ctx.lock.finish())
         .await
         .unwrap();
+}
+
+fn ids(invoices: &[i64]) -> Vec<InvoiceId> {
+    invoices.iter().copied().map(InvoiceId).collect()
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use invoice_reminder::reminders::run_tick;
+use invoice_reminder::tick::run_tick;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, World};
@@ -20,7 +20,7 @@ async fn max_per_tick_leaves_the_rest_for_the_next_ticks() {
     let mut per_tick = Vec::new();
     for _ in 0..4 {
         let outcome = run_tick(&ctx, &stop).await.unwrap();
-        per_tick.push(outcome.summary().unwrap().sent);
+        per_tick.push(outcome.summary().unwrap().counts.sent);
     }
 
     assert_eq!(per_tick, vec![7, 7, 6, 0]);
@@ -79,10 +79,7 @@ async fn a_large_tick_at_full_speed_stops_soon_after_its_lock_is_stolen() {
     let outcome = tick.outcome().await;
 
     assert!(
-        matches!(
-            outcome,
-            invoice_reminder::reminders::TickOutcome::LockLost(_)
-        ),
+        matches!(outcome, invoice_reminder::tick::TickOutcome::LockLost(_)),
         "{outcome:?}"
     );
     // One renewal interval at full speed is a few hundred mails; without the

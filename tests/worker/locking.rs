@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use invoice_reminder::lock::{Acquisition, Released};
-use invoice_reminder::reminders::{TickOutcome, run_tick};
+use invoice_reminder::tick::{TickOutcome, run_tick};
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
@@ -201,7 +201,7 @@ async fn the_watchdog_keeps_the_lock_alive_through_a_tick_longer_than_the_ttl(ba
 
     let outcome = tick.outcome().await;
     assert!(
-        matches!(outcome, TickOutcome::Done(ref s) if s.sent == 30),
+        matches!(outcome, TickOutcome::Done(ref s) if s.counts.sent == 30),
         "{outcome:?}"
     );
     assert!(
@@ -239,7 +239,7 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail(backend: Backend) {
         "{} mails after the theft",
         world.sink.count() - at_theft
     );
-    assert_eq!(summary.sent as usize, world.sink.count());
+    assert_eq!(summary.counts.sent as usize, world.sink.count());
     assert!(
         backend.thief_holds(&world).await,
         "the thief's lock is untouched"

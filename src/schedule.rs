@@ -20,7 +20,7 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
-use crate::reminders::{TickOutcome, run_tick};
+use crate::tick::{TickOutcome, run_tick};
 
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
 /// returns once the tick in flight (if any) has finished.

@@ -1,17 +1,6 @@
-//! Building reminder messages and handing them to the SMTP server.
+//! Handing messages to the SMTP server, and knowing afterwards whether it
+//! might have them.
 //!
-//! # Messages
-//! Every reminder has a deterministic `Message-ID:
-//! <invoice-{id}.{period}@{smtp.message_id_domain}>`, so the same reminder
-//! always carries the same id and mail systems can deduplicate, plus
-//! `X-Invoice-Id` and `X-Reminder-Period` headers. Customer data (names,
-//! invoice numbers) is stripped of control characters and length-limited
-//! before it reaches a header, and lettre encodes what remains, so CR/LF in
-//! a name can never start a new header. An address that does not parse is a
-//! [`MessageError`]: the reminder is discarded with that reason and the
-//! others still go out.
-//!
-//! # Sending, and what we know afterwards
 //! We speak SMTP over lettre's connection type with a small pool of our own,
 //! because the one thing the job must know after a failure is *whether the
 //! server might have accepted the message*:
@@ -23,15 +12,12 @@
 //! * a network error or timeout *after* the message body was handed over is
 //!   [`SendError::Unknown`]: the server may have accepted it. We never retry
 //!   those (at-most-once); the row stays `sending` and `audit` lists it.
+//!
+//! [`classify`] turns each of these into the [`Delivery`] that is recorded.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::NaiveDate;
-use lettre::Address;
-use lettre::address::Envelope;
-use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
-use lettre::message::{Mailbox, Message};
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
@@ -40,24 +26,12 @@ use secrecy::ExposeSecret;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout};
 
+use super::OutgoingMail;
 use crate::config::{SmtpSettings, SmtpTls};
-use crate::db::reminders::ClaimedReminder;
+use crate::domain::{Delivery, InvoiceId};
 
-/// Longest customer name we put in a header or greeting.
-pub const MAX_NAME_CHARS: usize = 100;
-/// Longest invoice number we put in a subject.
-pub const MAX_NUMBER_CHARS: usize = 64;
 /// Idle pooled connections older than this are closed instead of reused.
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
-
-/// A reminder that cannot become a message; final, never retried.
-#[derive(Debug, thiserror::Error)]
-pub enum MessageError {
-    #[error("invalid email address for invoice {invoice_id}: {reason}")]
-    InvalidAddress { invoice_id: i64, reason: String },
-    #[error("cannot build the message for invoice {invoice_id}: {reason}")]
-    Build { invoice_id: i64, reason: String },
-}
 
 /// What happened to a message the server may or may not have.
 #[derive(Debug, thiserror::Error)]
@@ -78,155 +52,37 @@ pub enum SendError {
     Unknown { reason: String },
 }
 
-/// A message ready to send.
-#[derive(Debug, Clone)]
-pub struct OutgoingMail {
-    pub invoice_id: i64,
-    /// The Message-ID value, without angle brackets.
-    pub message_id: String,
-    envelope: Envelope,
-    bytes: Vec<u8>,
-}
-
-impl OutgoingMail {
-    /// The formatted message as sent (headers and body).
-    pub fn formatted(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    /// Sender and recipients for the SMTP transaction.
-    pub fn envelope(&self) -> &Envelope {
-        &self.envelope
+impl SendError {
+    /// No connection to the SMTP server could be made at all.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::NotDelivered { connect: true, .. })
     }
 }
 
-/// `invoice-{id}.{period}@{domain}`: the same reminder, the same id.
-pub fn message_id(invoice_id: i64, period: &str, domain: &str) -> String {
-    format!("invoice-{invoice_id}.{period}@{domain}")
-}
-
-/// Removes control characters (CR, LF, TAB, ...), collapses whitespace and
-/// truncates, so user data is safe and short in a header or a line.
-pub fn sanitize(text: &str, max_chars: usize) -> String {
-    let cleaned: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let collapsed = cleaned.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() > max_chars {
-        let mut cut: String = collapsed
-            .chars()
-            .take(max_chars.saturating_sub(1))
-            .collect();
-        cut.push('…');
-        cut
-    } else {
-        collapsed
+/// What a failed send means for its row: retried later, dropped for good,
+/// or unknown. An unreachable server is `Deferred` (no attempt used).
+pub fn classify(invoice_id: InvoiceId, e: SendError) -> Delivery {
+    let error = e.to_string();
+    match e {
+        SendError::NotDelivered { connect: true, .. } => Delivery::Deferred { error },
+        SendError::NotDelivered {
+            permanent: true, ..
+        }
+        | SendError::Refused {
+            permanent: true, ..
+        } => {
+            tracing::warn!(%invoice_id, %error, "reminder rejected permanently");
+            Delivery::Discarded { error }
+        }
+        SendError::NotDelivered { .. } | SendError::Refused { .. } => {
+            tracing::warn!(%invoice_id, %error, "reminder failed; will retry on a later tick");
+            Delivery::Failed { error }
+        }
+        SendError::Unknown { .. } => {
+            tracing::error!(%invoice_id, %error, "delivery unknown; the reminder stays 'sending' and is not retried");
+            Delivery::Unknown { error }
+        }
     }
-}
-
-/// `12345` cents, `EUR` → `123.45 EUR`.
-pub fn format_amount(amount_cents: i64, currency: &str) -> String {
-    let sign = if amount_cents < 0 { "-" } else { "" };
-    let abs = amount_cents.unsigned_abs();
-    format!("{sign}{}.{:02} {currency}", abs / 100, abs % 100)
-}
-
-#[derive(Clone)]
-struct XInvoiceId(String);
-
-impl Header for XInvoiceId {
-    fn name() -> HeaderName {
-        HeaderName::new_from_ascii_str("X-Invoice-Id")
-    }
-    fn parse(s: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Self(s.to_owned()))
-    }
-    fn display(&self) -> HeaderValue {
-        HeaderValue::new(Self::name(), self.0.clone())
-    }
-}
-
-#[derive(Clone)]
-struct XReminderPeriod(String);
-
-impl Header for XReminderPeriod {
-    fn name() -> HeaderName {
-        HeaderName::new_from_ascii_str("X-Reminder-Period")
-    }
-    fn parse(s: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Self(s.to_owned()))
-    }
-    fn display(&self) -> HeaderValue {
-        HeaderValue::new(Self::name(), self.0.clone())
-    }
-}
-
-/// Builds the reminder for one claimed row. `today` is the database's date
-/// in the configured zone (the same one the period came from).
-pub fn build_message(
-    smtp: &SmtpSettings,
-    reminder: &ClaimedReminder,
-    period: &str,
-    today: NaiveDate,
-) -> Result<OutgoingMail, MessageError> {
-    let invoice_id = reminder.invoice_id;
-    let email = reminder.customer_email.trim();
-    let address: Address =
-        email.parse().map_err(
-            |e: lettre::address::AddressError| MessageError::InvalidAddress {
-                invoice_id,
-                reason: if email.is_empty() {
-                    "the customer has no email address".to_owned()
-                } else {
-                    e.to_string()
-                },
-            },
-        )?;
-    let name = sanitize(&reminder.customer_name, MAX_NAME_CHARS);
-    let to = Mailbox::new((!name.is_empty()).then(|| name.clone()), address);
-    let number = sanitize(&reminder.number, MAX_NUMBER_CHARS);
-    let days_overdue = (today - reminder.due_date).num_days().max(0);
-    let amount = format_amount(reminder.amount_cents, &reminder.currency);
-    let id = message_id(invoice_id, period, &smtp.message_id_domain);
-    let greeting = if name.is_empty() {
-        "Hello,".to_owned()
-    } else {
-        format!("Dear {name},")
-    };
-    let day_word = if days_overdue == 1 { "day" } else { "days" };
-    let body = format!(
-        "{greeting}\n\n\
-         our records show that invoice {number} for {amount}, due on {due}, \
-         is {days_overdue} {day_word} overdue.\n\n\
-         Invoice:      {number}\n\
-         Amount:       {amount}\n\
-         Due date:     {due}\n\
-         Days overdue: {days_overdue}\n\n\
-         If you have already paid, please ignore this message.\n",
-        due = reminder.due_date.format("%Y-%m-%d"),
-    );
-    let message = Message::builder()
-        .from(smtp.from.clone())
-        .to(to)
-        .subject(format!(
-            "Payment reminder: invoice {number} is {days_overdue} {day_word} overdue"
-        ))
-        .message_id(Some(format!("<{id}>")))
-        .header(XInvoiceId(invoice_id.to_string()))
-        .header(XReminderPeriod(period.to_owned()))
-        .header(ContentType::TEXT_PLAIN)
-        .body(body)
-        .map_err(|e| MessageError::Build {
-            invoice_id,
-            reason: e.to_string(),
-        })?;
-    Ok(OutgoingMail {
-        invoice_id,
-        message_id: id,
-        envelope: message.envelope().clone(),
-        bytes: message.formatted(),
-    })
 }
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
@@ -510,107 +366,5 @@ async fn step<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(StepError::Smtp(e)),
         Err(_) => Err(StepError::Timeout(limit)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn smtp() -> SmtpSettings {
-        crate::config::Settings::load(&crate::config::ConfigSource {
-            path: Some(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.toml").into()),
-            env: vec![(
-                "INVOICE_REMINDER__SMTP__MESSAGE_ID_DOMAIN".into(),
-                "mail.test".into(),
-            )],
-        })
-        .map(|s| s.smtp)
-        .unwrap_or_else(|e| panic!("default settings: {e}"))
-    }
-
-    fn reminder(name: &str, email: &str) -> ClaimedReminder {
-        ClaimedReminder {
-            reminder_id: 1,
-            invoice_id: 42,
-            attempts: 0,
-            number: "INV-7".into(),
-            amount_cents: 123_456,
-            currency: "EUR".into(),
-            due_date: NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
-            customer_name: name.into(),
-            customer_email: email.into(),
-        }
-    }
-
-    fn today() -> NaiveDate {
-        NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default()
-    }
-
-    #[test]
-    fn sanitize_removes_line_breaks_and_truncates() {
-        assert_eq!(sanitize("Eve\r\nBcc: x@y", 100), "Eve Bcc: x@y");
-        assert_eq!(sanitize("  a \t b  ", 100), "a b");
-        assert_eq!(sanitize(&"n".repeat(500), 10).chars().count(), 10);
-    }
-
-    #[test]
-    fn amounts_have_two_decimals_and_the_currency() {
-        assert_eq!(format_amount(123_456, "EUR"), "1234.56 EUR");
-        assert_eq!(format_amount(5, "USD"), "0.05 USD");
-    }
-
-    #[test]
-    fn the_same_reminder_always_gets_the_same_message_id() {
-        let a = build_message(
-            &smtp(),
-            &reminder("Ada", "ada@example.test"),
-            "2026-11-30",
-            today(),
-        );
-        let b = build_message(
-            &smtp(),
-            &reminder("Ada", "ada@example.test"),
-            "2026-11-30",
-            today(),
-        );
-        let (a, b) = (a.map(|m| m.message_id), b.map(|m| m.message_id));
-        assert_eq!(a.as_deref().ok(), Some("invoice-42.2026-11-30@mail.test"));
-        assert_eq!(a.ok(), b.ok());
-    }
-
-    #[test]
-    fn the_message_carries_the_invoice_and_no_injected_header() {
-        let mail = build_message(
-            &smtp(),
-            &reminder("Eve\r\nBcc: all@evil.test", "eve@example.test"),
-            "2026-11-30",
-            today(),
-        )
-        .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
-        .unwrap_or_default();
-        assert!(mail.contains("X-Invoice-Id: 42\r\n"), "{mail}");
-        assert!(mail.contains("X-Reminder-Period: 2026-11-30\r\n"), "{mail}");
-        assert!(
-            mail.contains("Message-ID: <invoice-42.2026-11-30@mail.test>"),
-            "{mail}"
-        );
-        assert!(!mail.contains("\r\nBcc:"), "{mail}");
-        assert!(
-            mail.contains("1234.56 EUR") && mail.contains("10 days overdue"),
-            "{mail}"
-        );
-    }
-
-    #[test]
-    fn an_invalid_address_names_the_invoice() {
-        let err = build_message(&smtp(), &reminder("X", "nope"), "2026-11-30", today())
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.contains("invoice 42") && err.contains("address"),
-            "{err}"
-        );
     }
 }

@@ -1,0 +1,328 @@
+//! Typed settings, loaded and validated once at start-up.
+//!
+//! Three layers, later ones winning: the defaults (`config/default.toml`,
+//! compiled into the binary, the only place a default is written), the
+//! user's file if one is named (`--config PATH` or `INVOICE_REMINDER_CONFIG`),
+//! and environment variables `INVOICE_REMINDER__<SECTION>__<KEY>`. With no
+//! file named, none is read: the binary runs from any directory.
+//!
+//! Values are deserialized straight into their types (durations, cron, time
+//! zone, addresses, URLs with their connect options), and the rules across
+//! keys are checked once ([`validate`]). Every problem is one [`ConfigError`]
+//! line naming the key and where it came from; `main` exits 2 with it. The
+//! rest of the crate never reads a raw string again. Secrets (the SMTP
+//! password, passwords inside URLs) are never printed.
+
+mod env;
+mod error;
+mod types;
+mod validate;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use lettre::message::Mailbox;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sqlx::postgres::PgConnectOptions;
+
+pub use error::ConfigError;
+pub use types::{Cron, DatabaseUrl, RedisUrl, parse_cron, redact_url};
+
+/// The defaults: every key, with its comment. Compiled in.
+pub const DEFAULTS: &str = include_str!("../../config/default.toml");
+/// Environment variable naming the configuration file (`--config` wins).
+pub const CONFIG_PATH_ENV: &str = "INVOICE_REMINDER_CONFIG";
+/// Prefix of per-key overrides: `INVOICE_REMINDER__LOCK__TTL=2s`.
+pub const ENV_PREFIX: &str = "INVOICE_REMINDER__";
+/// Separator between section and key in an override's name.
+pub const ENV_SEPARATOR: &str = "__";
+/// Largest accepted `reminders.batch_size`: one claim statement per batch,
+/// and a batch bounds how many rows a SIGKILL can leave in `sending`.
+pub const MAX_BATCH_SIZE: u32 = 10_000;
+
+/// Where settings come from. `from_process` is what the binary uses; tests
+/// (and the compose test) pass a file and an explicit environment.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    /// Explicit file (`--config`); `None` falls back to `INVOICE_REMINDER_CONFIG`
+    /// in `env`, then to no file at all.
+    pub path: Option<PathBuf>,
+    /// Environment variables to consider (only `INVOICE_REMINDER_*` matter).
+    pub env: Vec<(String, String)>,
+}
+
+impl ConfigSource {
+    pub fn from_process(path: Option<PathBuf>) -> Self {
+        Self {
+            path,
+            env: std::env::vars().collect(),
+        }
+    }
+
+    /// The user's file, if one is named; an error if it does not exist.
+    fn file(&self) -> Result<Option<PathBuf>, ConfigError> {
+        let named = self.path.clone().or_else(|| {
+            self.env
+                .iter()
+                .find(|(k, v)| k == CONFIG_PATH_ENV && !v.is_empty())
+                .map(|(_, v)| PathBuf::from(v))
+        });
+        match named {
+            Some(path) if !path.is_file() => Err(ConfigError::new(
+                "",
+                format!(
+                    "config file {} not found (pass --config PATH or set {CONFIG_PATH_ENV})",
+                    path.display()
+                ),
+            )),
+            other => Ok(other),
+        }
+    }
+}
+
+/// The whole validated configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Names this process in logs, `job_runs` and `application_name`.
+    /// Never decides lock ownership (tokens do), so duplicates are harmless.
+    /// Default (unset or blank): `hostname-pid`.
+    #[serde(
+        default = "types::default_replica_id",
+        deserialize_with = "types::replica_id"
+    )]
+    pub replica_id: String,
+    pub database: DatabaseSettings,
+    pub redis: RedisSettings,
+    pub schedule: ScheduleSettings,
+    pub lock: LockSettings,
+    pub reminders: ReminderSettings,
+    pub smtp: SmtpSettings,
+    pub log: LogSettings,
+    pub shutdown: ShutdownSettings,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    pub url: DatabaseUrl,
+    pub max_connections: u32,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    pub url: RedisUrl,
+    /// Connect and response timeout; a reply that takes longer is treated as
+    /// lost (an ambiguous result for `SET NX`).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSettings {
+    pub cron: Cron,
+    #[serde(deserialize_with = "types::timezone")]
+    pub timezone: Tz,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockSettings {
+    pub backend: LockBackendKind,
+    /// The exact Redis key (its value is the holder's token), or what the
+    /// PostgreSQL advisory lock id is hashed from.
+    #[serde(deserialize_with = "types::string_like")]
+    pub key: String,
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub renew_every: Duration,
+    #[serde(with = "humantime_serde")]
+    pub min_hold: Duration,
+    pub on_backend_error: OnBackendError,
+}
+
+/// Which service holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockBackendKind {
+    Redis,
+    Postgres,
+}
+
+/// What a tick does when the lock backend cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBackendError {
+    /// Log one error and skip the tick (send nothing) until it is back.
+    Skip,
+    /// Work anyway, protected by the database's UNIQUE claim alone.
+    DatabaseOnly,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cadence {
+    Daily,
+    Weekly,
+    Monthly,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReminderSettings {
+    pub cadence: Cadence,
+    pub grace_days: u32,
+    pub batch_size: u32,
+    pub max_attempts: u32,
+    pub send_concurrency: u32,
+    /// At most this many reminders claimed per tick; None: no limit (0).
+    #[serde(deserialize_with = "types::zero_is_none")]
+    pub max_per_tick: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SmtpTls {
+    None,
+    Starttls,
+    Tls,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmtpSettings {
+    #[serde(deserialize_with = "types::string_like")]
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    /// Empty in the file: None.
+    #[serde(deserialize_with = "types::optional_string")]
+    pub username: Option<String>,
+    #[serde(deserialize_with = "types::optional_secret")]
+    pub password: Option<SecretString>,
+    #[serde(deserialize_with = "types::mailbox")]
+    pub from: Mailbox,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(deserialize_with = "types::domain")]
+    pub message_id_domain: String,
+    pub pool_size: u32,
+    /// At most this many messages started per second per replica; None: no limit (0).
+    #[serde(deserialize_with = "types::zero_is_none")]
+    pub max_per_second: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// An `EnvFilter` directive, e.g. `info` or `invoice_reminder=debug,info`.
+    #[serde(deserialize_with = "types::string_like")]
+    pub level: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSettings {
+    /// How long SIGTERM waits for the tick in flight before giving up.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// Loads and validates; the first problem found is returned.
+    pub fn load(source: &ConfigSource) -> Result<Self, ConfigError> {
+        let file = source.file()?;
+        let mut figment = Figment::from(Toml::string(DEFAULTS));
+        if let Some(path) = &file {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        let settings: Settings = figment
+            .merge(env::EnvOverrides::new(&source.env))
+            .extract()
+            .map_err(|e| error::from_figment(e, file.as_deref()))?;
+        validate::check(&settings)?;
+        Ok(settings)
+    }
+
+    /// Options for one PostgreSQL connection, with `application_name` set to
+    /// this replica so `pg_stat_activity` shows who is connected.
+    ///
+    /// `plan_cache_mode = force_custom_plan`: sqlx prepares every statement,
+    /// and after a few executions PostgreSQL may switch a prepared statement
+    /// to a generic plan that ignores the parameters. For the overdue page
+    /// (`LIMIT $n`, a keyset cursor) a generic plan can be a full scan and
+    /// sort per page, turning a backlog into quadratic work; planning each
+    /// execution costs well under a millisecond.
+    pub fn pg_connect_options(&self) -> PgConnectOptions {
+        self.database
+            .url
+            .options()
+            .clone()
+            .application_name(&application_name(&self.replica_id))
+            .options([("plan_cache_mode", "force_custom_plan")])
+    }
+}
+
+/// `application_name` is limited to 63 bytes by PostgreSQL.
+fn application_name(replica_id: &str) -> String {
+    let mut name = format!("invoice-reminder/{replica_id}");
+    while name.len() > 63 {
+        name.pop();
+    }
+    name
+}
+
+impl DatabaseSettings {
+    /// The URL with any password replaced by `***`, safe to print.
+    pub fn redacted_url(&self) -> String {
+        redact_url(self.url.expose_secret())
+    }
+}
+
+impl RedisSettings {
+    pub fn redacted_url(&self) -> String {
+        redact_url(self.url.expose_secret())
+    }
+}
+
+impl ReminderSettings {
+    /// Invoices due before this date are overdue on `today`.
+    pub fn overdue_cutoff(&self, today: chrono::NaiveDate) -> chrono::NaiveDate {
+        today - chrono::Days::new(u64::from(self.grace_days))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compiled_in_defaults_load_without_a_file() {
+        let settings = Settings::load(&ConfigSource::default());
+        assert!(settings.is_ok(), "{:?}", settings.err());
+    }
+
+    #[test]
+    fn application_name_fits_postgres_limit() {
+        let long = "x".repeat(100);
+        assert!(application_name(&long).len() <= 63);
+        assert_eq!(application_name("a"), "invoice-reminder/a");
+    }
+}

@@ -1,0 +1,316 @@
+//! Values that are parsed while the settings are deserialized: a cron
+//! expression, URLs that hold secrets, a time zone, an address, a domain.
+//!
+//! Each parser reports one line naming what is wrong, in our words (the
+//! libraries' own messages are vaguer), and never prints a password: URLs
+//! appear in messages only through [`redact_url`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono_tz::Tz;
+use lettre::message::Mailbox;
+use secrecy::{ExposeSecret, SecretString};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use sqlx::postgres::PgConnectOptions;
+
+/// Accepts a string, or a number/bool that an environment variable was
+/// parsed into (`INVOICE_REMINDER__SMTP__PASSWORD=12345`), as a string.
+pub(super) fn string_like<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum StringLike {
+        S(String),
+        I(i64),
+        U(u64),
+        F(f64),
+        B(bool),
+    }
+    Ok(match StringLike::deserialize(de)? {
+        StringLike::S(s) => s,
+        StringLike::I(i) => i.to_string(),
+        StringLike::U(u) => u.to_string(),
+        StringLike::F(f) => f.to_string(),
+        StringLike::B(b) => b.to_string(),
+    })
+}
+
+pub(super) fn optional_string<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<String>, D::Error> {
+    string_like(de).map(|s| Some(s).filter(|s| !s.trim().is_empty()))
+}
+
+pub(super) fn optional_secret<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<SecretString>, D::Error> {
+    optional_string(de).map(|s| s.map(SecretString::from))
+}
+
+/// A blank or missing `replica_id` becomes [`default_replica_id`].
+pub(super) fn replica_id<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+    Ok(optional_string(de)?.unwrap_or_else(default_replica_id))
+}
+
+/// `hostname-pid`: distinct per process on one host, readable in logs.
+pub fn default_replica_id() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// `0` means "no limit".
+pub(super) fn zero_is_none<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u32>, D::Error> {
+    u32::deserialize(de).map(|n| Some(n).filter(|n| *n > 0))
+}
+
+pub(super) fn timezone<'de, D: Deserializer<'de>>(de: D) -> Result<Tz, D::Error> {
+    let name = string_like(de)?;
+    name.parse().map_err(|_| {
+        D::Error::custom(format!(
+            "unknown time zone {name:?} (use an IANA name such as \"UTC\" or \"Europe/Madrid\")"
+        ))
+    })
+}
+
+pub(super) fn mailbox<'de, D: Deserializer<'de>>(de: D) -> Result<Mailbox, D::Error> {
+    let text = string_like(de)?;
+    text.parse()
+        .map_err(|e| D::Error::custom(format!("not a valid address {text:?}: {e}")))
+}
+
+/// A DNS name: letters, digits, `-` and `.`, as in a Message-ID's right side.
+pub(super) fn domain<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+    let domain = string_like(de)?;
+    let ok = !domain.is_empty()
+        && domain.len() <= 253
+        && domain.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if ok {
+        Ok(domain)
+    } else {
+        Err(D::Error::custom(format!(
+            "not a valid domain {domain:?} (letters, digits, '-' and '.' only)"
+        )))
+    }
+}
+
+/// A cron expression with six fields, seconds first, parsed exactly as
+/// tokio-cron-scheduler parses it (day-of-month AND day-of-week).
+#[derive(Clone)]
+pub struct Cron {
+    expr: String,
+    parsed: croner::Cron,
+}
+
+impl Cron {
+    /// The expression as written.
+    pub fn as_str(&self) -> &str {
+        &self.expr
+    }
+
+    pub fn parsed(&self) -> &croner::Cron {
+        &self.parsed
+    }
+}
+
+impl FromStr for Cron {
+    type Err = String;
+    fn from_str(expr: &str) -> Result<Self, String> {
+        Ok(Self {
+            expr: expr.to_owned(),
+            parsed: parse_cron(expr)?,
+        })
+    }
+}
+
+impl fmt::Display for Cron {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.expr)
+    }
+}
+
+impl fmt::Debug for Cron {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.expr)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cron {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        string_like(de)?.parse().map_err(D::Error::custom)
+    }
+}
+
+/// Parses a cron expression exactly as tokio-cron-scheduler will: six
+/// fields with seconds first, day-of-month AND day-of-week.
+pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(expr)
+        .map_err(|e| {
+            format!(
+                "not a valid cron expression {expr:?}: {e} (6 fields, seconds first, e.g. \"0 */5 * * * *\")"
+            )
+        })
+}
+
+/// A PostgreSQL URL, checked and turned into connect options once. The
+/// URL is a secret (it may hold a password).
+#[derive(Clone)]
+pub struct DatabaseUrl {
+    url: SecretString,
+    options: PgConnectOptions,
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact_url(self.url.expose_secret()))
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", redact_url(self.0.expose_secret()))
+    }
+}
+
+impl DatabaseUrl {
+    pub fn options(&self) -> &PgConnectOptions {
+        &self.options
+    }
+}
+
+impl ExposeSecret<str> for DatabaseUrl {
+    fn expose_secret(&self) -> &str {
+        self.url.expose_secret()
+    }
+}
+
+impl<'de> Deserialize<'de> for DatabaseUrl {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let url = string_like(de)?;
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(D::Error::custom(format!(
+                "not a PostgreSQL URL ({}): it must start with postgres:// or postgresql://",
+                redact_url(&url)
+            )));
+        }
+        let options = PgConnectOptions::from_str(&url).map_err(|e| {
+            D::Error::custom(format!(
+                "not a valid PostgreSQL URL ({}): {}",
+                redact_url(&url),
+                scrub(&e.to_string(), &url)
+            ))
+        })?;
+        Ok(Self {
+            url: SecretString::from(url),
+            options,
+        })
+    }
+}
+
+/// A Redis URL, checked once. A secret, like [`DatabaseUrl`].
+#[derive(Clone)]
+pub struct RedisUrl(SecretString);
+
+impl ExposeSecret<str> for RedisUrl {
+    fn expose_secret(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl<'de> Deserialize<'de> for RedisUrl {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let url = string_like(de)?;
+        if let Err(e) = redis::Client::open(url.as_str()) {
+            return Err(D::Error::custom(format!(
+                "not a valid Redis URL ({}): {}",
+                redact_url(&url),
+                scrub(&e.to_string(), &url)
+            )));
+        }
+        Ok(Self(SecretString::from(url)))
+    }
+}
+
+/// Replaces the password part of `scheme://user:password@host` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let redacted_userinfo = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        None => userinfo.to_owned(),
+    };
+    format!(
+        "{}{}{}",
+        &url[..scheme_end + 3],
+        redacted_userinfo,
+        &rest[at..]
+    )
+}
+
+/// Removes the URL (which may hold a password) from a parser's message.
+fn scrub(message: &str, url: &str) -> String {
+    if url.is_empty() {
+        message.to_owned()
+    } else {
+        message.replace(url, &redact_url(url))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_the_password_only() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(
+            redact_url("redis://:pw@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[test]
+    fn cron_needs_six_fields_with_seconds_first() {
+        assert!(parse_cron("*/2 * * * * *").is_ok());
+        assert!(parse_cron("*/5 * * * *").is_err());
+        assert!(parse_cron("not cron").is_err());
+    }
+
+    #[test]
+    fn domains_are_checked() {
+        let check =
+            |d: &str| domain(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(d));
+        assert!(check("example.com").is_ok());
+        assert!(check("a b.com").is_err());
+        assert!(check("x@y").is_err());
+        assert!(check("").is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! Rules a single value's type cannot express: ranges, positive durations,
+//! and the rules across keys (`lock.renew_every < lock.ttl`,
+//! `redis.timeout < lock.ttl`, SMTP credentials set together). Checked once,
+//! after deserializing; the first broken rule is reported, naming its key.
+
+use std::time::Duration;
+
+use super::{ConfigError, MAX_BATCH_SIZE, Settings};
+
+pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
+    if s.replica_id.chars().any(char::is_control) || s.replica_id.len() > 200 {
+        return Err(ConfigError::new(
+            "replica_id",
+            "must be at most 200 characters without control characters",
+        ));
+    }
+    at_least_one("database.max_connections", s.database.max_connections)?;
+    positive("database.connect_timeout", s.database.connect_timeout)?;
+    positive("redis.timeout", s.redis.timeout)?;
+    lock(s)?;
+    reminders(s)?;
+    smtp(s)?;
+    tracing_subscriber::EnvFilter::try_new(&s.log.level).map_err(|e| {
+        ConfigError::new(
+            "log.level",
+            format!("not a valid level or filter {:?}: {e}", s.log.level),
+        )
+    })?;
+    positive("shutdown.timeout", s.shutdown.timeout)
+}
+
+fn lock(s: &Settings) -> Result<(), ConfigError> {
+    let lock = &s.lock;
+    if lock.key.trim().is_empty() {
+        return Err(ConfigError::new("lock.key", "must not be empty"));
+    }
+    positive("lock.ttl", lock.ttl)?;
+    positive("lock.renew_every", lock.renew_every)?;
+    if lock.renew_every >= lock.ttl {
+        return Err(ConfigError::new(
+            "lock.renew_every",
+            format!(
+                "must be shorter than lock.ttl ({} >= {}), or the lock expires between renewals",
+                humantime::format_duration(lock.renew_every),
+                humantime::format_duration(lock.ttl)
+            ),
+        ));
+    }
+    if lock.ttl.as_millis() < 10 {
+        return Err(ConfigError::new("lock.ttl", "must be at least 10ms"));
+    }
+    if s.redis.timeout >= lock.ttl {
+        return Err(ConfigError::new(
+            "redis.timeout",
+            format!(
+                "must be shorter than lock.ttl ({} >= {}), or a renewal cannot finish before the lease lapses",
+                humantime::format_duration(s.redis.timeout),
+                humantime::format_duration(lock.ttl)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn reminders(s: &Settings) -> Result<(), ConfigError> {
+    let r = &s.reminders;
+    if r.batch_size == 0 || r.batch_size > MAX_BATCH_SIZE {
+        return Err(ConfigError::new(
+            "reminders.batch_size",
+            format!("must be between 1 and {MAX_BATCH_SIZE}"),
+        ));
+    }
+    at_least_one("reminders.max_attempts", r.max_attempts)?;
+    at_least_one("reminders.send_concurrency", r.send_concurrency)?;
+    if r.grace_days > 36_500 {
+        return Err(ConfigError::new(
+            "reminders.grace_days",
+            "must be at most 36500",
+        ));
+    }
+    Ok(())
+}
+
+fn smtp(s: &Settings) -> Result<(), ConfigError> {
+    let smtp = &s.smtp;
+    if smtp.host.trim().is_empty() {
+        return Err(ConfigError::new("smtp.host", "must not be empty"));
+    }
+    if smtp.port == 0 {
+        return Err(ConfigError::new("smtp.port", "must be between 1 and 65535"));
+    }
+    positive("smtp.timeout", smtp.timeout)?;
+    at_least_one("smtp.pool_size", smtp.pool_size)?;
+    if smtp.password.is_some() != smtp.username.is_some() {
+        return Err(ConfigError::new(
+            "smtp.username",
+            "smtp.username and smtp.password must be set together",
+        ));
+    }
+    Ok(())
+}
+
+fn positive(key: &str, value: Duration) -> Result<(), ConfigError> {
+    if value.is_zero() {
+        Err(ConfigError::new(key, "must be greater than zero"))
+    } else {
+        Ok(())
+    }
+}
+
+fn at_least_one(key: &str, value: u32) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(ConfigError::new(key, "must be at least 1"))
+    } else {
+        Ok(())
+    }
+}

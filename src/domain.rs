@@ -1,0 +1,137 @@
+//! Plain values that cross layers: the ids of our tables, the invoice and
+//! customer a message is built from, what one delivery ended in, and what a
+//! tick did. `db` maps its rows into these; `mail` builds messages from
+//! them; neither imports the other.
+
+use std::fmt;
+
+use chrono::NaiveDate;
+
+/// `invoices.id`. Never interchangeable with a [`ReminderId`].
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize,
+)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct InvoiceId(pub i64);
+
+/// `reminders.id`: one claim of one (invoice, period).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize,
+)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct ReminderId(pub i64);
+
+impl fmt::Display for InvoiceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Display for ReminderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Who a reminder goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Customer {
+    pub name: String,
+    pub email: String,
+}
+
+/// What a reminder is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoice {
+    pub id: InvoiceId,
+    pub number: String,
+    /// In cents of `currency`.
+    pub amount_cents: i64,
+    pub currency: String,
+    pub due_date: NaiveDate,
+}
+
+/// A reminder this run has claimed and may now send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub id: ReminderId,
+    /// Delivery attempts finished before this claim (0 for a first claim).
+    pub attempts: i32,
+    pub invoice: Invoice,
+    pub customer: Customer,
+}
+
+/// What one send attempt ended in, as recorded on the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The SMTP server accepted the message.
+    Sent { message_id: String },
+    /// Transient failure: retried on a later tick while attempts remain.
+    Failed { error: String },
+    /// Not delivered because the SMTP server could not be reached at all:
+    /// `failed` like a transient failure, but it does not use up an attempt
+    /// (nothing reached the server), so an outage cannot exhaust retries.
+    Deferred { error: String },
+    /// Final failure: never retried.
+    Discarded { error: String },
+    /// Handed over without a reply: stays `sending`, never retried.
+    Unknown { error: String },
+}
+
+impl Delivery {
+    /// The word stored for it in a recording statement.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Sent { .. } => "sent",
+            Self::Failed { .. } => "failed",
+            Self::Deferred { .. } => "deferred",
+            Self::Discarded { .. } => "discarded",
+            Self::Unknown { .. } => "unknown",
+        }
+    }
+}
+
+/// What a tick did, or one part of it: the summary line, `job_runs` and
+/// the result of recording a chunk of deliveries all use this one type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Rows claimed (new claims and retries).
+    pub claimed: u32,
+    pub sent: u32,
+    /// Transient failures, retried on a later tick.
+    pub failed: u32,
+    /// Final failures: permanent rejections, invalid data, last attempts.
+    pub discarded: u32,
+    /// Sends whose result is unknown (left `sending`).
+    pub unknown: u32,
+    /// Overdue invoices on our pages that someone else had already claimed
+    /// or that were paid meanwhile.
+    pub skipped: u32,
+    /// Claimed rows returned unstarted (lost lease, shutdown, SMTP down).
+    pub handed_back: u32,
+}
+
+impl Counts {
+    /// Adds `other` field by field.
+    pub fn add(&mut self, other: &Counts) {
+        self.claimed += other.claimed;
+        self.sent += other.sent;
+        self.failed += other.failed;
+        self.discarded += other.discarded;
+        self.unknown += other.unknown;
+        self.skipped += other.skipped;
+        self.handed_back += other.handed_back;
+    }
+
+    /// Counts one delivery by what it ended in, as recording it would.
+    pub fn count(&mut self, delivery: &Delivery) {
+        match delivery {
+            Delivery::Sent { .. } => self.sent += 1,
+            Delivery::Failed { .. } | Delivery::Deferred { .. } => self.failed += 1,
+            Delivery::Discarded { .. } => self.discarded += 1,
+            Delivery::Unknown { .. } => self.unknown += 1,
+        }
+    }
+}
