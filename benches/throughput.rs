@@ -617,7 +617,10 @@ async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
         .expect("today");
     let rows = overdue_rows(pool, today).await;
     assert_eq!(rows.len(), size);
-    let mailer = Mailer::new(&settings.smtp);
+    let mailer = Mailer::new(
+        &settings.smtp,
+        invoice_reminder::metrics::Metrics::default().smtp_duration(),
+    );
     let started = Instant::now();
     let sent = futures::stream::iter(rows.iter())
         .map(|(invoice, customer)| {

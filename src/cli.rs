@@ -72,6 +72,15 @@ pub enum Command {
         unknown_after: Duration,
     },
 
+    /// Ask a running worker's /healthz (on http.listen, or --url). Exits 0
+    /// when healthy, 1 otherwise; for container healthchecks.
+    Health {
+        /// The URL to GET [default: http://<http.listen>/healthz, with
+        /// 0.0.0.0 asked on 127.0.0.1]
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.

@@ -8,6 +8,7 @@ use sqlx::PgPool;
 use crate::config::Settings;
 use crate::lock::{LockBackend, LockError};
 use crate::mail::Mailer;
+use crate::metrics::Metrics;
 use crate::tick::deferred::Deferred;
 
 pub struct Context {
@@ -17,20 +18,23 @@ pub struct Context {
     pub mailer: Mailer,
     /// Results a tick could not write because the database was away.
     pub deferred: Deferred,
+    pub metrics: Metrics,
 }
 
 impl Context {
     /// Builds the lock client and the mailer; connects to nothing. Must be
     /// called inside a tokio runtime.
     pub fn new(settings: Settings, db: PgPool) -> Result<Self, LockError> {
-        let lock = LockBackend::from_settings(&settings)?;
-        let mailer = Mailer::new(&settings.smtp);
+        let metrics = Metrics::default();
+        let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
+        let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());
         Ok(Self {
             settings,
             db,
             lock,
             mailer,
             deferred: Deferred::default(),
+            metrics,
         })
     }
 }

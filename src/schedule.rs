@@ -20,13 +20,26 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Context;
+use crate::liveness::Liveness;
 use crate::tick::{TickOutcome, run_tick};
 
+/// Marks the loop stopped when dropped, on every exit path (panics too).
+struct LoopRunning<'a>(&'a Liveness);
+
+impl Drop for LoopRunning<'_> {
+    fn drop(&mut self) {
+        self.0.tick_finished();
+        self.0.set_loop_running(false);
+    }
+}
+
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
-/// returns once the tick in flight (if any) has finished.
+/// returns once the tick in flight (if any) has finished. `liveness` learns
+/// when the loop runs and when each tick starts and ends.
 pub async fn run_until_stopped(
     ctx: Arc<Context>,
     shutdown: CancellationToken,
+    liveness: Liveness,
 ) -> anyhow::Result<()> {
     let (fires, mut fired) = mpsc::channel::<()>(1);
     // True while a tick runs; a fire seen meanwhile is skipped.
@@ -57,6 +70,8 @@ pub async fn run_until_stopped(
         .await
         .context("failed to start the scheduler")?;
     tracing::info!(cron = %schedule.cron, timezone = %schedule.timezone, "scheduler started");
+    liveness.set_loop_running(true);
+    let _running = LoopRunning(&liveness);
 
     loop {
         tokio::select! {
@@ -66,8 +81,12 @@ pub async fn run_until_stopped(
                 if fire.is_none() {
                     break;
                 }
+                test_fault("scheduler-panic");
                 busy.store(true, Ordering::SeqCst);
-                match run_tick(&ctx, &shutdown).await {
+                liveness.tick_started();
+                let outcome = run_tick(&ctx, &shutdown).await;
+                liveness.tick_finished();
+                match outcome {
                     Ok(TickOutcome::LockLost(_)) => {
                         tracing::warn!("tick cancelled: the lock was lost");
                     }
@@ -84,4 +103,16 @@ pub async fn run_until_stopped(
     ctx.mailer.shutdown().await;
     ctx.lock.finish().await;
     Ok(())
+}
+
+/// Fault injection for the fault suite, compiled into debug builds only:
+/// `INVOICE_REMINDER_TEST_FAULT=scheduler-panic` makes the loop panic on its
+/// first fire, to prove that `run` exits when its scheduler dies.
+fn test_fault(name: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("INVOICE_REMINDER_TEST_FAULT").is_ok_and(|v| v == name) {
+        panic!("test fault injected: {name}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
 }

@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod audit;
+mod health;
 mod run;
 mod run_once;
 mod status;
@@ -50,6 +51,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             json,
             unknown_after,
         } => audit::audit(&settings, json, unknown_after).await,
+        Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
     }
 }

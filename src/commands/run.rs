@@ -1,43 +1,103 @@
-//! `run`: the daemon. Ticks on `schedule.cron` until SIGTERM/SIGINT, then
-//! waits up to `shutdown.timeout` for the tick in flight.
+//! `run`: the daemon. Ticks on `schedule.cron` until SIGTERM/SIGINT, serves
+//! `/healthz`, `/readyz` and `/metrics` when `http.listen` is set, and
+//! exits non-zero (after logging why) when its scheduler loop dies or a
+//! tick runs past `schedule.max_tick_duration`: an orchestrator restarts a
+//! process that exits, and the lease and the claim keep that safe.
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 
+use super::exit;
 use crate::config::Settings;
 use crate::context::Context;
 use crate::db;
+use crate::liveness::Liveness;
 
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let shutdown = crate::shutdown::listen();
     let grace = settings.shutdown.timeout;
+    let liveness = Liveness::new(settings.max_tick_duration());
     let pool = db::connect_lazy(&settings);
     let ctx = Arc::new(Context::new(settings, pool).context("failed to set up the lock backend")?);
+    let http_stop = CancellationToken::new();
+    let http = match ctx.settings.http.listen {
+        Some(addr) => Some(
+            crate::http::bind(addr, ctx.clone(), liveness.clone(), http_stop.clone())
+                .await
+                .with_context(|| format!("cannot listen on http.listen = {addr}"))?,
+        ),
+        None => None,
+    };
     tracing::info!(
         replica_id = %ctx.settings.replica_id,
         database = %ctx.settings.database.redacted_url(),
         lock = %ctx.lock.describe(),
+        max_tick_duration = %humantime::format_duration(ctx.settings.max_tick_duration()),
         "worker starting"
     );
-    let worker = tokio::spawn(crate::schedule::run_until_stopped(
+    let mut worker = tokio::spawn(crate::schedule::run_until_stopped(
         ctx.clone(),
         shutdown.clone(),
+        liveness.clone(),
     ));
-    shutdown.cancelled().await;
+    let exit = tokio::select! {
+        biased;
+        _ = shutdown.cancelled() => stop(worker, grace, false).await,
+        failure = liveness.overrun() => {
+            tracing::error!(%failure, "the replica is hung; stopping so it is restarted");
+            shutdown.cancel();
+            stop(worker, grace, true).await
+        }
+        ended = &mut worker => {
+            if shutdown.is_cancelled() {
+                // A signal arrived while the loop was ending: a normal stop.
+                exit_code(ended, false)
+            } else {
+                match ended {
+                    Ok(Ok(())) => tracing::error!("the scheduler loop ended by itself; exiting so the replica is restarted"),
+                    Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "the scheduler loop failed; exiting so the replica is restarted"),
+                    Err(e) => tracing::error!(error = %e, "the scheduler task died; exiting so the replica is restarted"),
+                }
+                Ok(ExitCode::from(exit::FAILURE))
+            }
+        }
+    };
+    http_stop.cancel();
+    if let Some(http) = http {
+        let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    }
+    exit
+}
+
+type Worker = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// Waits up to `grace` for the tick in flight after a stop was requested.
+/// `hung`: the supervisor asked, not the operator (exit 1 either way).
+async fn stop(worker: Worker, grace: Duration, hung: bool) -> anyhow::Result<ExitCode> {
     match tokio::time::timeout(grace, worker).await {
-        Ok(Ok(Ok(()))) => {
+        Ok(ended) => exit_code(ended, hung),
+        Err(_) => anyhow::bail!(
+            "the tick in flight did not finish within shutdown.timeout ({}); rows it was sending stay 'sending'",
+            humantime::format_duration(grace)
+        ),
+    }
+}
+
+fn exit_code(
+    ended: Result<anyhow::Result<()>, tokio::task::JoinError>,
+    hung: bool,
+) -> anyhow::Result<ExitCode> {
+    match ended {
+        Ok(Ok(())) if !hung => {
             tracing::info!("worker stopped");
             Ok(ExitCode::SUCCESS)
         }
-        Ok(Ok(Err(e))) => Err(e),
-        Ok(Err(join)) => Err(anyhow::anyhow!("worker task failed: {join}")),
-        Err(_) => {
-            anyhow::bail!(
-                "the tick in flight did not finish within shutdown.timeout ({}); rows it was sending stay 'sending'",
-                humantime::format_duration(grace)
-            )
-        }
+        Ok(Ok(())) => Ok(ExitCode::from(exit::FAILURE)),
+        Ok(Err(e)) => Err(e),
+        Err(join) => Err(anyhow::anyhow!("worker task failed: {join}")),
     }
 }

@@ -101,6 +101,7 @@ pub struct Settings {
     pub schedule: ScheduleSettings,
     pub lock: LockSettings,
     pub reminders: ReminderSettings,
+    pub http: HttpSettings,
     pub smtp: SmtpSettings,
     pub log: LogSettings,
     pub shutdown: ShutdownSettings,
@@ -131,6 +132,23 @@ pub struct ScheduleSettings {
     pub cron: Cron,
     #[serde(deserialize_with = "types::timezone")]
     pub timezone: Tz,
+    /// See [`Settings::max_tick_duration`].
+    pub max_tick_duration: MaxTickDuration,
+}
+
+/// `schedule.max_tick_duration`: a duration, or `"auto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxTickDuration {
+    Auto,
+    Fixed(Duration),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served; None: off.
+    #[serde(deserialize_with = "types::optional_socket_addr")]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -259,6 +277,32 @@ impl Settings {
             .map_err(|e| error::from_figment(e, file.as_deref()))?;
         validate::check(&settings)?;
         Ok(settings)
+    }
+
+    /// How long one tick may run before the replica counts as hung.
+    /// `"auto"`: the larger of `shutdown.timeout` and 10 × the longest gap
+    /// among the next 10 fires of `schedule.cron`, at most one hour.
+    pub fn max_tick_duration(&self) -> Duration {
+        const CAP: Duration = Duration::from_secs(3600);
+        match self.schedule.max_tick_duration {
+            MaxTickDuration::Fixed(limit) => limit,
+            MaxTickDuration::Auto => {
+                let now = chrono::Utc::now().with_timezone(&self.schedule.timezone);
+                let fires: Vec<_> = self
+                    .schedule
+                    .cron
+                    .parsed()
+                    .iter_after(now)
+                    .take(11)
+                    .collect();
+                let longest_gap = fires
+                    .windows(2)
+                    .filter_map(|w| (w[1] - w[0]).to_std().ok())
+                    .max()
+                    .unwrap_or(CAP);
+                (longest_gap * 10).max(self.shutdown.timeout).min(CAP)
+            }
+        }
     }
 
     /// Options for one PostgreSQL connection, with `application_name` set to

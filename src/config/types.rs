@@ -63,6 +63,35 @@ pub fn default_replica_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Empty: None; otherwise `IP:port`.
+pub(super) fn optional_socket_addr<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    match optional_string(de)? {
+        None => Ok(None),
+        Some(text) => text.trim().parse().map(Some).map_err(|_| {
+            D::Error::custom(format!(
+                "not an address {text:?} (an IP and a port, e.g. \"0.0.0.0:9464\", or \"\" for off)"
+            ))
+        }),
+    }
+}
+
+impl<'de> Deserialize<'de> for super::MaxTickDuration {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let text = string_like(de)?;
+        if text.trim() == "auto" {
+            return Ok(Self::Auto);
+        }
+        match humantime::parse_duration(text.trim()) {
+            Ok(d) if !d.is_zero() => Ok(Self::Fixed(d)),
+            _ => Err(D::Error::custom(format!(
+                "{text:?} is neither \"auto\" nor a positive duration such as \"10m\""
+            ))),
+        }
+    }
+}
+
 /// `0` means "no limit".
 pub(super) fn zero_is_none<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u32>, D::Error> {
     u32::deserialize(de).map(|n| Some(n).filter(|n| *n > 0))

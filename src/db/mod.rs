@@ -48,6 +48,11 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }
 
+/// One round trip: the database answers.
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+}
+
 /// Today's date by the DATABASE clock in `tz`: the one clock every replica
 /// shares, so they agree on the period even when their own clocks drift.
 pub async fn today(pool: &PgPool, tz: Tz) -> Result<NaiveDate, sqlx::Error> {

@@ -71,6 +71,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::config::{LockBackendKind, Settings};
+use crate::metrics::RenewalCounter;
 
 pub use self::postgres::{PostgresLock, advisory_lock_id};
 pub use self::redis::RedisLock;
@@ -136,12 +137,14 @@ pub struct Holder {
     pub ttl_left_ms: Option<i64>,
 }
 
-/// Timings every backend shares, from `[lock]`.
+/// Timings every backend shares, from `[lock]`, and where the watchdog
+/// counts its renewals.
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseTimes {
     pub ttl: Duration,
     pub renew_every: Duration,
     pub min_hold: Duration,
+    pub renewals: RenewalCounter,
 }
 
 /// The configured lock backend. Cheap to clone.
@@ -167,11 +170,26 @@ pub(crate) enum AcquireResult {
 impl LockBackend {
     /// Builds the configured backend without connecting. Must be called
     /// inside a tokio runtime.
-    pub fn from_settings(settings: &Settings) -> Result<Self, LockError> {
+    /// `renewals` counts the watchdog's renewals by result.
+    pub fn from_settings(settings: &Settings, renewals: RenewalCounter) -> Result<Self, LockError> {
+        let times = LeaseTimes {
+            ttl: settings.lock.ttl,
+            renew_every: settings.lock.renew_every,
+            min_hold: settings.lock.min_hold,
+            renewals,
+        };
         Ok(match settings.lock.backend {
-            LockBackendKind::Redis => Self::Redis(RedisLock::new(settings)?),
-            LockBackendKind::Postgres => Self::Postgres(PostgresLock::new(settings)),
+            LockBackendKind::Redis => Self::Redis(RedisLock::new(settings, times)?),
+            LockBackendKind::Postgres => Self::Postgres(PostgresLock::new(settings, times)),
         })
+    }
+
+    /// One round trip to the backend (readiness); holds nothing.
+    pub async fn ping(&self) -> Result<(), LockError> {
+        match self {
+            Self::Redis(r) => r.ping().await,
+            Self::Postgres(p) => p.ping().await,
+        }
     }
 
     fn times(&self) -> &LeaseTimes {

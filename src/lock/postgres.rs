@@ -73,15 +73,11 @@ pub(crate) struct Session {
 }
 
 impl PostgresLock {
-    pub fn new(settings: &Settings) -> Self {
+    pub(super) fn new(settings: &Settings, times: LeaseTimes) -> Self {
         Self {
             key: settings.lock.key.clone(),
             lock_id: advisory_lock_id(&settings.lock.key),
-            times: LeaseTimes {
-                ttl: settings.lock.ttl,
-                renew_every: settings.lock.renew_every,
-                min_hold: settings.lock.min_hold,
-            },
+            times,
             options: settings.pg_connect_options(),
             connect_timeout: settings.database.connect_timeout,
             holds: Arc::default(),
@@ -170,6 +166,16 @@ impl PostgresLock {
                 Released::NotOwner
             }),
         }
+    }
+
+    /// Opens a connection and runs one query (readiness).
+    pub(super) async fn ping(&self) -> Result<(), LockError> {
+        let mut conn = self.connect().await?;
+        let answered = db::locks::ping(&mut conn)
+            .await
+            .map_err(|e| LockError::Backend(format!("PostgreSQL does not answer: {e}")));
+        let _ = conn.close().await;
+        answered
     }
 
     pub(super) async fn holder(&self) -> Result<Option<Holder>, LockError> {

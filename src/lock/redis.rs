@@ -99,7 +99,7 @@ pub struct RedisLock {
 impl RedisLock {
     /// Builds the client without connecting. Must be called inside a tokio
     /// runtime.
-    pub fn new(settings: &Settings) -> Result<Self, LockError> {
+    pub(super) fn new(settings: &Settings, times: LeaseTimes) -> Result<Self, LockError> {
         let client = redis::Client::open(settings.redis.url.expose_secret())
             .map_err(|e| backend("invalid redis.url", &e))?;
         let config = ConnectionManagerConfig::new()
@@ -113,11 +113,7 @@ impl RedisLock {
         Ok(Self {
             key: settings.lock.key.clone(),
             fence_key: format!("{}:fence", settings.lock.key),
-            times: LeaseTimes {
-                ttl: settings.lock.ttl,
-                renew_every: settings.lock.renew_every,
-                min_hold: settings.lock.min_hold,
-            },
+            times,
             timeout: settings.redis.timeout,
             client,
             conn,
@@ -226,6 +222,15 @@ impl RedisLock {
             (2, None) => Released::Deleted,
             _ => Released::NotOwner,
         })
+    }
+
+    /// One PING on the shared connection (readiness).
+    pub(super) async fn ping(&self) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| backend("Redis does not answer", &e))
     }
 
     pub(super) async fn holder(&self) -> Result<Option<Holder>, LockError> {

@@ -200,6 +200,12 @@ async fn renew_until_stopped(
 ) {
     let margin = safety_margin(ttl);
     let mut next = acquired_at + renew_every;
+    let renewals = backend.times().renewals.clone();
+    let count = |result: &'static str| {
+        renewals
+            .get_or_create(&crate::metrics::ResultLabel { result })
+            .inc();
+    };
     // Only the first failure of a streak is worth a warning.
     let mut failing = false;
     loop {
@@ -213,6 +219,7 @@ async fn renew_until_stopped(
             _ = stop.cancelled() => return,
             _ = guard.lost() => return,
             _ = sleep_until(deadline) => {
+                count("expired");
                 tracing::warn!(reason = %LostReason::Expired, "lock lost; cancelling the job");
                 guard.lose(LostReason::Expired);
                 return;
@@ -228,6 +235,7 @@ async fn renew_until_stopped(
         };
         match attempt {
             Ok(Ok(Renewal::Renewed)) => {
+                count("renewed");
                 if failing {
                     tracing::info!("lock renewal works again");
                     failing = false;
@@ -238,8 +246,10 @@ async fn renew_until_stopped(
             }
             Ok(Ok(found @ (Renewal::Gone | Renewal::Stolen))) => {
                 let reason = if found == Renewal::Gone {
+                    count("gone");
                     LostReason::Gone
                 } else {
+                    count("stolen");
                     LostReason::Stolen
                 };
                 tracing::warn!(%reason, "lock lost; cancelling the job");
@@ -247,6 +257,7 @@ async fn renew_until_stopped(
                 return;
             }
             Ok(Err(error)) => {
+                count("error");
                 if !failing {
                     tracing::warn!(%error, "lock renewal failed; retrying until the lease lapses");
                     failing = true;
@@ -256,6 +267,7 @@ async fn renew_until_stopped(
                 next = Instant::now() + retry_delay(renew_every);
             }
             Err(_elapsed) => {
+                count("expired");
                 tracing::warn!(reason = %LostReason::Expired, "lock lost; cancelling the job");
                 guard.lose(LostReason::Expired);
                 return;

@@ -22,6 +22,7 @@ use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
 use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
 use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use prometheus_client::metrics::histogram::Histogram;
 use secrecy::ExposeSecret;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout};
@@ -93,6 +94,8 @@ pub struct Mailer {
 
 struct MailerInner {
     settings: SmtpSettings,
+    /// `invoice_reminder_smtp_transaction_duration_seconds`.
+    durations: Histogram,
     /// `smtp.max_per_second`: the earliest instant the next message may start.
     pacer: Option<(Duration, tokio::sync::Mutex<Instant>)>,
     /// One permit per connection that may exist at once (`smtp.pool_size`).
@@ -103,10 +106,11 @@ struct MailerInner {
 }
 
 impl Mailer {
-    pub fn new(settings: &SmtpSettings) -> Self {
+    pub fn new(settings: &SmtpSettings, durations: Histogram) -> Self {
         Self {
             inner: Arc::new(MailerInner {
                 settings: settings.clone(),
+                durations,
                 pacer: settings.max_per_second.map(|rate| {
                     (
                         Duration::from_secs(1) / rate,
@@ -138,6 +142,15 @@ impl Mailer {
 
     /// Sends one message. See the module docs for what each error means.
     pub async fn send(&self, mail: &OutgoingMail) -> Result<(), SendError> {
+        let started = Instant::now();
+        let result = self.send_once(mail).await;
+        self.inner
+            .durations
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn send_once(&self, mail: &OutgoingMail) -> Result<(), SendError> {
         let inner = &self.inner;
         let _slot = inner
             .slots

@@ -49,6 +49,16 @@ impl Deferred {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Writes waiting (for the `deferred_writes` gauge).
+    pub fn len(&self) -> usize {
+        let q = self.queue();
+        q.deliveries.len() + q.hand_backs.len() + q.finishes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub(crate) fn deliveries(
         &self,
         run_id: i64,

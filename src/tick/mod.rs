@@ -54,6 +54,18 @@ pub enum TickOutcome {
 }
 
 impl TickOutcome {
+    /// The `outcome` label of `invoice_reminder_ticks_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Done(_) => "done",
+            Self::LockHeld => "lock_held",
+            Self::LockUnknown => "lock_unknown",
+            Self::LockLost(_) => "lost_lock",
+            Self::Shutdown(_) => "shutdown",
+            Self::SmtpUnavailable(_) => "smtp_unavailable",
+        }
+    }
+
     pub fn summary(&self) -> Option<&Summary> {
         match self {
             Self::Done(s) | Self::LockLost(s) | Self::Shutdown(s) | Self::SmtpUnavailable(s) => {
@@ -115,13 +127,33 @@ pub async fn run_tick(
     ctx: &Context,
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
+    let result = lock_and_work(ctx, shutdown).await;
+    ctx.metrics.tick_ended(match &result {
+        Ok(outcome) => outcome.label(),
+        Err(TickError::Lock(_)) => "backend_unavailable",
+        Err(_) => "error",
+    });
+    result
+}
+
+async fn lock_and_work(
+    ctx: &Context,
+    shutdown: &CancellationToken,
+) -> Result<TickOutcome, TickError> {
     ctx.deferred.flush(&ctx.db).await;
     // Fencing tokens must stay above what the database has seen, even if
     // the lock backend lost its counter.
     let fence_floor = db::locks::fence_high_water(&ctx.db, ctx.lock.key())
         .await
         .map_err(db_err("reading the fencing high-water mark"))?;
-    let lease = match ctx.lock.try_acquire(fence_floor).await {
+    let acquisition = ctx.lock.try_acquire(fence_floor).await;
+    ctx.metrics.lock_acquisition(match &acquisition {
+        Ok(Acquisition::Acquired(_)) => "acquired",
+        Ok(Acquisition::Held) => "held",
+        Ok(Acquisition::Unknown) => "unknown",
+        Err(_) => "error",
+    });
+    let lease = match acquisition {
         Ok(Acquisition::Acquired(lease)) => lease,
         Ok(Acquisition::Held) => {
             tracing::info!("lock held, skipping");
@@ -150,8 +182,11 @@ pub async fn run_tick(
             token: lease.fence(),
         },
     };
+    ctx.metrics.set_lock_held(true);
     let result = work_period(ctx, Some(holding), &lease.guard(), shutdown).await;
-    match lease.release().await {
+    let released = lease.release().await;
+    ctx.metrics.set_lock_held(false);
+    match released {
         Ok(Released::Deleted) => tracing::debug!(%token, "lock released"),
         Ok(Released::HeldForMinHold(left)) => {
             tracing::debug!(%token, hold_ms = left.as_millis() as u64, "lock left to expire at min_hold")
@@ -226,11 +261,14 @@ async fn finish(
     {
         ctx.deferred.finish(run_id, outcome, counts, error.clone());
     }
+    let took = started.elapsed();
+    ctx.metrics
+        .tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
         period: p.period.to_owned(),
         counts,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms: took.as_millis() as u64,
     };
     tracing::info!(
         outcome = outcome.as_str(),

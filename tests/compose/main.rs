@@ -216,16 +216,21 @@ impl Service {
         }
     }
 
-    fn has_active_healthcheck(&self) -> bool {
-        let Some(check) = &self.healthcheck else {
-            return false;
+    /// The healthcheck's `test`, as written (`CMD`, `CMD-SHELL` or a line).
+    fn healthcheck_test(&self) -> Vec<String> {
+        let Some(check) = self.healthcheck.as_ref().filter(|c| !c.disable) else {
+            return Vec::new();
         };
-        let test: Vec<String> = match &check.test {
+        match &check.test {
             Some(Value::String(line)) => vec![line.clone()],
             Some(Value::Sequence(items)) => items.iter().map(scalar).collect(),
             _ => Vec::new(),
-        };
-        !check.disable && !test.is_empty() && test.first().is_some_and(|t| t != "NONE")
+        }
+    }
+
+    fn has_active_healthcheck(&self) -> bool {
+        let test = self.healthcheck_test();
+        !test.is_empty() && test.first().is_some_and(|t| t != "NONE")
     }
 
     fn stop_grace_period(&self) -> Duration {
@@ -507,6 +512,58 @@ fn postgres_and_redis_have_healthchecks() {
             "{name} needs a healthcheck: the app waits for service_healthy"
         );
     }
+}
+
+#[test]
+fn the_worker_healthcheck_asks_its_own_healthz_with_the_health_command() {
+    let compose = compose();
+    let worker = compose.service("worker");
+    let test = worker.healthcheck_test();
+    assert!(
+        worker.has_active_healthcheck(),
+        "the worker needs a healthcheck: a hung replica must show as unhealthy"
+    );
+    // Exec form, so no shell is needed in the slim image: the binary itself.
+    assert_eq!(
+        test,
+        vec!["CMD", "invoice-reminder", "health"],
+        "the healthcheck should run `invoice-reminder health` (no curl in the image)"
+    );
+    let settings = worker_settings(&compose);
+    let listen = settings
+        .http
+        .listen
+        .expect("`health` asks http.listen: config/docker.toml must set it");
+    assert!(
+        listen.ip().is_unspecified(),
+        "http.listen {listen} should listen on every interface so Prometheus can scrape it"
+    );
+}
+
+#[test]
+fn the_optional_prometheus_scrapes_the_port_the_workers_listen_on() {
+    let compose = compose();
+    let prometheus = compose.service("prometheus");
+    let mount = prometheus
+        .mounts()
+        .into_iter()
+        .find(|m| m.target == "/etc/prometheus")
+        .expect("prometheus mounts its configuration at /etc/prometheus");
+    let source = mount.source.expect("a bind mount");
+    let config: Value = serde_norway::from_str(
+        &std::fs::read_to_string(repo().join(&source).join("prometheus.yml")).unwrap(),
+    )
+    .unwrap();
+    let job = &config["scrape_configs"][0]["dns_sd_configs"][0];
+    let listen = worker_settings(&compose).http.listen.expect("http.listen");
+
+    assert_eq!(job["names"][0].as_str(), Some("worker"), "{job:?}");
+    assert_eq!(
+        job["port"].as_u64(),
+        Some(u64::from(listen.port())),
+        "{job:?}"
+    );
+    assert!(repo().join(&source).join("alerts.yml").is_file());
 }
 
 #[test]

@@ -11,6 +11,7 @@ mod harness;
 
 mod bad_input;
 mod clock;
+mod http;
 mod lock_failure;
 mod postgres;
 mod redis_outage;

@@ -1,0 +1,129 @@
+//! The README's promises that code can check: the alert rules it shows are
+//! the file CI tests with promtool, the metrics it lists are the ones the
+//! process exposes, the probes it suggests ask endpoints that exist.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use invoice_reminder::config::{ConfigSource, Settings};
+use invoice_reminder::domain::Counts;
+use invoice_reminder::metrics::Metrics;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).unwrap()
+}
+
+/// The fenced ```yaml blocks of the README, in order.
+fn yaml_blocks(text: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```yaml") => current = Some(String::new()),
+            (Some(_), "```") => blocks.extend(current.take()),
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[test]
+fn the_alert_rules_in_the_readme_are_the_file_ci_checks_with_promtool() {
+    let file = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yml")).unwrap();
+    assert!(
+        yaml_blocks(&readme()).contains(&file),
+        "README.md must show deploy/prometheus/alerts.yml verbatim in a ```yaml block"
+    );
+}
+
+#[test]
+fn the_metrics_table_lists_exactly_what_the_process_exposes() {
+    let metrics = Metrics::default();
+    // Touch every family so each is exposed with at least one sample.
+    metrics.tick_ended("done");
+    metrics.tick_worked(&Counts::default(), Duration::from_millis(1), true);
+    metrics.lock_acquisition("acquired");
+    metrics
+        .lock_renewals()
+        .get_or_create(&invoice_reminder::metrics::ResultLabel { result: "renewed" })
+        .inc();
+    let text = metrics.encode().unwrap();
+    let exposed: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+            if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            }
+        })
+        .collect();
+    let readme = readme();
+    let listed: BTreeSet<String> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| metric | type | labels | meaning |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('`').nth(1).unwrap().to_owned())
+        .collect();
+
+    assert_eq!(listed, exposed, "README metrics table vs /metrics");
+    for name in [
+        "invoice_reminder_ticks_total",
+        "invoice_reminder_reminders_total",
+        "invoice_reminder_tick_duration_seconds",
+        "invoice_reminder_lock_held",
+        "invoice_reminder_last_success_timestamp_seconds",
+    ] {
+        assert!(exposed.contains(name), "contract metric {name} is missing");
+    }
+}
+
+#[test]
+fn the_kubernetes_probes_ask_the_endpoints_on_the_docker_port() {
+    let blocks = yaml_blocks(&readme());
+    let probes = blocks
+        .iter()
+        .find(|b| b.contains("livenessProbe"))
+        .expect("README shows Kubernetes probes");
+    let probes: serde_norway::Value = serde_norway::from_str(probes).unwrap();
+    let docker = Settings::load(&ConfigSource {
+        path: Some(repo().join("config/docker.toml")),
+        env: vec![],
+    })
+    .unwrap();
+    let port = docker.http.listen.unwrap().port();
+
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &probes[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some(path), "{probe}");
+        assert_eq!(get["port"].as_u64(), Some(u64::from(port)), "{probe}");
+    }
+}
+
+#[test]
+fn the_readme_scrape_snippet_is_the_demo_prometheus_configuration() {
+    let blocks = yaml_blocks(&readme());
+    let snippet = blocks
+        .iter()
+        .find(|b| b.starts_with("scrape_configs:"))
+        .expect("README shows the scrape configuration");
+    let snippet: serde_norway::Value = serde_norway::from_str(snippet).unwrap();
+    let file: serde_norway::Value = serde_norway::from_str(
+        &std::fs::read_to_string(repo().join("deploy/prometheus/prometheus.yml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(snippet["scrape_configs"], file["scrape_configs"]);
+}
