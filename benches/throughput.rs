@@ -34,8 +34,9 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::db;
+use invoice_reminder::db::invoices::Owed;
 use invoice_reminder::domain::{Customer, Delivery, Invoice, InvoiceId, ReminderId};
-use invoice_reminder::mail::{self, Mailer};
+use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::extension::ClientId;
 use sqlx::PgPool;
@@ -98,7 +99,12 @@ async fn bench() {
         sink.port
     );
     println!(
-        "worker settings: batch_size {BATCH_SIZE}, send_concurrency {CONCURRENCY}, smtp.pool_size {CONCURRENCY}, redis lock\n"
+        "worker settings: batch_size {BATCH_SIZE}, send_concurrency {CONCURRENCY}, smtp.pool_size {CONCURRENCY}, redis lock, default stages and templates (HTML + text)"
+    );
+    let per_message = rendering_cost(&settings, 20_000);
+    println!(
+        "rendering and building one message (default templates, HTML + text, one thread): {:.1} µs\n",
+        per_message.as_secs_f64() * 1e6
     );
 
     let mut rows = Vec::new();
@@ -503,6 +509,7 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
         .await
         .expect("today");
     let rows = overdue_rows(pool, today).await;
+    let templates = templates(settings);
     let started = Instant::now();
     for (invoice, customer) in &rows {
         let id: i64 = sqlx::query_scalar(
@@ -512,8 +519,7 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
         .fetch_one(pool)
         .await
         .expect("insert");
-        let mail = mail::build_message(&settings.smtp, invoice, customer, "naive", today)
-            .expect("message");
+        let mail = compose(settings, &templates, invoice, customer, today);
         // A fresh connection per message; TCP_NODELAY as the worker uses it,
         // so the comparison is about the design, not a socket option.
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", smtp_port))
@@ -560,7 +566,11 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
                         currency,
                         due_date,
                     },
-                    Customer { name, email },
+                    Customer {
+                        name,
+                        email,
+                        locale: None,
+                    },
                 )
             },
         )
@@ -572,40 +582,42 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
     let today = db::today(pool, settings.schedule.timezone)
         .await
         .expect("today");
-    let cutoff = settings.reminders.overdue_cutoff(today);
+    let owed = owed(settings, today);
     let run = db::runs::start_run(pool, "bench", None, None, "db-only")
         .await
         .expect("run");
     let started = Instant::now();
-    let mut after = None;
     let mut total = 0usize;
-    loop {
-        let page = db::invoices::fetch_overdue_page(pool, cutoff, "db-only", after, BATCH_SIZE)
-            .await
-            .expect("page");
-        let Some(last) = page.last().copied() else {
-            break;
-        };
-        after = Some(last);
-        let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
-        let claimed = db::reminders::claim_batch(pool, &ids, "db-only", run, None)
-            .await
-            .expect("claim");
-        let deliveries: Vec<(ReminderId, Delivery)> = claimed
-            .iter()
-            .map(|c| {
-                (
-                    c.id,
-                    Delivery::Sent {
-                        message_id: mail::message_id(c.invoice.id, "db-only", "bench.test"),
-                    },
-                )
-            })
-            .collect();
-        db::reminders::record_deliveries(pool, run, 5, &deliveries)
-            .await
-            .expect("record");
-        total += claimed.len();
+    for window in settings.reminders.stages.windows(today) {
+        let mut after = None;
+        loop {
+            let page = db::invoices::fetch_owed_page(pool, &window, owed, after, BATCH_SIZE)
+                .await
+                .expect("page");
+            let Some(last) = page.last().copied() else {
+                break;
+            };
+            after = Some(last);
+            let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
+            let claimed = db::reminders::claim_batch(pool, &ids, &window, owed, run, None)
+                .await
+                .expect("claim");
+            let deliveries: Vec<(ReminderId, Delivery)> = claimed
+                .iter()
+                .map(|c| {
+                    (
+                        c.id,
+                        Delivery::Sent {
+                            message_id: mail::message_id(c.invoice.id, "db-only", "bench.test"),
+                        },
+                    )
+                })
+                .collect();
+            db::reminders::record_deliveries(pool, run, 5, &deliveries)
+                .await
+                .expect("record");
+            total += claimed.len();
+        }
     }
     total as f64 / started.elapsed().as_secs_f64()
 }
@@ -617,6 +629,7 @@ async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
         .expect("today");
     let rows = overdue_rows(pool, today).await;
     assert_eq!(rows.len(), size);
+    let templates = templates(settings);
     let mailer = Mailer::new(
         &settings.smtp,
         invoice_reminder::metrics::Metrics::default().smtp_duration(),
@@ -625,10 +638,9 @@ async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
     let sent = futures::stream::iter(rows.iter())
         .map(|(invoice, customer)| {
             let mailer = mailer.clone();
-            let smtp = &settings.smtp;
+            let templates = &templates;
             async move {
-                let mail = mail::build_message(smtp, invoice, customer, "smtp-only", today)
-                    .expect("message");
+                let mail = compose(settings, templates, invoice, customer, today);
                 mailer.send(&mail).await.is_ok()
             }
         })
@@ -651,19 +663,22 @@ async fn tick_and_scan(
     let today = db::today(pool, settings.schedule.timezone)
         .await
         .expect("today");
-    let cutoff = settings.reminders.overdue_cutoff(today);
+    let owed = owed(settings, today);
+    let windows = settings.reminders.stages.windows(today);
     // Warm the cache the way a running system would be.
-    let _ = db::invoices::count_overdue(pool, cutoff).await;
+    let _ = db::invoices::owed_now(pool, &windows, owed, None, 1).await;
     let started = Instant::now();
-    let mut after = None;
-    loop {
-        let page = db::invoices::fetch_overdue_page(pool, cutoff, "scan", after, BATCH_SIZE)
-            .await
-            .expect("page");
-        let Some(last) = page.last().copied() else {
-            break;
-        };
-        after = Some(last);
+    for window in &windows {
+        let mut after = None;
+        loop {
+            let page = db::invoices::fetch_owed_page(pool, window, owed, after, BATCH_SIZE)
+                .await
+                .expect("page");
+            let Some(last) = page.last().copied() else {
+                break;
+            };
+            after = Some(last);
+        }
     }
     let scan_ms = started.elapsed().as_secs_f64() * 1000.0;
     let (status, _) = run_child(db_url, smtp_port);
@@ -675,4 +690,72 @@ async fn tick_and_scan(
     .await
     .expect("run");
     (tick_ms, scan_ms)
+}
+
+/// The worker's templates, as `run-once` loads them.
+fn templates(settings: &Settings) -> Templates {
+    Templates::load(
+        &settings.templates,
+        &settings.company,
+        &settings.reminders.stages,
+    )
+    .expect("templates")
+}
+
+/// What a claim would present as "owing today".
+fn owed(settings: &Settings, today: NaiveDate) -> Owed<'static> {
+    Owed {
+        today,
+        timezone: "UTC",
+        min_days_between: settings.reminders.min_days_between,
+    }
+}
+
+/// The message the worker would send for this invoice today (its due step,
+/// rendered from the default templates).
+fn compose(
+    settings: &Settings,
+    templates: &Templates,
+    invoice: &Invoice,
+    customer: &Customer,
+    today: NaiveDate,
+) -> mail::OutgoingMail {
+    let stages = &settings.reminders.stages;
+    let step = stages
+        .due_step((today - invoice.due_date).num_days())
+        .expect("the invoice owes a step");
+    mail::compose(
+        templates,
+        stages,
+        &settings.smtp,
+        invoice,
+        customer,
+        step,
+        today,
+    )
+    .expect("message")
+}
+
+/// Renders and builds `n` messages on one thread: the cost per message of
+/// the templates (HTML and text) and MIME building.
+fn rendering_cost(settings: &Settings, n: usize) -> Duration {
+    let templates = templates(settings);
+    let today = NaiveDate::from_ymd_opt(2026, 11, 30).expect("date");
+    let customer = Customer {
+        name: "Customer 7".into(),
+        email: "customer7@example.test".into(),
+        locale: None,
+    };
+    let started = Instant::now();
+    for i in 0..n {
+        let invoice = Invoice {
+            id: InvoiceId(i as i64),
+            number: format!("INV-{i}"),
+            amount_cents: 12_345 + i as i64,
+            currency: "EUR".into(),
+            due_date: today - chrono::Days::new(10 + (i % 40) as u64),
+        };
+        std::hint::black_box(compose(settings, &templates, &invoice, &customer, today));
+    }
+    started.elapsed() / n as u32
 }

@@ -39,8 +39,8 @@ pub enum Command {
         /// Number of invoices to create, spread over the customers.
         #[arg(long)]
         invoices: u32,
-        /// Share of the invoices that are overdue and unpaid (0-100); the
-        /// rest are half paid, half not yet due.
+        /// Share of the invoices that owe a reminder today (0-100), spread
+        /// over every step; the rest are half paid, half not yet due.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u8).range(0..=100))]
         overdue_pct: u8,
         /// Do nothing if the database already has invoices (for one-shot
@@ -70,6 +70,25 @@ pub enum Command {
         /// A row `sending` for longer than this counts as unknown delivery.
         #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, value_name = "DURATION")]
         unknown_after: Duration,
+    },
+
+    /// Print the reminder an invoice would get, built exactly as the tick
+    /// builds it (headers and text, or the HTML); sends and writes nothing.
+    Preview {
+        /// The invoice's id.
+        #[arg(long, value_name = "ID")]
+        invoice: String,
+        /// A step key such as `overdue` or `final-2` [default: the
+        /// invoice's due step today]
+        #[arg(long, value_name = "STEP")]
+        stage: Option<String>,
+        /// Render for this locale (BCP 47, e.g. `de-CH`) instead of the
+        /// customer's.
+        #[arg(long, value_name = "TAG")]
+        locale: Option<String>,
+        /// Print the HTML part instead of the text.
+        #[arg(long)]
+        html: bool,
     },
 
     /// Ask a running worker's /healthz (on http.listen, or --url). Exits 0

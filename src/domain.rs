@@ -40,6 +40,8 @@ impl fmt::Display for ReminderId {
 pub struct Customer {
     pub name: String,
     pub email: String,
+    /// BCP 47 tag (`de-CH`); None: `templates.default_locale`.
+    pub locale: Option<String>,
 }
 
 /// What a reminder is about.
@@ -59,6 +61,8 @@ pub struct Claimed {
     pub id: ReminderId,
     /// Delivery attempts finished before this claim (0 for a first claim).
     pub attempts: i32,
+    /// The step claimed (`reminders.period`): `overdue`, `final-2`, ...
+    pub period: String,
     pub invoice: Invoice,
     pub customer: Customer,
 }

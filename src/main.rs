@@ -33,11 +33,26 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::dispatch(cli.command, settings)) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if is_configuration(&e) => {
+            eprintln!("invoice-reminder: configuration error: {e}");
+            ExitCode::from(exit::USAGE)
+        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "command failed");
             ExitCode::from(exit::FAILURE)
         }
     }
+}
+
+/// A problem found after the settings loaded but before anything ran: a
+/// template that is missing or does not render (exit 2, like bad settings).
+fn is_configuration(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause.is::<invoice_reminder::mail::TemplateError>()
+            || cause
+                .downcast_ref::<invoice_reminder::context::SetupError>()
+                .is_some_and(|s| matches!(s, invoice_reminder::context::SetupError::Templates(_)))
+    })
 }
 
 /// The reader of our stdout went away (`| head`): not a failure.

@@ -11,29 +11,30 @@ use sqlx::PgPool;
 use super::exit;
 use crate::config::Settings;
 use crate::db;
-use crate::db::audit::{DuplicateGroup, FailedRow, MissingRow, UnknownRow};
-use crate::period::period_key;
+use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
+use crate::db::invoices::{Owed, OwedReminder};
 
 /// How many missing invoices are listed (all are counted).
 const MISSING_LISTED: u32 = 100;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditReport {
-    pub period: String,
+    /// The database's date in `schedule.timezone`.
     pub today: NaiveDate,
     /// (invoice_id, period) with more than one reminder; exit 1 if any.
     pub duplicates: Vec<DuplicateGroup>,
     /// `sending` rows whose delivery is unknown (at-most-once: not resent).
     pub unknown: Vec<UnknownRow>,
-    /// `failed` and `discarded` rows of this period.
+    /// `failed` rows (retried while their step is due) and rows
+    /// `discarded` in the last 7 days.
     pub failed: Vec<FailedRow>,
-    /// Overdue invoices with no reminder for this period.
+    /// Unpaid, unpaused invoices whose due step has no reminder yet.
     pub missing_count: i64,
-    pub missing: Vec<MissingRow>,
-    /// Reminders of this period by status.
+    pub missing: Vec<OwedReminder>,
+    /// Every reminder by status.
     pub counts: BTreeMap<String, i64>,
-    /// Reminders of all periods by status.
-    pub counts_all_periods: BTreeMap<String, i64>,
+    /// Reminders sent, by step.
+    pub sent_by_step: BTreeMap<String, i64>,
 }
 
 pub async fn build_report(
@@ -44,32 +45,35 @@ pub async fn build_report(
     let today = db::today(pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let period = period_key(today, settings.reminders.cadence);
-    let cutoff = settings.reminders.overdue_cutoff(today);
     let read = "failed to read the reminders table (did you run `migrate`?)";
+    let owed = Owed {
+        today,
+        timezone: settings.schedule.timezone.name(),
+        min_days_between: settings.reminders.min_days_between,
+    };
+    let windows = settings.reminders.stages.windows(today);
+    let (missing, missing_count) =
+        db::invoices::owed_now(pool, &windows, owed, None, MISSING_LISTED)
+            .await
+            .context(read)?;
     Ok(AuditReport {
         duplicates: db::audit::duplicates(pool).await.context(read)?,
         unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
             .await
             .context(read)?,
-        failed: db::audit::failed(pool, &period).await.context(read)?,
-        missing_count: db::audit::count_missing(pool, cutoff, &period)
-            .await
-            .context(read)?,
-        missing: db::audit::missing(pool, cutoff, &period, MISSING_LISTED)
-            .await
-            .context(read)?,
-        counts: db::audit::counts_by_status(pool, Some(&period))
+        failed: db::audit::failed(pool).await.context(read)?,
+        missing_count,
+        missing,
+        counts: db::audit::counts_by_status(pool)
             .await
             .context(read)?
             .into_iter()
             .collect(),
-        counts_all_periods: db::audit::counts_by_status(pool, None)
+        sent_by_step: db::audit::sent_by_step(pool)
             .await
             .context(read)?
             .into_iter()
             .collect(),
-        period,
         today,
     })
 }
@@ -97,7 +101,7 @@ pub async fn audit(
 }
 
 fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> {
-    outln!("audit of period {} (database date {})", r.period, r.today);
+    outln!("audit (database date {})", r.today);
     if r.duplicates.is_empty() {
         outln!("duplicates: none");
     } else {
@@ -124,8 +128,8 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
                 .join(", ")
         }
     };
-    outln!("reminders this period: {}", counts(&r.counts));
-    outln!("reminders, all periods: {}", counts(&r.counts_all_periods));
+    outln!("reminders by status: {}", counts(&r.counts));
+    outln!("sent by step: {}", counts(&r.sent_by_step));
     outln!(
         "unknown delivery ('sending' after its run ended or for over {}): {}",
         humantime::format_duration(unknown_after),
@@ -146,22 +150,26 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
                 .unwrap_or_default()
         );
     }
-    outln!("failed or discarded this period: {}", r.failed.len());
+    outln!(
+        "failed, or discarded in the last 7 days: {}",
+        r.failed.len()
+    );
     for f in &r.failed {
         outln!(
-            "  invoice {} {} after {} attempt(s): {}",
+            "  invoice {} {} {} after {} attempt(s): {}",
             f.invoice_id,
+            f.period,
             f.status,
             f.attempts,
             f.last_error.as_deref().unwrap_or("")
         );
     }
     outln!(
-        "missing (overdue, no reminder this period): {}",
+        "missing (unpaid invoices whose due step has no reminder): {}",
         r.missing_count
     );
     for m in &r.missing {
-        outln!("  invoice {} due {}", m.invoice_id, m.due_date);
+        outln!("  invoice {} due {}: {}", m.invoice_id, m.due_date, m.step);
     }
     if r.missing_count > r.missing.len() as i64 {
         outln!(

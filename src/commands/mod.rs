@@ -13,6 +13,7 @@ macro_rules! outln {
 
 mod audit;
 mod health;
+mod preview;
 mod run;
 mod run_once;
 mod status;
@@ -24,6 +25,7 @@ use anyhow::Context as _;
 use crate::cli::Command;
 use crate::config::Settings;
 use crate::db;
+use crate::db::seed::SeedStep;
 
 pub use audit::{AuditReport, build_report};
 pub use run_once::{DryRun, dry_run};
@@ -51,6 +53,20 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             json,
             unknown_after,
         } => audit::audit(&settings, json, unknown_after).await,
+        Command::Preview {
+            invoice,
+            stage,
+            locale,
+            html,
+        } => {
+            let request = preview::Request {
+                invoice,
+                stage,
+                locale,
+                html,
+            };
+            preview::preview(&settings, request).await
+        }
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
     }
@@ -95,23 +111,39 @@ async fn seed(
     let today = db::today(&pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let cutoff = settings.reminders.overdue_cutoff(today);
-    let overdue = (u64::from(invoices) * u64::from(overdue_pct) + 50) / 100;
+    let stages = &settings.reminders.stages;
+    // Owed invoices land in every step's window in turn, so the demo sends
+    // every kind of reminder; the rest are paid or not due for a while.
+    let steps: Vec<SeedStep> = stages
+        .windows(today)
+        .iter()
+        .map(|w| SeedStep {
+            latest_due: w.due_to,
+            span: w
+                .due_from
+                .map_or(10, |from| (w.due_to - from).num_days() as i32 + 1),
+        })
+        .collect();
+    let first = stages.steps().first().map_or(0, |s| s.offset);
+    let not_due_after = today + chrono::TimeDelta::days(-first);
+    let owed = (u64::from(invoices) * u64::from(overdue_pct) + 50) / 100;
     let seeded = db::seed::seed(
         &pool,
         i64::from(customers),
         i64::from(invoices),
-        overdue as i64,
+        owed as i64,
+        &steps,
         today,
-        cutoff,
+        not_due_after,
     )
     .await
     .context("failed to insert demo data (did you run `migrate`?)")?;
     outln!(
-        "seeded {} customers and {} invoices: {} overdue and unpaid, {} paid, {} not yet due",
+        "seeded {} customers and {} invoices: {} owe a reminder today (spread over {} steps), {} paid, {} not yet due",
         seeded.customers,
         seeded.invoices,
-        seeded.overdue,
+        seeded.owed,
+        steps.len(),
         seeded.paid,
         seeded.not_yet_due
     );

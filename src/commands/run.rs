@@ -22,7 +22,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let grace = settings.shutdown.timeout;
     let liveness = Liveness::new(settings.max_tick_duration());
     let pool = db::connect_lazy(&settings);
-    let ctx = Arc::new(Context::new(settings, pool).context("failed to set up the lock backend")?);
+    let ctx = Arc::new(Context::new(settings, pool)?);
     let http_stop = CancellationToken::new();
     let http = match ctx.settings.http.listen {
         Some(addr) => Some(

@@ -11,31 +11,40 @@ use super::{connect, exit};
 use crate::config::Settings;
 use crate::context::Context;
 use crate::db;
-use crate::period::period_key;
+use crate::db::invoices::{Owed, OwedReminder};
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
 pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
     let pool = connect(&settings).await?;
-    let ctx = Context::new(settings, pool).context("failed to set up the lock backend")?;
+    let ctx = Context::new(settings, pool)?;
     if dry_run {
         let plan = self::dry_run(&ctx, 10_000)
             .await
             .context("failed to plan the tick")?;
         outln!(
-            "period {} (database date {}): {} reminder(s) would be sent",
-            plan.period,
+            "database date {}: {} reminder(s) would be sent{}",
             plan.today,
-            plan.would_send.len()
+            plan.total,
+            if plan.total > plan.would_send.len() as i64 {
+                format!(" (the first {} listed)", plan.would_send.len())
+            } else {
+                String::new()
+            }
         );
         for r in &plan.would_send {
             outln!(
-                "  invoice {} ({}) to {} due {} [{}]",
+                "  invoice {} ({}) to {} due {}: {} [{}]",
                 r.invoice_id,
                 r.number,
                 r.customer_email,
                 r.due_date,
+                r.step,
                 r.kind
             );
+        }
+        outln!("per step:");
+        for (step, n) in &plan.per_step {
+            outln!("  {step}: {n}");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -67,9 +76,14 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
 /// What `run-once --dry-run` would do, without claiming anything.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DryRun {
-    pub period: String,
+    /// The database's date in `schedule.timezone`.
     pub today: NaiveDate,
-    pub would_send: Vec<db::invoices::DueReminder>,
+    /// Each invoice that owes a reminder and the step it would get.
+    pub would_send: Vec<OwedReminder>,
+    /// How many owe one in all (`would_send` stops at the limit).
+    pub total: i64,
+    /// How many would get each step, in stage order (listed ones only).
+    pub per_step: Vec<(String, usize)>,
 }
 
 /// Lists the reminders the next tick would try (new and retries).
@@ -78,19 +92,34 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     let today = db::today(&ctx.db, s.schedule.timezone)
         .await
         .map_err(db_err("reading the database clock"))?;
-    let period = period_key(today, s.reminders.cadence);
-    let would_send = db::invoices::preview_due(
+    let stages = &s.reminders.stages;
+    let owed = Owed {
+        today,
+        timezone: s.schedule.timezone.name(),
+        min_days_between: s.reminders.min_days_between,
+    };
+    let (would_send, total) = db::invoices::owed_now(
         &ctx.db,
-        s.reminders.overdue_cutoff(today),
-        &period,
-        s.reminders.max_attempts,
+        &stages.windows(today),
+        owed,
+        Some(s.reminders.max_attempts),
         limit,
     )
     .await
-    .map_err(db_err("reading overdue invoices"))?;
+    .map_err(db_err("reading the invoices that owe a reminder"))?;
+    let per_step = stages
+        .steps()
+        .iter()
+        .map(|step| {
+            let n = would_send.iter().filter(|r| r.step == step.key).count();
+            (step.key.clone(), n)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
     Ok(DryRun {
-        period,
         today,
         would_send,
+        total,
+        per_step,
     })
 }

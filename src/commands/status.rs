@@ -22,7 +22,7 @@ struct StatusReport {
 
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
     let pool = super::connect(&settings).await?;
-    let ctx = Context::new(settings, pool).context("failed to set up the lock backend")?;
+    let ctx = Context::new(settings, pool)?;
     let holder = ctx.lock.holder().await.context("failed to read the lock")?;
     let holder = match holder {
         None => None,
@@ -47,7 +47,7 @@ pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result
         last_runs: db::runs::recent_runs(&ctx.db, runs)
             .await
             .context("failed to read job_runs")?,
-        counts: db::audit::counts_by_status(&ctx.db, None)
+        counts: db::audit::counts_by_status(&ctx.db)
             .await
             .context("failed to read reminders")?,
     };

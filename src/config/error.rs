@@ -51,7 +51,18 @@ impl std::error::Error for ConfigError {}
 /// `path` is the user's file, if one was read.
 pub(super) fn from_figment(error: figment::Error, path: Option<&Path>) -> ConfigError {
     use figment::error::Kind;
-    let key = error.path.join(".");
+    // `reminders.stages.1.name` reads better as `reminders.stages[1].name`.
+    let key = error.path.iter().fold(String::new(), |mut key, part| {
+        if part.chars().all(|c| c.is_ascii_digit()) && !key.is_empty() {
+            key.push_str(&format!("[{part}]"));
+        } else {
+            if !key.is_empty() {
+                key.push('.');
+            }
+            key.push_str(part);
+        }
+        key
+    });
     let file = path.map_or_else(
         || "the built-in defaults".to_owned(),
         |p| p.display().to_string(),
@@ -62,6 +73,7 @@ pub(super) fn from_figment(error: figment::Error, path: Option<&Path>) -> Config
             let full = if key.is_empty() {
                 field.clone()
             } else if error.path.last() == Some(field) {
+                // figment's path already ends with the unknown field.
                 key.clone()
             } else {
                 format!("{key}.{field}")

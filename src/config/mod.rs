@@ -29,6 +29,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sqlx::postgres::PgConnectOptions;
 
+use crate::stages::Stages;
 pub use error::ConfigError;
 pub use types::{Cron, DatabaseUrl, RedisUrl, parse_cron, redact_url};
 
@@ -101,6 +102,8 @@ pub struct Settings {
     pub schedule: ScheduleSettings,
     pub lock: LockSettings,
     pub reminders: ReminderSettings,
+    pub templates: TemplateSettings,
+    pub company: CompanySettings,
     pub http: HttpSettings,
     pub smtp: SmtpSettings,
     pub log: LogSettings,
@@ -186,25 +189,48 @@ pub enum OnBackendError {
     DatabaseOnly,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Cadence {
-    Daily,
-    Weekly,
-    Monthly,
-}
-
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderSettings {
-    pub cadence: Cadence,
-    pub grace_days: u32,
+    /// `[[reminders.stages]]`: what is sent when (see `crate::stages`).
+    #[serde(deserialize_with = "types::stages")]
+    pub stages: Stages,
+    /// No step is claimed within this many days of a reminder `sent` or
+    /// `sending` for the same invoice; 0: no gap.
+    pub min_days_between: u32,
     pub batch_size: u32,
     pub max_attempts: u32,
     pub send_concurrency: u32,
     /// At most this many reminders claimed per tick; None: no limit (0).
     #[serde(deserialize_with = "types::zero_is_none")]
     pub max_per_tick: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateSettings {
+    /// Your templates, over the built-in ones; None: built-in only.
+    #[serde(deserialize_with = "types::optional_path")]
+    pub dir: Option<PathBuf>,
+    /// Used when a customer's locale (or its language) has no template.
+    #[serde(deserialize_with = "types::string_like")]
+    pub default_locale: String,
+}
+
+/// `[company]`: who the reminders come from, for templates and headers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompanySettings {
+    #[serde(deserialize_with = "types::string_like")]
+    pub name: String,
+    /// The Reply-To header; None: replies go to `smtp.from`.
+    #[serde(deserialize_with = "types::optional_mailbox")]
+    pub reply_to: Option<Mailbox>,
+    #[serde(deserialize_with = "types::optional_string")]
+    pub support_email: Option<String>,
+    /// A template (`https://pay.example.com/i/{{ invoice.number }}`).
+    #[serde(deserialize_with = "types::optional_string")]
+    pub payment_url: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -343,13 +369,6 @@ impl DatabaseSettings {
 impl RedisSettings {
     pub fn redacted_url(&self) -> String {
         redact_url(self.url.expose_secret())
-    }
-}
-
-impl ReminderSettings {
-    /// Invoices due before this date are overdue on `today`.
-    pub fn overdue_cutoff(&self, today: chrono::NaiveDate) -> chrono::NaiveDate {
-        today - chrono::Days::new(u64::from(self.grace_days))
     }
 }
 

@@ -63,6 +63,29 @@ pub fn default_replica_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// The stage list; its rules are checked in `validate`.
+pub(super) fn stages<'de, D: Deserializer<'de>>(de: D) -> Result<crate::stages::Stages, D::Error> {
+    Vec::<crate::stages::Stage>::deserialize(de).map(crate::stages::Stages::new)
+}
+
+pub(super) fn optional_path<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<std::path::PathBuf>, D::Error> {
+    optional_string(de).map(|s| s.map(std::path::PathBuf::from))
+}
+
+pub(super) fn optional_mailbox<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<Mailbox>, D::Error> {
+    match optional_string(de)? {
+        None => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|e| D::Error::custom(format!("not a valid address {text:?}: {e}"))),
+    }
+}
+
 /// Empty: None; otherwise `IP:port`.
 pub(super) fn optional_socket_addr<'de, D: Deserializer<'de>>(
     de: D,

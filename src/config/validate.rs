@@ -19,6 +19,7 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     positive("redis.timeout", s.redis.timeout)?;
     lock(s)?;
     reminders(s)?;
+    templates(s)?;
     smtp(s)?;
     tracing_subscriber::EnvFilter::try_new(&s.log.level).map_err(|e| {
         ConfigError::new(
@@ -72,10 +73,43 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
     }
     at_least_one("reminders.max_attempts", r.max_attempts)?;
     at_least_one("reminders.send_concurrency", r.send_concurrency)?;
-    if r.grace_days > 36_500 {
+    if r.min_days_between > 3650 {
         return Err(ConfigError::new(
-            "reminders.grace_days",
-            "must be at most 36500",
+            "reminders.min_days_between",
+            "must be at most 3650",
+        ));
+    }
+    crate::stages::check(r.stages.stages()).map_err(|(index, field, reason)| {
+        let key = match index {
+            None => "reminders.stages".to_owned(),
+            Some(i) => format!("reminders.stages[{i}].{field}"),
+        };
+        ConfigError::new(key, reason)
+    })
+}
+
+fn templates(s: &Settings) -> Result<(), ConfigError> {
+    let locale = &s.templates.default_locale;
+    if crate::mail::format::parse_locale(locale).is_none() || locale.contains(['/', '\\']) {
+        return Err(ConfigError::new(
+            "templates.default_locale",
+            format!("{locale:?} is not a language tag such as \"en\" or \"de-CH\""),
+        ));
+    }
+    if let Some(dir) = &s.templates.dir
+        && !dir.is_dir()
+    {
+        return Err(ConfigError::new(
+            "templates.dir",
+            format!("{} is not a directory", dir.display()),
+        ));
+    }
+    if let Some(email) = &s.company.support_email
+        && email.parse::<lettre::Address>().is_err()
+    {
+        return Err(ConfigError::new(
+            "company.support_email",
+            format!("not a valid address {email:?}"),
         ));
     }
     Ok(())

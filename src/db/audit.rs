@@ -1,7 +1,7 @@
 //! Queries behind `audit`: what an operator needs to trust (or distrust)
 //! the reminders table.
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
@@ -65,76 +65,33 @@ pub struct FailedRow {
     pub last_error: Option<String>,
 }
 
-/// `failed` (will be retried) and `discarded` (final) rows of a period.
-pub async fn failed(pool: &PgPool, period: &str) -> Result<Vec<FailedRow>, sqlx::Error> {
+/// `failed` rows (retried while their step is due) and rows `discarded`
+/// in the last 7 days (final).
+pub async fn failed(pool: &PgPool) -> Result<Vec<FailedRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id AS reminder_id, invoice_id, period, status, attempts, last_error
            FROM reminders
-          WHERE period = $1 AND status IN ('failed', 'discarded')
-          ORDER BY invoice_id",
+          WHERE status = 'failed'
+             OR (status = 'discarded' AND claimed_at > now() - interval '7 days')
+          ORDER BY invoice_id, id",
     )
-    .bind(period)
     .fetch_all(pool)
     .await
 }
 
-#[derive(Debug, Clone, FromRow, serde::Serialize)]
-pub struct MissingRow {
-    pub invoice_id: i64,
-    pub due_date: NaiveDate,
+/// Row counts by status.
+pub async fn counts_by_status(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
+        .fetch_all(pool)
+        .await
 }
 
-/// Overdue invoices with no reminder row for `period` (owed, not yet
-/// claimed). At most `limit` rows; see `count_missing` for the total.
-pub async fn missing(
-    pool: &PgPool,
-    cutoff: NaiveDate,
-    period: &str,
-    limit: u32,
-) -> Result<Vec<MissingRow>, sqlx::Error> {
+/// Reminders sent, by step (`period`).
+pub async fn sent_by_step(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT i.id AS invoice_id, i.due_date
-           FROM invoices i
-          WHERE i.paid_at IS NULL AND i.due_date < $1
-            AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id AND r.period = $2)
-          ORDER BY i.due_date, i.id
-          LIMIT $3",
+        "SELECT period, count(*) FROM reminders WHERE status = 'sent'
+          GROUP BY period ORDER BY period",
     )
-    .bind(cutoff)
-    .bind(period)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await
-}
-
-pub async fn count_missing(
-    pool: &PgPool,
-    cutoff: NaiveDate,
-    period: &str,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*)
-           FROM invoices i
-          WHERE i.paid_at IS NULL AND i.due_date < $1
-            AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id AND r.period = $2)",
-    )
-    .bind(cutoff)
-    .bind(period)
-    .fetch_one(pool)
-    .await
-}
-
-/// Row counts by status, for one period or (None) all periods.
-pub async fn counts_by_status(
-    pool: &PgPool,
-    period: Option<&str>,
-) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT status, count(*) FROM reminders
-          WHERE $1::text IS NULL OR period = $1
-          GROUP BY status ORDER BY status",
-    )
-    .bind(period)
     .fetch_all(pool)
     .await
 }

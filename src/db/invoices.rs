@@ -1,22 +1,26 @@
-//! Reading overdue invoices.
+//! Reading the invoices that owe a reminder today.
 //!
-//! An invoice is overdue when it is unpaid and `due_date + grace_days <
-//! today`, i.e. `due_date < cutoff` with `cutoff = today - grace_days`.
-//! Pages are keyset-paginated on `(due_date, id)`, the order of the partial
-//! index `invoices_unpaid_due_date_id`: each page is one index range scan,
-//! whatever the page number, and paid invoices are never visited.
+//! An unpaid invoice owes its **due step** (`crate::stages`) unless it is
+//! paused (`customers.reminders_paused`, `invoices.reminders_paused_until >=
+//! today`), already has a row for that step, or had a reminder `sent` or
+//! `sending` within `reminders.min_days_between` days. For one day the due
+//! step is a function of the due date, so each step is one due-date range
+//! ([`Window`]) and a scan is keyset pages over the partial index
+//! `invoices_unpaid_due_date_id`, range by range: one index range scan per
+//! page, paid invoices never visited, the cost growing with unpaid invoices,
+//! not with the ledger.
 //!
-//! The "no reminder yet" test is a per-row probe of the UNIQUE (invoice_id,
-//! period) index, kept that way with `OFFSET 0`: otherwise PostgreSQL may
-//! turn it into an anti-join planned from `reminders` statistics, and those
-//! are stale exactly when it matters (the table grows by a whole backlog
-//! within one tick); a plan that rescans `reminders` for every page makes
-//! the tick quadratic.
+//! The "no reminder yet" and "recently reminded" tests are per-row probes of
+//! the UNIQUE (invoice_id, period) index, kept that way with `OFFSET 0`:
+//! otherwise PostgreSQL may plan an anti-join from `reminders` statistics,
+//! which are stale exactly when it matters (the table grows by a whole
+//! backlog within one tick), and rescan `reminders` for every page.
 
 use chrono::NaiveDate;
 use sqlx::{FromRow, PgPool};
 
-use crate::domain::InvoiceId;
+use crate::domain::{Customer, Invoice, InvoiceId};
+use crate::stages::Window;
 
 /// Position of the last row of a page; the next page starts after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
@@ -25,104 +29,175 @@ pub struct OverdueKey {
     pub id: InvoiceId,
 }
 
-/// One page of overdue invoices that have no reminder for `period` yet,
-/// in `(due_date, id)` order, starting after `after`.
-pub async fn fetch_overdue_page(
+/// What, besides its due step, decides whether an invoice owes a reminder
+/// today.
+#[derive(Debug, Clone, Copy)]
+pub struct Owed<'a> {
+    /// The database's date in `schedule.timezone`.
+    pub today: NaiveDate,
+    /// `schedule.timezone`, for "created on which day".
+    pub timezone: &'a str,
+    pub min_days_between: u32,
+}
+
+/// The conditions shared by the scan and the claim; `$T` today, `$G` the
+/// gap in days, `$Z` the time zone. Kept textual so both statements apply
+/// exactly the same rule.
+macro_rules! owed_conditions {
+    ($t:literal, $g:literal, $z:literal) => {
+        concat!(
+            " AND i.paid_at IS NULL",
+            " AND (i.reminders_paused_until IS NULL OR i.reminders_paused_until < $", $t, ")",
+            " AND NOT EXISTS (SELECT 1 FROM customers pc WHERE pc.id = i.customer_id AND pc.reminders_paused OFFSET 0)",
+            " AND NOT EXISTS (SELECT 1 FROM reminders g WHERE g.invoice_id = i.id",
+            " AND g.status IN ('sent', 'sending')",
+            " AND g.created_at >= (($", $t, "::date - $", $g, "::int + 1)::timestamp AT TIME ZONE $", $z, ") OFFSET 0)"
+        )
+    };
+}
+pub(crate) use owed_conditions;
+
+/// One page of invoices in `window` that owe its step, in `(due_date, id)`
+/// order, starting after `after`.
+pub async fn fetch_owed_page(
     pool: &PgPool,
-    cutoff: NaiveDate,
-    period: &str,
+    window: &Window,
+    owed: Owed<'_>,
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<Vec<OverdueKey>, sqlx::Error> {
-    match after {
-        None => {
-            sqlx::query_as(
-                "SELECT i.due_date, i.id
-                   FROM invoices i
-                  WHERE i.paid_at IS NULL
-                    AND i.due_date < $1
-                    AND NOT EXISTS (SELECT 1 FROM reminders r
-                                     WHERE r.invoice_id = i.id AND r.period = $2
-                                    OFFSET 0)
-                  ORDER BY i.due_date, i.id
-                  LIMIT $3",
-            )
-            .bind(cutoff)
-            .bind(period)
-            .bind(i64::from(limit))
-            .fetch_all(pool)
-            .await
-        }
-        Some(key) => {
-            sqlx::query_as(
-                "SELECT i.due_date, i.id
-                   FROM invoices i
-                  WHERE i.paid_at IS NULL
-                    AND i.due_date < $1
-                    AND (i.due_date, i.id) > ($4, $5)
-                    AND NOT EXISTS (SELECT 1 FROM reminders r
-                                     WHERE r.invoice_id = i.id AND r.period = $2
-                                    OFFSET 0)
-                  ORDER BY i.due_date, i.id
-                  LIMIT $3",
-            )
-            .bind(cutoff)
-            .bind(period)
-            .bind(i64::from(limit))
-            .bind(key.due_date)
-            .bind(key.id)
-            .fetch_all(pool)
-            .await
-        }
-    }
-}
-
-/// Number of overdue invoices (for `status` and dry runs).
-pub async fn count_overdue(pool: &PgPool, cutoff: NaiveDate) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM invoices WHERE paid_at IS NULL AND due_date < $1")
-        .bind(cutoff)
-        .fetch_one(pool)
+    const PAGE: &str = concat!(
+        "SELECT i.due_date, i.id FROM invoices i",
+        " WHERE i.due_date >= COALESCE($1, '-infinity'::date) AND i.due_date <= $2",
+        " AND ($7::date IS NULL OR (i.due_date, i.id) > ($7, $8))",
+        " AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id AND r.period = $3 OFFSET 0)",
+        owed_conditions!("4", "5", "6"),
+        " ORDER BY i.due_date, i.id LIMIT $9"
+    );
+    sqlx::query_as(PAGE)
+        .bind(window.due_from)
+        .bind(window.due_to)
+        .bind(&window.step.key)
+        .bind(owed.today)
+        .bind(i64::from(owed.min_days_between))
+        .bind(owed.timezone)
+        .bind(after.map(|k| k.due_date))
+        .bind(after.map(|k| k.id))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
         .await
 }
 
-/// A reminder the next tick would attempt (for `run-once --dry-run`).
+/// An invoice owed a reminder today (for `run-once --dry-run` and `audit`).
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
-pub struct DueReminder {
+pub struct OwedReminder {
     pub invoice_id: InvoiceId,
     pub number: String,
     pub customer_email: String,
     pub due_date: NaiveDate,
-    pub amount_cents: i64,
-    pub currency: String,
-    /// `new`, or `retry` for a `failed` reminder with attempts left.
+    /// The step it owes.
+    pub step: String,
+    /// `new`, or `retry` for a `failed` row of that step with attempts left.
     pub kind: String,
 }
 
-/// Overdue invoices owed a reminder for `period`: no row yet, or a
-/// `failed` row with attempts left. Read-only.
-pub async fn preview_due(
-    pool: &PgPool,
-    cutoff: NaiveDate,
-    period: &str,
-    max_attempts: u32,
-    limit: u32,
-) -> Result<Vec<DueReminder>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT i.id AS invoice_id, i.number, c.email AS customer_email, i.due_date,
-                i.amount_cents, i.currency,
-                CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind
-           FROM invoices i
-           JOIN customers c ON c.id = i.customer_id
-           LEFT JOIN reminders r ON r.invoice_id = i.id AND r.period = $2
-          WHERE i.paid_at IS NULL AND i.due_date < $1
-            AND (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $3))
-          ORDER BY i.due_date, i.id
-          LIMIT $4",
+/// Windows as three parallel arrays for `unnest`.
+pub(crate) fn window_arrays(
+    windows: &[Window],
+) -> (Vec<String>, Vec<Option<NaiveDate>>, Vec<NaiveDate>) {
+    (
+        windows.iter().map(|w| w.step.key.clone()).collect(),
+        windows.iter().map(|w| w.due_from).collect(),
+        windows.iter().map(|w| w.due_to).collect(),
     )
-    .bind(cutoff)
-    .bind(period)
+}
+
+/// Every invoice that owes its due step today, as a new claim or (with
+/// `max_attempts`) as a retry of a `failed` row, in `(due_date, id)` order;
+/// at most `limit`, and how many there are in all. Read-only.
+pub async fn owed_now(
+    pool: &PgPool,
+    windows: &[Window],
+    owed: Owed<'_>,
+    max_attempts: Option<u32>,
+    limit: u32,
+) -> Result<(Vec<OwedReminder>, i64), sqlx::Error> {
+    let max_attempts = max_attempts.unwrap_or(0);
+    const FROM: &str = concat!(
+        " FROM unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)",
+        " JOIN invoices i ON i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to",
+        " JOIN customers cu ON cu.id = i.customer_id",
+        " LEFT JOIN reminders r ON r.invoice_id = i.id AND r.period = w.key",
+        " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $7))",
+        owed_conditions!("4", "5", "6"),
+    );
+    let (keys, froms, tos) = window_arrays(windows);
+    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT i.id AS invoice_id, i.number, cu.email AS customer_email, i.due_date, w.key AS step,
+                CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind
+         {FROM} ORDER BY i.due_date, i.id LIMIT $8"
+    )))
+    .bind(&keys)
+    .bind(&froms)
+    .bind(&tos)
+    .bind(owed.today)
+    .bind(i64::from(owed.min_days_between))
+    .bind(owed.timezone)
     .bind(i64::from(max_attempts))
     .bind(i64::from(limit))
     .fetch_all(pool)
-    .await
+    .await?;
+    let total = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) {FROM}")))
+        .bind(&keys)
+        .bind(&froms)
+        .bind(&tos)
+        .bind(owed.today)
+        .bind(i64::from(owed.min_days_between))
+        .bind(owed.timezone)
+        .bind(i64::from(max_attempts))
+        .fetch_one(pool)
+        .await?;
+    Ok((rows, total))
+}
+
+/// One invoice and its customer, for `preview`.
+pub async fn invoice_with_customer(
+    pool: &PgPool,
+    id: InvoiceId,
+) -> Result<Option<(Invoice, Customer)>, sqlx::Error> {
+    type Row = (
+        InvoiceId,
+        String,
+        i64,
+        String,
+        NaiveDate,
+        String,
+        String,
+        Option<String>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email, c.locale
+           FROM invoices i JOIN customers c ON c.id = i.customer_id WHERE i.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(
+        |(id, number, amount_cents, currency, due_date, name, email, locale)| {
+            (
+                Invoice {
+                    id,
+                    number,
+                    amount_cents,
+                    currency,
+                    due_date,
+                },
+                Customer {
+                    name,
+                    email,
+                    locale,
+                },
+            )
+        },
+    ))
 }

@@ -1,9 +1,10 @@
 //! The claim protocol: how a reminder goes from "owed" to "sent" without
 //! ever being sent twice.
 //!
-//! 1. **Claim before send.** A batch of overdue invoice ids is claimed with
-//!    one `INSERT ... ON CONFLICT (invoice_id, period) DO NOTHING RETURNING`
-//!    that re-checks `paid_at IS NULL`. Only the rows this statement
+//! 1. **Claim before send.** A batch of invoice ids owing one step (the
+//!    `period`, e.g. `overdue`) is claimed with one `INSERT ... ON CONFLICT
+//!    (invoice_id, period) DO NOTHING RETURNING` that re-checks that each is
+//!    still unpaid, unpaused and owes that step. Only the rows this statement
 //!    inserted are mailed, by this run. A second sender (lock lost, lock
 //!    bypassed, paused holder) inserts nothing and sends nothing: the UNIQUE
 //!    constraint, not the lock, is what makes duplicates impossible.
@@ -15,6 +16,8 @@
 //! 3. **Retries are claims too.** `failed` rows are re-claimed on a later
 //!    tick by an `UPDATE ... WHERE status = 'failed'` over rows locked with
 //!    `FOR UPDATE SKIP LOCKED`: two replicas can never re-claim the same row.
+//!    Only while their step is still due: a failed row of a superseded step
+//!    becomes `discarded` instead ("superseded by final").
 //! 4. **Hand back what was never started.** When a run ends, every row it
 //!    still holds in `sending` whose send never began (lease lost, shutdown,
 //!    SMTP or database gone) is returned: a first claim is deleted, a retry
@@ -36,8 +39,10 @@
 use chrono::NaiveDate;
 use sqlx::{FromRow, PgPool, Postgres, Transaction};
 
+use super::invoices::{Owed, owed_conditions, window_arrays};
 use super::locks::advance_fence;
 use crate::domain::{Claimed, Counts, Customer, Delivery, Invoice, InvoiceId, ReminderId};
+use crate::stages::Window;
 
 /// The fencing token a claim presents, and the lock it was drawn for.
 #[derive(Debug, Clone, Copy)]
@@ -78,12 +83,14 @@ struct ClaimedRow {
     reminder_id: ReminderId,
     invoice_id: InvoiceId,
     attempts: i32,
+    period: String,
     number: String,
     amount_cents: i64,
     currency: String,
     due_date: NaiveDate,
     customer_name: String,
     customer_email: String,
+    customer_locale: Option<String>,
 }
 
 impl From<ClaimedRow> for Claimed {
@@ -91,6 +98,7 @@ impl From<ClaimedRow> for Claimed {
         Claimed {
             id: r.reminder_id,
             attempts: r.attempts,
+            period: r.period,
             invoice: Invoice {
                 id: r.invoice_id,
                 number: r.number,
@@ -101,99 +109,141 @@ impl From<ClaimedRow> for Claimed {
             customer: Customer {
                 name: r.customer_name,
                 email: r.customer_email,
+                locale: r.customer_locale,
             },
         }
     }
 }
 
-/// Claims reminders for `invoice_ids` in `period` for run `run_id`. Returns
-/// only the rows this call inserted. With a `fence`, the claim commits only
-/// if no newer lock holder has written.
+/// The columns every claim returns, from `claimed c` joined with the
+/// invoice and customer.
+const CLAIMED_COLUMNS: &str = "
+         SELECT c.id AS reminder_id, c.invoice_id, c.attempts, c.period,
+                i.number, i.amount_cents, i.currency, i.due_date,
+                cu.name AS customer_name, cu.email AS customer_email, cu.locale AS customer_locale
+           FROM claimed c
+           JOIN invoices i ON i.id = c.invoice_id
+           JOIN customers cu ON cu.id = i.customer_id
+          ORDER BY c.invoice_id";
+
+/// Claims the step of `window` for `invoice_ids` for run `run_id`,
+/// re-checking in the same statement that each invoice is still unpaid,
+/// unpaused, in the window and not reminded within the gap. Returns only
+/// the rows this call inserted. With a `fence`, the claim commits only if
+/// no newer lock holder has written.
 pub async fn claim_batch(
     pool: &PgPool,
     invoice_ids: &[InvoiceId],
-    period: &str,
+    window: &Window,
+    owed: Owed<'_>,
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<Vec<Claimed>, ClaimError> {
     let mut tx = begin_fenced(pool, fence).await?;
-    let claimed: Vec<ClaimedRow> = sqlx::query_as(
+    let claimed: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH claimed AS (
              INSERT INTO reminders (invoice_id, period, status, run_id, fence_token)
              SELECT i.id, $2, 'sending', $3, $4
                FROM invoices i
-              WHERE i.id = ANY($1) AND i.paid_at IS NULL
+              WHERE i.id = ANY($1)
+                AND i.due_date >= COALESCE($8, '-infinity'::date) AND i.due_date <= $9
+                {}
               ORDER BY i.id
              ON CONFLICT (invoice_id, period) DO NOTHING
-             RETURNING id, invoice_id, attempts
-         )
-         SELECT c.id AS reminder_id, c.invoice_id, c.attempts,
-                i.number, i.amount_cents, i.currency, i.due_date,
-                cu.name AS customer_name, cu.email AS customer_email
-           FROM claimed c
-           JOIN invoices i ON i.id = c.invoice_id
-           JOIN customers cu ON cu.id = i.customer_id
-          ORDER BY c.invoice_id",
-    )
+             RETURNING id, invoice_id, attempts, period
+         ){CLAIMED_COLUMNS}",
+        owed_conditions!("5", "6", "7")
+    )))
     .bind(invoice_ids)
-    .bind(period)
+    .bind(&window.step.key)
     .bind(run_id)
     .bind(fence.map(|f| f.token))
+    .bind(owed.today)
+    .bind(i64::from(owed.min_days_between))
+    .bind(owed.timezone)
+    .bind(window.due_from)
+    .bind(window.due_to)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
     Ok(claimed.into_iter().map(Claimed::from).collect())
 }
 
-/// Re-claims up to `limit` `failed` reminders of `period` that still have
-/// attempts left and whose invoice is still unpaid. Rows this run already
-/// tried are skipped, so each row gets at most one attempt per tick.
+/// Re-claims up to `limit` `failed` reminders whose step is still their
+/// invoice's due step (one of `windows`), with attempts left, for invoices
+/// that still owe a reminder. Rows this run already tried are skipped, so
+/// each row gets at most one attempt per tick.
 pub async fn reclaim_failed(
     pool: &PgPool,
-    period: &str,
+    windows: &[Window],
+    owed: Owed<'_>,
     run_id: i64,
     max_attempts: u32,
     limit: u32,
     fence: Option<Fence<'_>>,
 ) -> Result<Vec<Claimed>, ClaimError> {
+    let (keys, froms, tos) = window_arrays(windows);
     let mut tx = begin_fenced(pool, fence).await?;
-    let claimed: Vec<ClaimedRow> = sqlx::query_as(
+    let claimed: Vec<ClaimedRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH picked AS (
              SELECT r.id
                FROM reminders r
                JOIN invoices i ON i.id = r.invoice_id
-              WHERE r.period = $1
-                AND r.status = 'failed'
-                AND r.attempts < $3
-                AND r.run_id IS DISTINCT FROM $2
-                AND i.paid_at IS NULL
+               JOIN unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+                 ON w.key = r.period
+                AND i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
+              WHERE r.status = 'failed'
+                AND r.attempts < $4
+                AND r.run_id IS DISTINCT FROM $5
+                {}
               ORDER BY r.id
-              LIMIT $4
+              LIMIT $6
                 FOR UPDATE OF r SKIP LOCKED
          ), claimed AS (
              UPDATE reminders r
-                SET status = 'sending', run_id = $2, claimed_at = now(), fence_token = $5
+                SET status = 'sending', run_id = $5, claimed_at = now(), fence_token = $7
                FROM picked
               WHERE r.id = picked.id AND r.status = 'failed'
-             RETURNING r.id, r.invoice_id, r.attempts
-         )
-         SELECT c.id AS reminder_id, c.invoice_id, c.attempts,
-                i.number, i.amount_cents, i.currency, i.due_date,
-                cu.name AS customer_name, cu.email AS customer_email
-           FROM claimed c
-           JOIN invoices i ON i.id = c.invoice_id
-           JOIN customers cu ON cu.id = i.customer_id
-          ORDER BY c.invoice_id",
-    )
-    .bind(period)
-    .bind(run_id)
+             RETURNING r.id, r.invoice_id, r.attempts, r.period
+         ){CLAIMED_COLUMNS}",
+        owed_conditions!("8", "9", "10")
+    )))
+    .bind(&keys)
+    .bind(&froms)
+    .bind(&tos)
     .bind(i64::from(max_attempts))
+    .bind(run_id)
     .bind(i64::from(limit))
     .bind(fence.map(|f| f.token))
+    .bind(owed.today)
+    .bind(i64::from(owed.min_days_between))
+    .bind(owed.timezone)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
     Ok(claimed.into_iter().map(Claimed::from).collect())
+}
+
+/// `failed` rows whose step is no longer their invoice's due step become
+/// `discarded` ("superseded by <step>"): a superseded step is never sent
+/// late. Returns how many.
+pub async fn supersede_failed(pool: &PgPool, windows: &[Window]) -> Result<u64, sqlx::Error> {
+    let (keys, froms, tos) = window_arrays(windows);
+    let done = sqlx::query(
+        "UPDATE reminders r
+            SET status = 'discarded', last_error = 'superseded by ' || w.key
+           FROM invoices i, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+          WHERE r.status = 'failed'
+            AND i.id = r.invoice_id
+            AND i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
+            AND r.period <> w.key",
+    )
+    .bind(&keys)
+    .bind(&froms)
+    .bind(&tos)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Records the outcome of a set of attempts in one statement. Only rows

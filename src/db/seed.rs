@@ -1,6 +1,6 @@
 //! Demo data for `seed`: customers and invoices, a chosen share of them
-//! overdue. Generated in SQL (`generate_series`) so a million invoices take
-//! seconds, not minutes.
+//! owing a reminder today, spread over every step. Generated in SQL
+//! (`generate_series`) so a million invoices take seconds, not minutes.
 
 use chrono::NaiveDate;
 use sqlx::PgPool;
@@ -10,27 +10,39 @@ use sqlx::PgPool;
 pub struct Seeded {
     pub customers: i64,
     pub invoices: i64,
-    pub overdue: i64,
+    /// Unpaid, owing a reminder today.
+    pub owed: i64,
     pub paid: i64,
+    /// Unpaid, not owing anything yet (due later than the first stage).
     pub not_yet_due: i64,
 }
 
-/// Inserts `customers` customers and `invoices` invoices. The first
-/// `overdue` invoices are unpaid and due before `cutoff` (overdue today);
-/// of the rest, half are paid and half are due in the future.
+/// Where owed invoices go: each one's due date falls `0..span` days before
+/// `latest_due` of one step, taken in turn.
+#[derive(Debug, Clone, Copy)]
+pub struct SeedStep {
+    pub latest_due: NaiveDate,
+    pub span: i32,
+}
+
+/// Inserts `customers` customers (every fourth with locale `de`) and
+/// `invoices` invoices: the first `owed` spread over `steps`; of the rest,
+/// half paid and half due after `not_due_after`.
 pub async fn seed(
     pool: &PgPool,
     customers: i64,
     invoices: i64,
-    overdue: i64,
+    owed: i64,
+    steps: &[SeedStep],
     today: NaiveDate,
-    cutoff: NaiveDate,
+    not_due_after: NaiveDate,
 ) -> Result<Seeded, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(
         "WITH created AS (
-             INSERT INTO customers (name, email)
-             SELECT 'Customer ' || g, 'customer' || g || '@example.com'
+             INSERT INTO customers (name, email, locale)
+             SELECT 'Customer ' || g, 'customer' || g || '@example.com',
+                    CASE WHEN g % 4 = 0 THEN 'de' END
                FROM generate_series(1, $1::bigint) AS g
              RETURNING id
          )
@@ -40,8 +52,10 @@ pub async fn seed(
     .fetch_one(&mut *tx)
     .await?;
     let first_customer = first_customer.unwrap_or(0);
-    let rest = invoices - overdue;
+    let rest = invoices - owed;
     let paid = rest / 2;
+    let latest: Vec<NaiveDate> = steps.iter().map(|s| s.latest_due).collect();
+    let spans: Vec<i32> = steps.iter().map(|s| s.span.max(1)).collect();
     sqlx::query(
         "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
          SELECT $1 + (g % $2),
@@ -49,27 +63,30 @@ pub async fn seed(
                 1000 + (g * 7919) % 250000,
                 'EUR',
                 CASE
-                    WHEN g <= $5 THEN $6::date - 1 - (g % 45)::int
-                    WHEN g <= $5 + $7 THEN $4::date - (g % 60)::int
-                    ELSE $4::date + 1 + (g % 30)::int
+                    WHEN g <= $5 THEN ($6::date[])[1 + g % cardinality($6)]
+                                      - (g % ($7::int[])[1 + g % cardinality($6)])::int
+                    WHEN g <= $5 + $8 THEN $4::date - (g % 60)::int
+                    ELSE $9::date + 1 + (g % 30)::int
                 END,
-                CASE WHEN g > $5 AND g <= $5 + $7 THEN now() - ((g % 30) || ' days')::interval END
+                CASE WHEN g > $5 AND g <= $5 + $8 THEN now() - ((g % 30) || ' days')::interval END
            FROM generate_series(1, $3::bigint) AS g",
     )
     .bind(first_customer)
     .bind(created.max(1))
     .bind(invoices)
     .bind(today)
-    .bind(overdue)
-    .bind(cutoff)
+    .bind(owed)
+    .bind(&latest)
+    .bind(&spans)
     .bind(paid)
+    .bind(not_due_after)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
     Ok(Seeded {
         customers: created,
         invoices,
-        overdue,
+        owed,
         paid,
         not_yet_due: rest - paid,
     })

@@ -1,4 +1,6 @@
-//! Building a reminder message from plain domain values.
+//! Building a reminder message from a rendered reminder and plain domain
+//! values: `multipart/alternative` (text, then HTML) when there is an HTML
+//! part, plain text otherwise.
 //!
 //! Every reminder has a deterministic `Message-ID:
 //! <invoice-{id}.{period}@{smtp.message_id_domain}>`, so the same reminder
@@ -10,19 +12,14 @@
 //! [`MessageError`]: the reminder is discarded with that reason and the
 //! others still go out.
 
-use chrono::NaiveDate;
 use lettre::Address;
 use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
-use lettre::message::{Mailbox, Message};
+use lettre::message::{Mailbox, Message, MultiPart};
 
+use super::templates::{MAX_NAME_CHARS, Rendered};
 use crate::config::SmtpSettings;
 use crate::domain::{Customer, Invoice, InvoiceId};
-
-/// Longest customer name we put in a header or greeting.
-pub const MAX_NAME_CHARS: usize = 100;
-/// Longest invoice number we put in a subject.
-pub const MAX_NUMBER_CHARS: usize = 64;
 
 /// A reminder that cannot become a message; final, never retried.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +31,11 @@ pub enum MessageError {
     },
     #[error("cannot build the message for invoice {invoice_id}: {reason}")]
     Build {
+        invoice_id: InvoiceId,
+        reason: String,
+    },
+    #[error("cannot render the reminder for invoice {invoice_id}: {reason}")]
+    Render {
         invoice_id: InvoiceId,
         reason: String,
     },
@@ -86,13 +88,6 @@ pub fn sanitize(text: &str, max_chars: usize) -> String {
     }
 }
 
-/// `12345` cents, `EUR` → `123.45 EUR`.
-pub fn format_amount(amount_cents: i64, currency: &str) -> String {
-    let sign = if amount_cents < 0 { "-" } else { "" };
-    let abs = amount_cents.unsigned_abs();
-    format!("{sign}{}.{:02} {currency}", abs / 100, abs % 100)
-}
-
 #[derive(Clone)]
 struct XInvoiceId(String);
 
@@ -123,15 +118,15 @@ impl Header for XReminderPeriod {
     }
 }
 
-/// Builds the reminder about `invoice` for `customer`. `today` is the
-/// database's date in the configured zone (the same one the period came
-/// from).
+/// Builds the message for a rendered reminder about `invoice` to
+/// `customer`, keyed by `period` (the step).
 pub fn build_message(
     smtp: &SmtpSettings,
+    reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
     period: &str,
-    today: NaiveDate,
+    rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let invoice_id = invoice.id;
     let email = customer.email.trim();
@@ -147,43 +142,27 @@ pub fn build_message(
             },
         )?;
     let name = sanitize(&customer.name, MAX_NAME_CHARS);
-    let to = Mailbox::new((!name.is_empty()).then(|| name.clone()), address);
-    let number = sanitize(&invoice.number, MAX_NUMBER_CHARS);
-    let days_overdue = (today - invoice.due_date).num_days().max(0);
-    let amount = format_amount(invoice.amount_cents, &invoice.currency);
+    let to = Mailbox::new((!name.is_empty()).then_some(name), address);
     let id = message_id(invoice_id, period, &smtp.message_id_domain);
-    let greeting = if name.is_empty() {
-        "Hello,".to_owned()
-    } else {
-        format!("Dear {name},")
-    };
-    let day_word = if days_overdue == 1 { "day" } else { "days" };
-    let body = format!(
-        "{greeting}\n\n\
-         our records show that invoice {number} for {amount}, due on {due}, \
-         is {days_overdue} {day_word} overdue.\n\n\
-         Invoice:      {number}\n\
-         Amount:       {amount}\n\
-         Due date:     {due}\n\
-         Days overdue: {days_overdue}\n\n\
-         If you have already paid, please ignore this message.\n",
-        due = invoice.due_date.format("%Y-%m-%d"),
-    );
-    let message = Message::builder()
+    let mut builder = Message::builder()
         .from(smtp.from.clone())
         .to(to)
-        .subject(format!(
-            "Payment reminder: invoice {number} is {days_overdue} {day_word} overdue"
-        ))
+        .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
         .header(XInvoiceId(invoice_id.to_string()))
-        .header(XReminderPeriod(period.to_owned()))
-        .header(ContentType::TEXT_PLAIN)
-        .body(body)
-        .map_err(|e| MessageError::Build {
-            invoice_id,
-            reason: e.to_string(),
-        })?;
+        .header(XReminderPeriod(period.to_owned()));
+    if let Some(reply_to) = reply_to {
+        builder = builder.reply_to(reply_to.clone());
+    }
+    let built = match rendered.html {
+        // Text first, HTML second: clients show the last part they can.
+        Some(html) => builder.multipart(MultiPart::alternative_plain_html(rendered.text, html)),
+        None => builder.header(ContentType::TEXT_PLAIN).body(rendered.text),
+    };
+    let message = built.map_err(|e| MessageError::Build {
+        invoice_id,
+        reason: e.to_string(),
+    })?;
     Ok(OutgoingMail {
         invoice_id,
         message_id: id,
@@ -214,7 +193,7 @@ mod tests {
             number: "INV-7".into(),
             amount_cents: 123_456,
             currency: "EUR".into(),
-            due_date: NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
+            due_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
         }
     }
 
@@ -222,11 +201,27 @@ mod tests {
         Customer {
             name: name.into(),
             email: email.into(),
+            locale: None,
         }
     }
 
-    fn today() -> NaiveDate {
-        NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default()
+    fn rendered(html: Option<&str>) -> Rendered {
+        Rendered {
+            subject: "Reminder".into(),
+            text: "Pay, please.".into(),
+            html: html.map(str::to_owned),
+        }
+    }
+
+    fn build(name: &str, email: &str, html: Option<&str>) -> Result<OutgoingMail, MessageError> {
+        build_message(
+            &smtp(),
+            None,
+            &invoice(),
+            &customer(name, email),
+            "overdue",
+            rendered(html),
+        )
     }
 
     #[test]
@@ -237,68 +232,44 @@ mod tests {
     }
 
     #[test]
-    fn amounts_have_two_decimals_and_the_currency() {
-        assert_eq!(format_amount(123_456, "EUR"), "1234.56 EUR");
-        assert_eq!(format_amount(5, "USD"), "0.05 USD");
-    }
-
-    #[test]
     fn the_same_reminder_always_gets_the_same_message_id() {
-        let a = build_message(
-            &smtp(),
-            &invoice(),
-            &customer("Ada", "ada@example.test"),
-            "2026-11-30",
-            today(),
-        );
-        let b = build_message(
-            &smtp(),
-            &invoice(),
-            &customer("Ada", "ada@example.test"),
-            "2026-11-30",
-            today(),
-        );
-        let (a, b) = (a.map(|m| m.message_id), b.map(|m| m.message_id));
-        assert_eq!(a.as_deref().ok(), Some("invoice-42.2026-11-30@mail.test"));
+        let a = build("Ada", "ada@example.test", None).map(|m| m.message_id);
+        let b = build("Ada", "ada@example.test", None).map(|m| m.message_id);
+        assert_eq!(a.as_deref().ok(), Some("invoice-42.overdue@mail.test"));
         assert_eq!(a.ok(), b.ok());
     }
 
     #[test]
     fn the_message_carries_the_invoice_and_no_injected_header() {
-        let mail = build_message(
-            &smtp(),
-            &invoice(),
-            &customer("Eve\r\nBcc: all@evil.test", "eve@example.test"),
-            "2026-11-30",
-            today(),
-        )
-        .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
-        .unwrap_or_default();
+        let mail = build("Eve\r\nBcc: all@evil.test", "eve@example.test", None)
+            .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
+            .unwrap_or_default();
         assert!(mail.contains("X-Invoice-Id: 42\r\n"), "{mail}");
-        assert!(mail.contains("X-Reminder-Period: 2026-11-30\r\n"), "{mail}");
+        assert!(mail.contains("X-Reminder-Period: overdue\r\n"), "{mail}");
         assert!(
-            mail.contains("Message-ID: <invoice-42.2026-11-30@mail.test>"),
+            mail.contains("Message-ID: <invoice-42.overdue@mail.test>"),
             "{mail}"
         );
         assert!(!mail.contains("\r\nBcc:"), "{mail}");
-        assert!(
-            mail.contains("1234.56 EUR") && mail.contains("10 days overdue"),
-            "{mail}"
-        );
+        assert!(mail.contains("Content-Type: text/plain"), "{mail}");
+    }
+
+    #[test]
+    fn an_html_part_makes_it_multipart_alternative_text_first() {
+        let mail = build("Ada", "ada@example.test", Some("<p>Pay</p>"))
+            .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
+            .unwrap_or_default();
+        assert!(mail.contains("multipart/alternative"), "{mail}");
+        let (text, html) = (mail.find("text/plain"), mail.find("text/html"));
+        assert!(text.is_some() && html.is_some() && text < html, "{mail}");
     }
 
     #[test]
     fn an_invalid_address_names_the_invoice() {
-        let err = build_message(
-            &smtp(),
-            &invoice(),
-            &customer("X", "nope"),
-            "2026-11-30",
-            today(),
-        )
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default();
+        let err = build("X", "nope", None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
             err.contains("invoice 42") && err.contains("address"),
             "{err}"

@@ -1,11 +1,49 @@
-//! Mail: building a reminder message ([`message`]) and handing it to the
-//! SMTP server with an outcome we can trust ([`smtp`]).
+//! Mail: what a reminder says ([`templates`], [`format`]), the message it
+//! becomes ([`message`]), and handing it to the SMTP server with an outcome
+//! we can trust ([`smtp`]).
 //!
-//! `mail` works on plain domain values (`crate::domain`); it never reads
-//! the database and never decides what is owed.
+//! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
+//! it never reads the database and never decides what is owed.
 
+pub mod format;
 pub mod message;
 pub mod smtp;
+pub mod templates;
+
+use chrono::NaiveDate;
+
+use crate::config::SmtpSettings;
+use crate::domain::{Customer, Invoice};
+use crate::stages::{Stages, Step};
 
 pub use message::{MessageError, OutgoingMail, build_message, message_id};
 pub use smtp::{Mailer, SendError, classify};
+pub use templates::{Rendered, TemplateError, Templates};
+
+/// The reminder for `step` about `invoice` to `customer`, rendered and
+/// built: what the tick sends and what `preview` prints.
+pub fn compose(
+    templates: &Templates,
+    stages: &Stages,
+    smtp: &SmtpSettings,
+    invoice: &Invoice,
+    customer: &Customer,
+    step: &Step,
+    today: NaiveDate,
+) -> Result<OutgoingMail, MessageError> {
+    let stage = stages.stage(step);
+    let rendered = templates
+        .render(&stage.template, step, &stage.name, invoice, customer, today)
+        .map_err(|e| MessageError::Render {
+            invoice_id: invoice.id,
+            reason: e.to_string(),
+        })?;
+    build_message(
+        smtp,
+        templates.reply_to(),
+        invoice,
+        customer,
+        &step.key,
+        rendered,
+    )
+}

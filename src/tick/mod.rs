@@ -33,7 +33,6 @@ use crate::db::reminders::Fence;
 use crate::db::runs::RunOutcome;
 use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, LockError, Released};
-use crate::period::period_key;
 use pipeline::{Pipeline, Stop};
 
 /// What one tick did.
@@ -213,7 +212,8 @@ pub async fn work_period(
     let today = db::today(&ctx.db, settings.schedule.timezone)
         .await
         .map_err(db_err("reading the database clock"))?;
-    let period = period_key(today, settings.reminders.cadence);
+    // job_runs.period is the tick's "today"; each claim's period is its step.
+    let period = today.to_string();
     let run_id = db::runs::start_run(
         &ctx.db,
         &settings.replica_id,

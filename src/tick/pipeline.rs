@@ -23,11 +23,12 @@ use tokio_util::sync::CancellationToken;
 use super::{TickError, db_err};
 use crate::context::Context;
 use crate::db;
-use crate::db::invoices::OverdueKey;
+use crate::db::invoices::{OverdueKey, Owed};
 use crate::db::reminders::{ClaimError, Fence};
 use crate::domain::{Claimed, Counts, Delivery, InvoiceId, ReminderId};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::mail;
+use crate::stages::Window;
 
 /// How long a delivery result may wait before it is written with others.
 const RECORD_EVERY: Duration = Duration::from_millis(200);
@@ -47,10 +48,14 @@ pub(super) struct Pipeline<'a> {
     pub fence: Option<Fence<'a>>,
     pub guard: &'a LeaseGuard,
     pub shutdown: &'a CancellationToken,
-    /// The database's date, for "days overdue".
+    /// The database's date: the due steps and "days overdue" follow it.
     pub today: NaiveDate,
     pub run_id: i64,
+    /// `job_runs.period`: `today` as text.
     pub period: &'a str,
+    /// Each step's due-date range today, oldest due dates first.
+    windows: Vec<Window>,
+    owed: Owed<'a>,
     /// Set when a connection to the SMTP server could not be made: the rest
     /// of the tick is handed back rather than failed one by one.
     smtp_down: AtomicBool,
@@ -92,6 +97,7 @@ impl<'a> Pipeline<'a> {
         run_id: i64,
         period: &'a str,
     ) -> Self {
+        let reminders = &ctx.settings.reminders;
         Self {
             ctx,
             fence,
@@ -100,6 +106,12 @@ impl<'a> Pipeline<'a> {
             today,
             run_id,
             period,
+            windows: reminders.stages.windows(today),
+            owed: Owed {
+                today,
+                timezone: ctx.settings.schedule.timezone.name(),
+                min_days_between: reminders.min_days_between,
+            },
             smtp_down: AtomicBool::new(false),
             counts: Mutex::default(),
             unrecorded: Semaphore::new(2 * ctx.settings.reminders.batch_size as usize),
@@ -187,10 +199,24 @@ impl<'a> Pipeline<'a> {
         claimed.and(recorded)
     }
 
-    /// The claim stage: retries first (they have waited longest), then new
-    /// reminders page by page, each claimed batch handed to the sender.
+    /// The claim stage: failed rows of superseded steps are discarded, then
+    /// retries of due steps (they have waited longest), then new reminders
+    /// step by step, page by page, each claimed batch handed to the sender.
     async fn claim_all(&self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<(), TickError> {
         let s = &self.ctx.settings.reminders;
+        let superseded = db::reminders::supersede_failed(&self.ctx.db, &self.windows)
+            .await
+            .map_err(db_err("discarding superseded failed reminders"))?;
+        if superseded > 0 {
+            tracing::info!(
+                superseded,
+                "failed reminders of steps no longer due were discarded"
+            );
+            self.add(&Counts {
+                discarded: superseded as u32,
+                ..Counts::default()
+            });
+        }
         while self.stop_reason().is_none() {
             let Some(limit) = self.room(s.batch_size) else {
                 return Ok(());
@@ -198,7 +224,8 @@ impl<'a> Pipeline<'a> {
             self.reserve(limit).await;
             let reclaimed = db::reminders::reclaim_failed(
                 &self.ctx.db,
-                self.period,
+                &self.windows,
+                self.owed,
                 self.run_id,
                 s.max_attempts,
                 limit,
@@ -217,46 +244,66 @@ impl<'a> Pipeline<'a> {
             }
         }
 
-        let cutoff = s.overdue_cutoff(self.today);
-        let mut after: Option<OverdueKey> = None;
-        while self.stop_reason().is_none() {
-            let Some(limit) = self.room(s.batch_size) else {
-                return Ok(());
-            };
-            let page =
-                db::invoices::fetch_overdue_page(&self.ctx.db, cutoff, self.period, after, limit)
-                    .await
-                    .map_err(db_err("reading overdue invoices"))?;
-            let Some(last) = page.last().copied() else {
+        for window in &self.windows {
+            if !self.claim_window(window, batches).await? {
                 break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims the invoices of one step's window, page by page. Ok(false):
+    /// stop claiming altogether (stopped, fenced, limit reached).
+    async fn claim_window(
+        &self,
+        window: &Window,
+        batches: &mpsc::Sender<Vec<Claimed>>,
+    ) -> Result<bool, TickError> {
+        let batch_size = self.ctx.settings.reminders.batch_size;
+        let mut after: Option<OverdueKey> = None;
+        loop {
+            if self.stop_reason().is_some() {
+                return Ok(false);
+            }
+            let Some(limit) = self.room(batch_size) else {
+                return Ok(false);
+            };
+            let page = db::invoices::fetch_owed_page(&self.ctx.db, window, self.owed, after, limit)
+                .await
+                .map_err(db_err("reading the invoices that owe a reminder"))?;
+            let Some(last) = page.last().copied() else {
+                return Ok(true);
             };
             after = Some(last);
             if self.stop_reason().is_some() {
-                break;
+                return Ok(false);
             }
             let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
             self.reserve(limit).await;
             let claimed = db::reminders::claim_batch(
                 &self.ctx.db,
                 &ids,
-                self.period,
+                window,
+                self.owed,
                 self.run_id,
                 self.fence,
             )
             .await;
             let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
-                break;
+                return Ok(false);
             };
             self.unrecorded.add_permits(limit as usize - claimed.len());
             self.add(&Counts {
                 skipped: (ids.len() - claimed.len()) as u32,
                 ..Counts::default()
             });
-            if !self.hand_on(batches, claimed).await || page.len() < limit as usize {
-                break;
+            if !self.hand_on(batches, claimed).await {
+                return Ok(false);
+            }
+            if page.len() < limit as usize {
+                return Ok(true);
             }
         }
-        Ok(())
     }
 
     /// Waits until `n` more rows may be claimed without exceeding the bound
@@ -370,14 +417,26 @@ impl<'a> Pipeline<'a> {
             tracing::debug!(%invoice_id, ?stop, "not sending");
             return Attempt::NotStarted;
         }
-        let smtp = &self.ctx.settings.smtp;
-        let built = mail::build_message(
-            smtp,
-            &reminder.invoice,
-            &reminder.customer,
-            self.period,
-            self.today,
-        );
+        let settings = &self.ctx.settings;
+        let stages = &settings.reminders.stages;
+        let built = match stages.step(&reminder.period) {
+            Some(step) => mail::compose(
+                &self.ctx.templates,
+                stages,
+                &settings.smtp,
+                &reminder.invoice,
+                &reminder.customer,
+                step,
+                self.today,
+            ),
+            None => Err(mail::MessageError::Render {
+                invoice_id,
+                reason: format!(
+                    "step {:?} is not one of reminders.stages (was the configuration changed?)",
+                    reminder.period
+                ),
+            }),
+        };
         let mail = match built {
             Ok(mail) => mail,
             Err(e) => {

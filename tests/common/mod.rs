@@ -328,6 +328,89 @@ pub async fn insert_invoice(
     .expect("insert invoice")
 }
 
+/// The window of step `key` of the default stages today (database date,
+/// UTC), and the rest of what a direct `claim_batch` call needs.
+pub async fn window(
+    pool: &PgPool,
+    key: &str,
+) -> (
+    invoice_reminder::stages::Window,
+    invoice_reminder::db::invoices::Owed<'static>,
+) {
+    let settings = Settings::load(&ConfigSource::default()).expect("default settings");
+    let today = invoice_reminder::db::today(pool, chrono_tz::UTC)
+        .await
+        .expect("database date");
+    let window = settings
+        .reminders
+        .stages
+        .windows(today)
+        .into_iter()
+        .find(|w| w.step.key == key)
+        .unwrap_or_else(|| panic!("no step {key}"));
+    let owed = invoice_reminder::db::invoices::Owed {
+        today,
+        timezone: "UTC",
+        min_days_between: settings.reminders.min_days_between,
+    };
+    (window, owed)
+}
+
+/// `invoice-reminder <args>` with the world's configuration.
+pub async fn cli(world: &World, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
+        .arg("--config")
+        .arg(default_config_path())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .output()
+        .await
+        .expect("run invoice-reminder")
+}
+
+pub fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Moves every invoice's due date `days` earlier: the day-by-day passing
+/// of time, as the worker sees it (its "today" is the database's date).
+pub async fn age_invoices(pool: &PgPool, days: i32) {
+    sqlx::query("UPDATE invoices SET due_date = due_date - $1")
+        .bind(days)
+        .execute(pool)
+        .await
+        .expect("move due dates");
+}
+
+/// One invoice due `due_days_ago` days ago (negative: in the future) for a
+/// customer with `locale`, of `amount` minor units of `currency`.
+pub async fn insert_invoice_in(
+    pool: &PgPool,
+    name: &str,
+    locale: Option<&str>,
+    due_days_ago: i32,
+    amount: i64,
+    currency: &str,
+) -> i64 {
+    sqlx::query_scalar(
+        "WITH c AS (INSERT INTO customers (name, email, locale)
+                    VALUES ($1, 'c' || md5($1) || '@example.test', $2) RETURNING id)
+         INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
+         SELECT id, 'INV-L-' || id, $4, $5, current_date - $3 FROM c
+         RETURNING id",
+    )
+    .bind(name)
+    .bind(locale)
+    .bind(due_days_ago)
+    .bind(amount)
+    .bind(currency)
+    .fetch_one(pool)
+    .await
+    .expect("insert invoice")
+}
+
 /// Reminder statuses by invoice id.
 pub async fn statuses(pool: &PgPool) -> Vec<(i64, String)> {
     sqlx::query_as("SELECT invoice_id, status FROM reminders ORDER BY invoice_id")

@@ -30,7 +30,14 @@ pub struct Received {
     pub raw: String,
     /// Unfolded headers, in order, names as sent.
     pub headers: Vec<(String, String)>,
+    /// The text body, MIME-decoded (the text part of a multipart message).
     pub body: String,
+    /// The HTML part, decoded, if the message has one.
+    pub html: Option<String>,
+    /// The decoded Subject.
+    pub subject: String,
+    /// The top-level Content-Type, e.g. `multipart/alternative`.
+    pub content_type: String,
     /// When the end of the message arrived.
     pub received_at: std::time::Instant,
 }
@@ -168,13 +175,41 @@ impl Handler for SinkHandler {
             Mode::Accept => {}
         }
         let raw = String::from_utf8_lossy(&self.data).into_owned();
-        let (headers, body) = parse(&raw);
+        let (headers, _) = parse(&raw);
+        let parsed = mail_parser::MessageParser::default().parse(self.data.as_slice());
+        let body = parsed
+            .as_ref()
+            .and_then(|m| m.body_text(0))
+            .map(|b| b.into_owned())
+            .unwrap_or_default();
+        let html = parsed.as_ref().and_then(|m| {
+            m.html_part(0)
+                .filter(|p| matches!(p.body, mail_parser::PartType::Html(_)))
+                .and_then(|_| m.body_html(0))
+                .map(|h| h.into_owned())
+        });
+        let subject = parsed
+            .as_ref()
+            .and_then(|m| m.subject())
+            .unwrap_or_default()
+            .to_owned();
+        let content_type = parsed
+            .as_ref()
+            .and_then(|m| {
+                use mail_parser::MimeHeaders as _;
+                m.content_type()
+                    .map(|c| format!("{}/{}", c.ctype(), c.subtype().unwrap_or_default()))
+            })
+            .unwrap_or_default();
         self.state.received.lock().unwrap().push(Received {
             from: self.from.clone(),
             to: self.to.clone(),
             raw,
             headers,
             body,
+            html,
+            subject,
+            content_type,
             received_at: std::time::Instant::now(),
         });
         mailin_embedded::response::OK

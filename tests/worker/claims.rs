@@ -130,10 +130,11 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
         .unwrap();
 
     let ids = [InvoiceId(owed), InvoiceId(paid)];
-    let first = db::reminders::claim_batch(world.pool(), &ids, "2026-11-30", run, None)
+    let (window, today) = common::window(world.pool(), "overdue").await;
+    let first = db::reminders::claim_batch(world.pool(), &ids, &window, today, run, None)
         .await
         .unwrap();
-    let second = db::reminders::claim_batch(world.pool(), &ids, "2026-11-30", run, None)
+    let second = db::reminders::claim_batch(world.pool(), &ids, &window, today, run, None)
         .await
         .unwrap();
 
@@ -145,13 +146,11 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
 }
 
 #[tokio::test]
-async fn paid_invoices_and_invoices_within_the_grace_period_get_no_reminder() {
-    let mut world = World::new().await;
-    world.set("reminders.grace_days", 3);
+async fn paid_invoices_and_invoices_before_their_first_step_get_no_reminder() {
+    let world = World::new().await;
     let overdue = common::insert_invoice(world.pool(), "A", "a@example.test", 4, false).await;
-    common::insert_invoice(world.pool(), "B", "b@example.test", 3, false).await; // due + 3 = today
     common::insert_invoice(world.pool(), "C", "c@example.test", 30, true).await; // paid
-    common::insert_invoice(world.pool(), "D", "d@example.test", -5, false).await; // not due yet
+    common::insert_invoice(world.pool(), "D", "d@example.test", -5, false).await; // 5 days before due
     let ctx = world.context().await;
 
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
@@ -160,35 +159,37 @@ async fn paid_invoices_and_invoices_within_the_grace_period_get_no_reminder() {
 }
 
 #[tokio::test]
-async fn the_period_follows_the_cadence_and_the_configured_time_zone() {
+async fn today_is_the_database_date_in_the_configured_time_zone() {
     // UTC+14 and UTC-12 are always on different dates.
     let mut ahead = World::new().await;
     ahead.set("schedule.timezone", "Pacific/Kiritimati");
     let mut behind = World::new().await;
     behind.set("schedule.timezone", "Etc/GMT+12");
-    let mut monthly = World::new().await;
-    monthly.set("reminders.cadence", "monthly");
-    let mut weekly = World::new().await;
-    weekly.set("reminders.cadence", "weekly");
-    let mut periods = Vec::new();
-    for world in [&ahead, &behind, &monthly, &weekly] {
+    let mut days = Vec::new();
+    for (world, zone) in [(&ahead, "Pacific/Kiritimati"), (&behind, "Etc/GMT+12")] {
         common::insert_overdue(world.pool(), 1).await;
         let ctx = world.context().await;
         let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-        periods.push(outcome.summary().unwrap().period.clone());
+        let period = outcome.summary().unwrap().period.clone();
+        let expected: chrono::NaiveDate =
+            sqlx::query_scalar("SELECT (now() AT TIME ZONE $1)::date")
+                .bind(zone)
+                .fetch_one(world.pool())
+                .await
+                .unwrap();
+        assert_eq!(
+            period,
+            expected.to_string(),
+            "job_runs.period is the tick's today"
+        );
         assert_eq!(
             world.sink.received()[0].period().as_deref(),
-            Some(periods.last().unwrap().as_str())
+            Some("overdue")
         );
+        days.push(period);
     }
 
-    assert_ne!(periods[0], periods[1]);
-    assert!(
-        periods[0].len() == 10 && periods[1].len() == 10,
-        "{periods:?}"
-    );
-    assert_eq!(periods[2].len(), 7, "monthly: {}", periods[2]);
-    assert!(periods[3].contains("-W"), "weekly: {}", periods[3]);
+    assert_ne!(days[0], days[1]);
 }
 
 #[tokio::test]

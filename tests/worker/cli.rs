@@ -1,7 +1,6 @@
 //! The operator's commands, through the real binary: seed, audit, status,
 //! run-once.
 
-use std::process::Output;
 use std::time::Duration;
 
 use invoice_reminder::tick::run_tick;
@@ -11,23 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::common::{self, Backend, SmtpMode, World};
 use crate::for_each_backend;
 
-/// `invoice-reminder <args>` with the world's configuration.
-async fn cli(world: &World, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
-        .arg("--config")
-        .arg(common::default_config_path())
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(world.env())
-        .output()
-        .await
-        .expect("run invoice-reminder")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use crate::common::{cli, stdout};
 
 async fn invoice_count(world: &World) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM invoices")
@@ -61,7 +44,7 @@ async fn seed_makes_the_share_of_overdue_invoices_asked_for() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout(&out).contains("10 overdue and unpaid"),
+        stdout(&out).contains("10 owe a reminder today"),
         "{}",
         stdout(&out)
     );

@@ -140,8 +140,8 @@ fn a_bad_duration_is_named() {
 
 #[test]
 fn a_bad_enum_value_is_named() {
-    let (out, t) = run_with("[reminders]\ncadence = \"hourly\"\n", &[]);
-    assert_config_error(&out, t, "reminders.cadence", "hourly");
+    let (out, t) = run_with("[lock]\nbackend = \"etcd\"\n", &[]);
+    assert_config_error(&out, t, "lock.backend", "etcd");
 }
 
 #[test]
@@ -284,6 +284,11 @@ fn the_readme_key_table_matches_the_defaults_key_for_key() {
     in_readme.sort();
     assert_eq!(in_readme, documented, "README keys vs config/default.toml");
     for (key, value) in &defaults {
+        if let toml::Value::Array(_) = value {
+            // A list (reminders.stages): its default is shown in the README's
+            // own section, which tests/docs checks.
+            continue;
+        }
         let expected = match value {
             toml::Value::String(s) if s.is_empty() => "empty".to_owned(),
             toml::Value::String(s) => s.clone(),

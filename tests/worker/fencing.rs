@@ -65,10 +65,12 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         lock_key: &key,
         token: fresh.fence(),
     };
+    let (window, today) = common::window(world.pool(), "overdue").await;
     let by_b = db::reminders::claim_batch(
         world.pool(),
         &ids(&invoices[..5]),
-        "2026-11-30",
+        &window,
+        today,
         run_b,
         Some(fence_b),
     )
@@ -109,7 +111,8 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
     let refused = db::reminders::claim_batch(
         world.pool(),
         &ids(&invoices[5..]),
-        "2026-11-30",
+        &window,
+        today,
         run_b,
         Some(Fence {
             lock_key: &key,

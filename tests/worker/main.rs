@@ -11,3 +11,5 @@ mod delivery;
 mod fencing;
 mod limits;
 mod locking;
+mod stages;
+mod templates;

@@ -1,0 +1,128 @@
+//! Money and dates in the customer's language, for the `money` and `date`
+//! template filters.
+//!
+//! Minor units come from ISO 4217 (the `iso_currency` crate: JPY 0, EUR 2,
+//! KWD 3), grouping and decimal separators and date patterns from CLDR
+//! (ICU4X's compiled data); nothing here is a hand-written table. An
+//! unknown currency is an error naming it, never a guess.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{Datelike, NaiveDate};
+use icu_datetime::DateTimeFormatter;
+use icu_datetime::fieldsets::YMD;
+use icu_decimal::DecimalFormatter;
+use icu_decimal::input::Decimal;
+use icu_locale_core::Locale;
+
+/// Formatters by locale, built on first use (building one loads its data).
+#[derive(Default, Clone)]
+pub struct Formats {
+    decimals: Arc<Mutex<HashMap<String, Arc<DecimalFormatter>>>>,
+    dates: Arc<Mutex<HashMap<String, Arc<DateTimeFormatter<YMD>>>>>,
+}
+
+/// The number of decimals ISO 4217 gives `currency`.
+pub fn minor_units(currency: &str) -> Result<u16, String> {
+    iso_currency::Currency::from_code(currency.trim())
+        .and_then(|c| c.exponent())
+        .ok_or_else(|| format!("unknown currency {currency:?} (an ISO 4217 code such as EUR)"))
+}
+
+/// Parses a BCP 47 tag; `de_CH` is accepted as `de-CH`.
+pub fn parse_locale(tag: &str) -> Option<Locale> {
+    tag.trim().replace('_', "-").parse().ok()
+}
+
+impl Formats {
+    /// `123456` minor units of EUR in `de` → `1.234,56 EUR`.
+    pub fn money(&self, minor: i64, currency: &str, locale: &Locale) -> Result<String, String> {
+        let exponent = minor_units(currency)?;
+        let formatter = {
+            let mut cache = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(&locale.to_string()) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = DecimalFormatter::try_new(locale.into(), Default::default())
+                        .map_err(|e| format!("no number format for {locale}: {e}"))?;
+                    let f = Arc::new(f);
+                    cache.insert(locale.to_string(), f.clone());
+                    f
+                }
+            }
+        };
+        let mut amount = Decimal::from(minor);
+        amount.multiply_pow10(-i16::try_from(exponent).unwrap_or(0));
+        Ok(format!(
+            "{} {}",
+            formatter.format(&amount),
+            currency.trim().to_ascii_uppercase()
+        ))
+    }
+
+    /// `2026-11-20` in `de` → `20. November 2026`; in `en` → `November 20, 2026`.
+    pub fn long_date(&self, date: NaiveDate, locale: &Locale) -> Result<String, String> {
+        let formatter = {
+            let mut cache = self.dates.lock().unwrap_or_else(|p| p.into_inner());
+            match cache.get(&locale.to_string()) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = DateTimeFormatter::try_new(locale.into(), YMD::long())
+                        .map_err(|e| format!("no date format for {locale}: {e}"))?;
+                    let f = Arc::new(f);
+                    cache.insert(locale.to_string(), f.clone());
+                    f
+                }
+            }
+        };
+        let month = u8::try_from(date.month()).unwrap_or(1);
+        let day = u8::try_from(date.day()).unwrap_or(1);
+        let iso = icu_calendar::Date::try_new_iso(date.year(), month, day)
+            .map_err(|e| format!("date {date} out of range: {e}"))?;
+        Ok(formatter.format(&iso).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn money(minor: i64, currency: &str, tag: &str) -> String {
+        let locale = parse_locale(tag).unwrap_or(Locale::UNKNOWN);
+        Formats::default()
+            .money(minor, currency, &locale)
+            .unwrap_or_else(|e| e)
+    }
+
+    #[test]
+    fn amounts_use_the_currencys_minor_units_and_the_locales_separators() {
+        assert_eq!(money(123_456, "EUR", "en"), "1,234.56 EUR");
+        assert_eq!(money(123_456, "EUR", "de"), "1.234,56 EUR");
+        assert_eq!(money(1000, "JPY", "en"), "1,000 JPY");
+        assert_eq!(money(1000, "JPY", "de"), "1.000 JPY");
+        assert_eq!(money(1_234_567, "KWD", "en"), "1,234.567 KWD");
+        assert_eq!(money(1_234_567, "KWD", "de"), "1.234,567 KWD");
+        assert_eq!(money(5, "USD", "en"), "0.05 USD");
+        assert!(money(5, "XXQ", "en").contains("unknown currency"));
+    }
+
+    #[test]
+    fn dates_follow_the_locale() {
+        let f = Formats::default();
+        let date = NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default();
+        let en = f.long_date(date, &parse_locale("en").unwrap_or(Locale::UNKNOWN));
+        let de = f.long_date(date, &parse_locale("de").unwrap_or(Locale::UNKNOWN));
+        assert_eq!(en.as_deref(), Ok("November 20, 2026"));
+        assert_eq!(de.as_deref(), Ok("20. November 2026"));
+    }
+
+    #[test]
+    fn underscores_in_tags_are_accepted() {
+        assert_eq!(
+            parse_locale("de_CH").map(|l| l.to_string()).as_deref(),
+            Some("de-CH")
+        );
+        assert_eq!(parse_locale("not a tag!"), None);
+    }
+}

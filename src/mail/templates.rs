@@ -1,0 +1,486 @@
+//! Reminder templates: files rendered with minijinja.
+//!
+//! Layout (a contract users write to): `{templates.dir}/{locale}/{template}
+//! .subject.j2`, `.txt.j2` and, optionally, `.html.j2`. The templates under
+//! `templates/` in the repository are compiled into the binary; files in
+//! `templates.dir` add locales and templates, and replace a built-in
+//! template as a whole (all of its files) when they provide any of them. HTML is
+//! auto-escaped, text is not; undefined variables are errors.
+//!
+//! Guarantees: at start-up every stage's template exists for
+//! `templates.default_locale`, and every template file (and
+//! `company.payment_url`) renders against a sample reminder, or loading
+//! fails naming the file and line. A customer's locale is looked up as
+//! `de-CH` → `de` → `templates.default_locale`, per template.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use chrono::NaiveDate;
+use icu_locale_core::Locale;
+use minijinja::value::Value;
+use minijinja::{AutoEscape, Environment, State, UndefinedBehavior};
+use serde::Serialize;
+
+use super::format::{Formats, parse_locale};
+use crate::config::{CompanySettings, TemplateSettings};
+use crate::domain::{Customer, Invoice, InvoiceId};
+use crate::stages::{Stages, Step};
+
+/// Longest customer name we put in a header or greeting.
+pub const MAX_NAME_CHARS: usize = 100;
+/// Longest invoice number we put in a subject.
+pub const MAX_NUMBER_CHARS: usize = 64;
+/// Longest subject, after rendering.
+const MAX_SUBJECT_CHARS: usize = 200;
+/// The template `company.payment_url` is compiled into.
+const PAYMENT_URL: &str = "company.payment_url";
+
+macro_rules! builtin {
+    ($($locale:literal: $($name:literal),+;)+) => {
+        &[$($(
+            (concat!($locale, "/", $name, ".subject.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".subject.j2"))),
+            (concat!($locale, "/", $name, ".txt.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".txt.j2"))),
+            (concat!($locale, "/", $name, ".html.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".html.j2"))),
+        )+)+]
+    };
+}
+
+/// The templates shipped in `templates/`, compiled in.
+const BUILTIN: &[(&str, &str)] = builtin! {
+    "en": "upcoming", "overdue", "final";
+    "de": "upcoming", "overdue", "final";
+};
+
+/// A template problem found at start-up; `main` exits 2 with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("template {file}{}: {reason}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    Broken {
+        file: String,
+        line: Option<usize>,
+        reason: String,
+    },
+    #[error(
+        "templates.default_locale = {locale:?}: stage {stage:?} needs {file}, which does not exist"
+    )]
+    Missing {
+        locale: String,
+        stage: String,
+        file: String,
+    },
+    #[error("templates.dir = {dir}: {reason}")]
+    Dir { dir: String, reason: String },
+}
+
+/// A rendered reminder, ready to become a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    /// One line, whatever the data.
+    pub subject: String,
+    pub text: String,
+    pub html: Option<String>,
+}
+
+/// The loaded templates and what rendering them needs. Built once.
+pub struct Templates {
+    env: Environment<'static>,
+    /// Where each template came from, for messages: a path or "built-in x".
+    origins: BTreeMap<String, String>,
+    default_locale: String,
+    company: CompanySettings,
+}
+
+#[derive(Serialize)]
+struct Vars<'a> {
+    customer: CustomerVars<'a>,
+    invoice: InvoiceVars,
+    stage: StageVars<'a>,
+    company: CompanyVars<'a>,
+    today: String,
+    /// The locale amounts and dates are formatted in.
+    locale: String,
+}
+
+#[derive(Serialize)]
+struct CustomerVars<'a> {
+    name: String,
+    email: &'a str,
+    locale: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct InvoiceVars {
+    id: String,
+    number: String,
+    /// Minor units of `currency`; `{{ invoice.amount | money(invoice.currency) }}`.
+    amount: i64,
+    currency: String,
+    due_date: String,
+    /// Negative before the due date.
+    days_overdue: i64,
+}
+
+#[derive(Serialize)]
+struct StageVars<'a> {
+    name: &'a str,
+    key: &'a str,
+    occurrence: u32,
+}
+
+#[derive(Serialize)]
+struct CompanyVars<'a> {
+    name: &'a str,
+    reply_to: String,
+    support_email: &'a str,
+    payment_url: String,
+}
+
+impl Templates {
+    /// Loads the built-in templates, then `templates.dir`, and checks them
+    /// against `stages` (see the module docs).
+    pub fn load(
+        settings: &TemplateSettings,
+        company: &CompanySettings,
+        stages: &Stages,
+    ) -> Result<Self, TemplateError> {
+        let formats = Formats::default();
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_keep_trailing_newline(true);
+        env.set_auto_escape_callback(|name| {
+            if name.ends_with(".html.j2") {
+                AutoEscape::Html
+            } else {
+                AutoEscape::None
+            }
+        });
+        add_filters(&mut env, formats);
+        let mut sources: BTreeMap<String, (String, String)> = BUILTIN
+            .iter()
+            .map(|(name, source)| {
+                (
+                    name.to_string(),
+                    (format!("built-in {name}"), source.to_string()),
+                )
+            })
+            .collect();
+        if let Some(dir) = &settings.dir {
+            let mine = read_dir(dir)?;
+            // A template is replaced as a whole: your `en/overdue.txt.j2`
+            // without an `.html.j2` makes that reminder text only, rather
+            // than pairing your text with the built-in HTML.
+            let replaced: BTreeSet<&str> = mine.keys().filter_map(|n| n.split_once('.').map(|p| p.0)).collect();
+            sources.retain(|name, _| name.split_once('.').is_none_or(|p| !replaced.contains(p.0)));
+            sources.extend(mine);
+        }
+        let mut origins = BTreeMap::new();
+        for (name, (origin, source)) in sources {
+            env.add_template_owned(name.clone(), source)
+                .map_err(|e| broken(&origin, &e))?;
+            origins.insert(name, origin);
+        }
+        if let Some(url) = &company.payment_url {
+            env.add_template_owned(PAYMENT_URL, url.clone())
+                .map_err(|e| broken("company.payment_url", &e))?;
+        }
+        let templates = Self {
+            env,
+            origins,
+            default_locale: settings.default_locale.to_ascii_lowercase(),
+            company: company.clone(),
+        };
+        templates.check(stages)?;
+        Ok(templates)
+    }
+
+    /// Every stage's template exists in the default locale; every template
+    /// renders against a sample reminder.
+    fn check(&self, stages: &Stages) -> Result<(), TemplateError> {
+        for stage in stages.stages() {
+            for part in ["subject", "txt"] {
+                let name = format!("{}/{}.{part}.j2", self.default_locale, stage.template);
+                if !self.origins.contains_key(&name) {
+                    return Err(TemplateError::Missing {
+                        locale: self.default_locale.clone(),
+                        stage: stage.name.clone(),
+                        file: name,
+                    });
+                }
+            }
+        }
+        let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default();
+        let (invoice, customer) = sample(today);
+        let pairs: BTreeSet<(String, String)> = self
+            .origins
+            .keys()
+            .filter_map(|name| {
+                let (locale, file) = name.split_once('/')?;
+                let template = file.split_once('.')?.0;
+                Some((locale.to_owned(), template.to_owned()))
+            })
+            .collect();
+        for (locale, template) in pairs {
+            let step = stages
+                .steps()
+                .iter()
+                .find(|s| stages.stage(s).template == template)
+                .cloned()
+                .unwrap_or(Step {
+                    key: template.clone(),
+                    stage: 0,
+                    occurrence: 1,
+                    offset: 0,
+                });
+            let customer = Customer {
+                locale: Some(locale.clone()),
+                ..customer.clone()
+            };
+            self.render(
+                &template,
+                &step,
+                stages.stage(&step).name.as_str(),
+                &invoice,
+                &customer,
+                today,
+            )
+            .map_err(|e| match e {
+                RenderError::Template { file, line, reason } => {
+                    TemplateError::Broken { file, line, reason }
+                }
+                RenderError::Missing(reason) => TemplateError::Broken {
+                    file: format!("{locale}/{template}"),
+                    line: None,
+                    reason,
+                },
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `company.reply_to`, for the Reply-To header.
+    pub fn reply_to(&self) -> Option<&lettre::message::Mailbox> {
+        self.company.reply_to.as_ref()
+    }
+
+    /// The locale whose `template` is used for a customer with `tag`, and
+    /// the locale amounts and dates are formatted in.
+    fn resolve(&self, template: &str, tag: Option<&str>) -> (String, Locale) {
+        let parsed = tag.and_then(parse_locale);
+        let mut chain = Vec::new();
+        if let Some(locale) = &parsed {
+            chain.push(locale.to_string().to_ascii_lowercase());
+            chain.push(locale.id.language.to_string());
+        }
+        chain.push(self.default_locale.clone());
+        let chosen = chain
+            .into_iter()
+            .find(|l| {
+                self.origins
+                    .contains_key(&format!("{l}/{template}.subject.j2"))
+            })
+            .unwrap_or_else(|| self.default_locale.clone());
+        let chosen_language = chosen.split('-').next().unwrap_or_default();
+        let format_locale = match parsed {
+            Some(locale) if locale.id.language.as_str() == chosen_language => locale,
+            _ => parse_locale(&chosen).unwrap_or(Locale::UNKNOWN),
+        };
+        (chosen, format_locale)
+    }
+
+    /// Renders the reminder for `step` (of the stage named `stage_name`,
+    /// whose template is `template`).
+    pub fn render(
+        &self,
+        template: &str,
+        step: &Step,
+        stage_name: &str,
+        invoice: &Invoice,
+        customer: &Customer,
+        today: NaiveDate,
+    ) -> Result<Rendered, RenderError> {
+        let (locale, format_locale) = self.resolve(template, customer.locale.as_deref());
+        let mut vars = Vars {
+            customer: CustomerVars {
+                name: super::message::sanitize(&customer.name, MAX_NAME_CHARS),
+                email: customer.email.trim(),
+                locale: customer.locale.as_deref(),
+            },
+            invoice: InvoiceVars {
+                id: invoice.id.to_string(),
+                number: super::message::sanitize(&invoice.number, MAX_NUMBER_CHARS),
+                amount: invoice.amount_cents,
+                currency: invoice.currency.clone(),
+                due_date: invoice.due_date.to_string(),
+                days_overdue: (today - invoice.due_date).num_days(),
+            },
+            stage: StageVars {
+                name: stage_name,
+                key: &step.key,
+                occurrence: step.occurrence,
+            },
+            company: CompanyVars {
+                name: &self.company.name,
+                reply_to: self
+                    .company
+                    .reply_to
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+                support_email: self.company.support_email.as_deref().unwrap_or_default(),
+                payment_url: String::new(),
+            },
+            today: today.to_string(),
+            locale: format_locale.to_string(),
+        };
+        if self.company.payment_url.is_some() {
+            vars.company.payment_url = self.render_one(PAYMENT_URL, &vars)?.trim().to_owned();
+        }
+        let name = |part: &str| format!("{locale}/{template}.{part}.j2");
+        let subject = self.render_one(&name("subject"), &vars)?;
+        let text = self.render_one(&name("txt"), &vars)?;
+        let html = match self.origins.contains_key(&name("html")) {
+            true => Some(self.render_one(&name("html"), &vars)?),
+            false => None,
+        };
+        Ok(Rendered {
+            subject: super::message::sanitize(&subject, MAX_SUBJECT_CHARS),
+            text,
+            html,
+        })
+    }
+
+    fn render_one(&self, name: &str, vars: &Vars<'_>) -> Result<String, RenderError> {
+        let template = self
+            .env
+            .get_template(name)
+            .map_err(|_| RenderError::Missing(format!("no template {name}")))?;
+        template.render(vars).map_err(|e| {
+            let origin = self.origins.get(name).map_or(name, String::as_str);
+            let TemplateError::Broken { file, line, reason } = broken(origin, &e) else {
+                return RenderError::Missing(e.to_string());
+            };
+            RenderError::Template { file, line, reason }
+        })
+    }
+}
+
+/// A reminder that could not be rendered (names the file and line).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RenderError {
+    #[error("{file}{}: {reason}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+    Template {
+        file: String,
+        line: Option<usize>,
+        reason: String,
+    },
+    #[error("{0}")]
+    Missing(String),
+}
+
+fn broken(origin: &str, e: &minijinja::Error) -> TemplateError {
+    TemplateError::Broken {
+        file: origin.to_owned(),
+        line: e.line(),
+        reason: e
+            .detail()
+            .map_or_else(|| e.kind().to_string(), str::to_owned),
+    }
+}
+
+/// `{dir}/{locale}/{template}.{subject,txt,html}.j2`, by template name,
+/// with where each came from.
+fn read_dir(dir: &Path) -> Result<BTreeMap<String, (String, String)>, TemplateError> {
+    let mut sources = BTreeMap::new();
+    let fail = |reason: String| TemplateError::Dir {
+        dir: dir.display().to_string(),
+        reason,
+    };
+    let locales = std::fs::read_dir(dir).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    for locale in locales.flatten() {
+        if !locale.path().is_dir() {
+            continue;
+        }
+        let locale_name = locale.file_name().to_string_lossy().to_ascii_lowercase();
+        let files = std::fs::read_dir(locale.path())
+            .map_err(|e| fail(format!("cannot read {}: {e}", locale.path().display())))?;
+        for file in files.flatten() {
+            let file_name = file.file_name().to_string_lossy().into_owned();
+            let part = [".subject.j2", ".txt.j2", ".html.j2"]
+                .into_iter()
+                .find(|suffix| file_name.ends_with(suffix));
+            if part.is_none() {
+                continue;
+            }
+            let path = file.path();
+            let source = std::fs::read_to_string(&path)
+                .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+            sources.insert(
+                format!("{locale_name}/{file_name}"),
+                (path.display().to_string(), source),
+            );
+        }
+    }
+    Ok(sources)
+}
+
+fn add_filters(env: &mut Environment<'static>, formats: Formats) {
+    let money_formats = formats.clone();
+    env.add_filter(
+        "money",
+        move |state: &State, amount: i64, currency: String| -> Result<String, minijinja::Error> {
+            money_formats
+                .money(amount, &currency, &locale_of(state))
+                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e))
+        },
+    );
+    env.add_filter(
+        "date",
+        move |state: &State,
+              value: String,
+              pattern: Option<String>|
+              -> Result<String, minijinja::Error> {
+            let invalid =
+                |e: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e);
+            let date: NaiveDate = value
+                .parse()
+                .map_err(|_| invalid(format!("{value:?} is not a date (YYYY-MM-DD)")))?;
+            match pattern {
+                None => formats.long_date(date, &locale_of(state)).map_err(invalid),
+                Some(pattern) => {
+                    use std::fmt::Write as _;
+                    let mut out = String::new();
+                    write!(out, "{}", date.format(&pattern))
+                        .map_err(|_| invalid(format!("{pattern:?} is not a strftime pattern")))?;
+                    Ok(out)
+                }
+            }
+        },
+    );
+}
+
+/// The `locale` variable of the render context.
+fn locale_of(state: &State) -> Locale {
+    state
+        .lookup("locale")
+        .and_then(|v: Value| v.as_str().and_then(parse_locale))
+        .unwrap_or(Locale::UNKNOWN)
+}
+
+/// The reminder templates are checked against.
+fn sample(today: NaiveDate) -> (Invoice, Customer) {
+    (
+        Invoice {
+            id: InvoiceId(1),
+            number: "INV-0001".into(),
+            amount_cents: 123_456,
+            currency: "EUR".into(),
+            due_date: today - chrono::Days::new(10),
+        },
+        Customer {
+            name: "Ada Lovelace".into(),
+            email: "ada@example.com".into(),
+            locale: None,
+        },
+    )
+}
