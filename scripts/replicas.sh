@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The docker compose demo without Docker: N worker replicas against the local
-# PostgreSQL and Redis, mailing a local SMTP sink, each overdue invoice
+# PostgreSQL and Redis, mailing a local SMTP sink, each invoice that owes a reminder
 # reminded exactly once.
 #
 #   scripts/replicas.sh [N]            # N replicas (default 3); Ctrl-C to stop

@@ -170,7 +170,10 @@ impl Templates {
             // A template is replaced as a whole: your `en/overdue.txt.j2`
             // without an `.html.j2` makes that reminder text only, rather
             // than pairing your text with the built-in HTML.
-            let replaced: BTreeSet<&str> = mine.keys().filter_map(|n| n.split_once('.').map(|p| p.0)).collect();
+            let replaced: BTreeSet<&str> = mine
+                .keys()
+                .filter_map(|n| n.split_once('.').map(|p| p.0))
+                .collect();
             sources.retain(|name, _| name.split_once('.').is_none_or(|p| !replaced.contains(p.0)));
             sources.extend(mine);
         }

@@ -127,3 +127,83 @@ fn the_readme_scrape_snippet_is_the_demo_prometheus_configuration() {
     .unwrap();
     assert_eq!(snippet["scrape_configs"], file["scrape_configs"]);
 }
+
+/// The fenced blocks of `lang` in the README, in order.
+fn blocks(lang: &str) -> Vec<String> {
+    let open = format!("```{lang}");
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in readme().lines() {
+        match (&mut current, line.trim_end()) {
+            (None, l) if l == open => current = Some(String::new()),
+            (Some(_), "```") => blocks.extend(current.take()),
+            (Some(block), _) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[test]
+fn the_stages_shown_in_the_readme_are_the_defaults() {
+    let shown = blocks("toml")
+        .into_iter()
+        .find(|b| b.contains("[[reminders.stages]]"))
+        .expect("README shows the default stages");
+    let shown: toml::Table = shown.parse().unwrap();
+    let defaults: toml::Table = invoice_reminder::config::DEFAULTS.parse().unwrap();
+    assert_eq!(
+        shown["reminders"]["stages"], defaults["reminders"]["stages"],
+        "README's stages vs config/default.toml"
+    );
+}
+
+#[test]
+fn every_template_variable_the_readme_lists_exists() {
+    let readme = readme();
+    let listed: Vec<String> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| variable | meaning |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap_or_default()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(listed.len() >= 15, "{listed:?}");
+    // One template using every listed variable: rendering is strict, so a
+    // variable the README names but the code lacks fails the load.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("readme-vars-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(dir.join("en")).unwrap();
+    let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
+    for name in ["upcoming", "overdue", "final"] {
+        std::fs::write(dir.join(format!("en/{name}.subject.j2")), "s").unwrap();
+        std::fs::write(dir.join(format!("en/{name}.txt.j2")), &body).unwrap();
+    }
+    let settings = Settings::load(&ConfigSource {
+        path: None,
+        env: vec![(
+            "INVOICE_REMINDER__TEMPLATES__DIR".into(),
+            dir.display().to_string(),
+        )],
+    })
+    .unwrap();
+    let loaded = invoice_reminder::mail::Templates::load(
+        &settings.templates,
+        &settings.company,
+        &settings.reminders.stages,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+}

@@ -188,8 +188,7 @@ async fn a_templates_dir_overrides_the_built_in_wording_and_company_settings_rea
         mail.subject
     );
     assert!(
-        mail.body
-            .contains("https://pay.acme.test/i/INV-X-"),
+        mail.body.contains("https://pay.acme.test/i/INV-X-"),
         "{}",
         mail.body
     );
