@@ -66,26 +66,38 @@ pub async fn fetch_owed_page(
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<Vec<OverdueKey>, sqlx::Error> {
-    const PAGE: &str = concat!(
-        "SELECT i.due_date, i.id FROM invoices i",
-        " WHERE i.due_date >= COALESCE($1, '-infinity'::date) AND i.due_date <= $2",
-        " AND ($7::date IS NULL OR (i.due_date, i.id) > ($7, $8))",
-        " AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id AND r.period = $3 OFFSET 0)",
-        owed_conditions!("4", "5", "6"),
-        " ORDER BY i.due_date, i.id LIMIT $9"
-    );
-    sqlx::query_as(PAGE)
+    // Two statements rather than `$7 IS NULL OR (due_date, id) > ...`: the
+    // row comparison must be a plain index condition, or every page would
+    // scan the window from its start (quadratic over a backlog).
+    macro_rules! page {
+        ($after:literal) => {
+            concat!(
+                "SELECT i.due_date, i.id FROM invoices i",
+                " WHERE i.due_date >= COALESCE($1, '-infinity'::date) AND i.due_date <= $2",
+                $after,
+                " AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id AND r.period = $3 OFFSET 0)",
+                owed_conditions!("4", "5", "6"),
+                " ORDER BY i.due_date, i.id LIMIT $7"
+            )
+        };
+    }
+    let query = match after {
+        None => sqlx::query_as(page!("")),
+        Some(_) => sqlx::query_as(page!(" AND (i.due_date, i.id) > ($8, $9)")),
+    };
+    let query = query
         .bind(window.due_from)
         .bind(window.due_to)
         .bind(&window.step.key)
         .bind(owed.today)
         .bind(i64::from(owed.min_days_between))
         .bind(owed.timezone)
-        .bind(after.map(|k| k.due_date))
-        .bind(after.map(|k| k.id))
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await
+        .bind(i64::from(limit));
+    let query = match after {
+        None => query,
+        Some(key) => query.bind(key.due_date).bind(key.id),
+    };
+    query.fetch_all(pool).await
 }
 
 /// An invoice owed a reminder today (for `run-once --dry-run` and `audit`).
