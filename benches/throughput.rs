@@ -35,7 +35,8 @@ use futures::StreamExt;
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::db;
 use invoice_reminder::db::invoices::Owed;
-use invoice_reminder::domain::{Customer, Delivery, Invoice, InvoiceId, ReminderId};
+use invoice_reminder::db::Db;
+use invoice_reminder::domain::{Attempted, Customer, Delivery, Invoice, InvoiceId, ReminderId};
 use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::extension::ClientId;
@@ -505,7 +506,7 @@ async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f
 /// What a straightforward implementation does: per invoice, one INSERT,
 /// one fresh SMTP connection, one UPDATE, one after the other.
 async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
-    let today = db::today(pool, settings.schedule.timezone)
+    let today = db::today(&Db::plain(pool.clone()), settings.schedule.timezone)
         .await
         .expect("today");
     let rows = overdue_rows(pool, today).await;
@@ -577,21 +578,31 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
         .collect()
 }
 
-/// The worker's database statements alone: page, claim, record as sent.
+/// The worker's database statements alone: page, claim, mark started (as
+/// many at a time as sends run at once), record as sent.
 async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
-    let today = db::today(pool, settings.schedule.timezone)
+    let db = Db::new(pool.clone(), &settings.database);
+    let today = db::today(&db, settings.schedule.timezone)
         .await
         .expect("today");
     let owed = owed(settings, today);
-    let run = db::runs::start_run(pool, "bench", None, None, "db-only")
-        .await
-        .expect("run");
+    let run = db::runs::start_run(
+        &db,
+        db::runs::NewRun {
+            replica_id: "bench",
+            lock: None,
+            period: "db-only",
+            lease: None,
+        },
+    )
+    .await
+    .expect("run");
     let started = Instant::now();
     let mut total = 0usize;
     for window in settings.reminders.stages.windows(today) {
         let mut after = None;
         loop {
-            let page = db::invoices::fetch_owed_page(pool, &window, owed, after, BATCH_SIZE)
+            let page = db::invoices::fetch_owed_page(&db, &window, owed, after, BATCH_SIZE)
                 .await
                 .expect("page");
             let Some(last) = page.last().copied() else {
@@ -599,21 +610,28 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             };
             after = Some(last);
             let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
-            let claimed = db::reminders::claim_batch(pool, &ids, &window, owed, run, None)
+            let claimed = db::reminders::claim_batch(&db, &ids, &window, owed, run, None)
                 .await
                 .expect("claim");
-            let deliveries: Vec<(ReminderId, Delivery)> = claimed
+            for chunk in claimed.chunks(CONCURRENCY as usize) {
+                let ids: Vec<ReminderId> = chunk.iter().map(|c| c.id).collect();
+                db::deliveries::mark_started(&db, run, &ids)
+                    .await
+                    .expect("mark");
+            }
+            let deliveries: Vec<Attempted> = claimed
                 .iter()
-                .map(|c| {
-                    (
-                        c.id,
-                        Delivery::Sent {
-                            message_id: mail::message_id(c.invoice.id, "db-only", "bench.test"),
-                        },
-                    )
+                .map(|c| Attempted {
+                    id: c.id,
+                    invoice: c.invoice.id,
+                    period: c.period.clone(),
+                    attempts_before: c.attempts,
+                    delivery: Delivery::Sent {
+                        message_id: mail::message_id(c.invoice.id, &c.period, "bench.test"),
+                    },
                 })
                 .collect();
-            db::reminders::record_deliveries(pool, run, 5, &deliveries)
+            db::deliveries::record_deliveries(&db, run, 5, &deliveries)
                 .await
                 .expect("record");
             total += claimed.len();
@@ -624,7 +642,7 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
 
 /// The worker's mailer alone: same pool size and concurrency, no database.
 async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
-    let today = db::today(pool, settings.schedule.timezone)
+    let today = db::today(&Db::plain(pool.clone()), settings.schedule.timezone)
         .await
         .expect("today");
     let rows = overdue_rows(pool, today).await;
@@ -641,7 +659,7 @@ async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
             let templates = &templates;
             async move {
                 let mail = compose(settings, templates, invoice, customer, today);
-                mailer.send(&mail).await.is_ok()
+                mailer.send(&mail, &|| true).await.is_ok()
             }
         })
         .buffer_unordered(CONCURRENCY as usize)
@@ -660,18 +678,18 @@ async fn tick_and_scan(
     pool: &PgPool,
     settings: &Settings,
 ) -> (f64, f64) {
-    let today = db::today(pool, settings.schedule.timezone)
+    let today = db::today(&Db::plain(pool.clone()), settings.schedule.timezone)
         .await
         .expect("today");
     let owed = owed(settings, today);
     let windows = settings.reminders.stages.windows(today);
     // Warm the cache the way a running system would be.
-    let _ = db::invoices::owed_now(pool, &windows, owed, None, 1).await;
+    let _ = db::invoices::owed_now(&Db::plain(pool.clone()), &windows, owed, None, 1).await;
     let started = Instant::now();
     for window in &windows {
         let mut after = None;
         loop {
-            let page = db::invoices::fetch_owed_page(pool, window, owed, after, BATCH_SIZE)
+            let page = db::invoices::fetch_owed_page(&Db::plain(pool.clone()), window, owed, after, BATCH_SIZE)
                 .await
                 .expect("page");
             let Some(last) = page.last().copied() else {

@@ -91,6 +91,21 @@ pub enum Command {
         html: bool,
     },
 
+    /// Print the next fire times of schedule.cron in schedule.timezone,
+    /// computed by the code that drives `run`: one line per fire, the local
+    /// time with its offset, then the UTC time (RFC 3339).
+    Next {
+        /// How many fires.
+        #[arg(long, default_value_t = 5)]
+        count: usize,
+        /// Start after this instant (RFC 3339; exclusive) [default: now]
+        #[arg(long, value_name = "RFC3339")]
+        from: Option<String>,
+        /// Print a JSON array of {"local": ..., "utc": ...}.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Ask a running worker's /healthz (on http.listen, or --url). Exits 0
     /// when healthy, 1 otherwise; for container healthchecks.
     Health {

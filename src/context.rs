@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::config::Settings;
+use crate::db::Db;
 use crate::lock::{LockBackend, LockError};
 use crate::mail::{Mailer, TemplateError, Templates};
 use crate::metrics::Metrics;
@@ -16,7 +17,7 @@ use crate::tick::deferred::Deferred;
 
 pub struct Context {
     pub settings: Settings,
-    pub db: PgPool,
+    pub db: Db,
     pub lock: LockBackend,
     pub templates: Arc<Templates>,
     pub mailer: Mailer,
@@ -47,6 +48,7 @@ impl Context {
         let metrics = Metrics::default();
         let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
         let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());
+        let db = Db::new(db, &settings.database);
         Ok(Self {
             settings,
             db,

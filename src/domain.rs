@@ -97,6 +97,20 @@ impl Delivery {
     }
 }
 
+/// One finished attempt: which row, what it ended in, and what the row
+/// looked like when this run claimed it (so recording it twice, after a
+/// write whose reply was lost, counts the attempt once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempted {
+    pub id: ReminderId,
+    pub invoice: InvoiceId,
+    /// The step (`reminders.period`).
+    pub period: String,
+    /// `attempts` as claimed, before this attempt.
+    pub attempts_before: i32,
+    pub delivery: Delivery,
+}
+
 /// What a tick did, or one part of it: the summary line, `job_runs` and
 /// the result of recording a chunk of deliveries all use this one type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

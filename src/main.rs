@@ -49,6 +49,7 @@ fn main() -> ExitCode {
 fn is_configuration(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
         cause.is::<invoice_reminder::mail::TemplateError>()
+            || cause.is::<invoice_reminder::commands::UsageError>()
             || cause
                 .downcast_ref::<invoice_reminder::context::SetupError>()
                 .is_some_and(|s| matches!(s, invoice_reminder::context::SetupError::Templates(_)))

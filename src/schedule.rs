@@ -1,27 +1,46 @@
-//! Cron wiring only: on each fire, run one tick.
+//! Cron wiring: when to fire, and one tick at a time.
 //!
-//! tokio-cron-scheduler spawns every fire in a task of its own, so a slow
-//! tick would overlap the next one. Fires are therefore only *signals*: a
-//! single loop runs ticks one after another, and a fire that arrives while a
-//! tick runs is skipped (logged), never queued or doubled up.
+//! The next fire is computed here, in `schedule.timezone` with its daylight
+//! saving rules ([`next_fires`], which `invoice-reminder next` prints), and
+//! the loop fires it on the first beat of tokio-cron-scheduler at or after
+//! it (the scheduler beats once a second, on the second, in UTC). A cron job
+//! given to tokio-cron-scheduler in the zone itself would fix the zone's
+//! UTC offset when the job is created and fire an hour off after the next
+//! daylight saving transition, until the process restarts.
 //!
-//! Cron expressions have six fields, seconds first (`0 */5 * * * *`), and
-//! combine day-of-month and day-of-week with AND (not cron's usual OR).
-//! The scheduler's timer follows the wall clock; which tick a replica runs
-//! never depends on that clock, because the period comes from the database
-//! and the lock (with `min_hold`) stops a late replica repeating a tick.
+//! One tick runs at a time: fires that fall inside a long tick are skipped
+//! (logged), never queued or doubled up. Cron expressions have six fields,
+//! seconds first (`0 */5 * * * *`), and combine day-of-month and day-of-week
+//! with AND. A local time that does not exist (02:30 on a spring-forward
+//! day) fires at the first instant after the gap (03:00); one that exists
+//! twice (fall-back) fires once, at its first occurrence.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
+use chrono::{DateTime, Timelike, Utc};
+use chrono_tz::Tz;
 use tokio::sync::mpsc;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ScheduleSettings;
 use crate::context::Context;
 use crate::liveness::Liveness;
-use crate::tick::{TickOutcome, run_tick};
+use crate::tick::{TickOutcome, run_tick_at};
+
+/// The next `count` fires of the schedule strictly after `after`, in the
+/// schedule's zone. The one function both `run` and `next` use.
+pub fn next_fires(schedule: &ScheduleSettings, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Tz>> {
+    fires_after(schedule, after).take(count).collect()
+}
+
+/// Every fire strictly after `after`, lazily. Fires fall on whole seconds
+/// (the iterator would otherwise carry `after`'s fraction of a second).
+fn fires_after(schedule: &ScheduleSettings, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Tz>> + '_ {
+    let whole = after.with_nanosecond(0).unwrap_or(after);
+    schedule.cron.parsed().iter_after(whole.with_timezone(&schedule.timezone))
+}
 
 /// Marks the loop stopped when dropped, on every exit path (panics too).
 struct LoopRunning<'a>(&'a Liveness);
@@ -36,65 +55,59 @@ impl Drop for LoopRunning<'_> {
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
 /// returns once the tick in flight (if any) has finished. `liveness` learns
 /// when the loop runs and when each tick starts and ends.
-pub async fn run_until_stopped(
-    ctx: Arc<Context>,
-    shutdown: CancellationToken,
-    liveness: Liveness,
-) -> anyhow::Result<()> {
-    let (fires, mut fired) = mpsc::channel::<()>(1);
-    // True while a tick runs; a fire seen meanwhile is skipped.
-    let busy = Arc::new(AtomicBool::new(false));
-
-    let mut scheduler = JobScheduler::new()
-        .await
-        .context("failed to create the scheduler")?;
+pub async fn run_until_stopped(ctx: Arc<Context>, shutdown: CancellationToken, liveness: Liveness) -> anyhow::Result<()> {
     let schedule = &ctx.settings.schedule;
-    let job_busy = busy.clone();
-    let job = Job::new_async_tz(
-        schedule.cron.as_str(),
-        schedule.timezone,
-        move |_id, _sched| {
-            let fires = fires.clone();
-            let busy = job_busy.clone();
-            Box::pin(async move {
-                if busy.load(Ordering::SeqCst) || fires.try_send(()).is_err() {
-                    tracing::info!("previous tick still running; skipping this fire");
-                }
-            })
-        },
-    )
-    .with_context(|| format!("invalid schedule.cron {:?}", schedule.cron))?;
-    scheduler.add(job).await.context("failed to add the job")?;
-    scheduler
-        .start()
-        .await
-        .context("failed to start the scheduler")?;
+    // tokio-cron-scheduler beats once a second, on the second, in UTC (no
+    // offset to go stale); each beat checks whether the next fire is due.
+    let (beats, mut beat) = mpsc::channel::<()>(1);
+    let mut scheduler = JobScheduler::new().await.context("failed to create the scheduler")?;
+    let job = Job::new_async_tz("* * * * * *", Utc, move |_id, _sched| {
+        let beats = beats.clone();
+        Box::pin(async move {
+            let _ = beats.try_send(());
+        })
+    })
+    .context("failed to create the scheduler's beat")?;
+    scheduler.add(job).await.context("failed to add the scheduler's beat")?;
+    scheduler.start().await.context("failed to start the scheduler")?;
     tracing::info!(cron = %schedule.cron, timezone = %schedule.timezone, "scheduler started");
     liveness.set_loop_running(true);
     let _running = LoopRunning(&liveness);
-
+    let mut due = next_fire(schedule, Utc::now())?;
     loop {
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
-            fire = fired.recv() => {
-                if fire.is_none() {
+            beat = beat.recv() => {
+                if beat.is_none() {
                     break;
                 }
-                test_fault("scheduler-panic");
-                busy.store(true, Ordering::SeqCst);
-                liveness.tick_started();
-                let outcome = run_tick(&ctx, &shutdown).await;
-                liveness.tick_finished();
-                match outcome {
-                    Ok(TickOutcome::LockLost(_)) => {
-                        tracing::warn!("tick cancelled: the lock was lost");
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::error!(error = %e, "tick failed; the next fire will try again"),
-                }
-                busy.store(false, Ordering::SeqCst);
             }
+        }
+        if Utc::now() < due {
+            continue;
+        }
+        let slot = due;
+        test_fault("scheduler-panic");
+        liveness.tick_started();
+        let outcome = run_tick_at(&ctx, &shutdown, Some(slot)).await;
+        liveness.tick_finished();
+        match outcome {
+            Ok(TickOutcome::LockLost(_)) => tracing::warn!("tick cancelled: the lock was lost"),
+            Ok(_) => {}
+            Err(e) => match e.configuration_problem() {
+                // Retrying cannot help: stop, so the process exits 2 with it.
+                Some(problem) => return Err(crate::commands::UsageError(problem).into()),
+                None => tracing::error!(error = %e, "tick failed; the next fire will try again"),
+            },
+        }
+        let now = Utc::now();
+        due = next_fire(schedule, now)?;
+        let missed = fires_after(schedule, slot)
+            .take_while(|f| f.with_timezone(&Utc) <= now)
+            .count();
+        if missed > 0 {
+            tracing::info!(missed, "previous tick still running; skipping this fire");
         }
     }
     if let Err(e) = scheduler.shutdown().await {
@@ -103,6 +116,14 @@ pub async fn run_until_stopped(
     ctx.mailer.shutdown().await;
     ctx.lock.finish().await;
     Ok(())
+}
+
+/// The first fire after `after`, in UTC.
+fn next_fire(schedule: &ScheduleSettings, after: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> {
+    match next_fires(schedule, after, 1).pop() {
+        Some(fire) => Ok(fire.with_timezone(&Utc)),
+        None => anyhow::bail!("schedule.cron {:?} never fires again", schedule.cron.as_str()),
+    }
 }
 
 /// Fault injection for the fault suite, compiled into debug builds only:
@@ -115,4 +136,59 @@ fn test_fault(name: &str) {
     }
     #[cfg(not(debug_assertions))]
     let _ = name;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(cron: &str, tz: &str) -> ScheduleSettings {
+        let settings = crate::config::Settings::load(&crate::config::ConfigSource {
+            path: None,
+            env: vec![
+                ("INVOICE_REMINDER__SCHEDULE__CRON".into(), cron.into()),
+                ("INVOICE_REMINDER__SCHEDULE__TIMEZONE".into(), tz.into()),
+            ],
+        });
+        match settings {
+            Ok(s) => s.schedule,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn at(rfc3339: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(rfc3339)
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_default()
+    }
+
+    fn shown(fires: &[DateTime<Tz>]) -> Vec<String> {
+        fires.iter().map(|f| f.to_rfc3339()).collect()
+    }
+
+    #[test]
+    fn weekday_mornings_in_madrid_stay_at_nine_across_both_2027_transitions() {
+        let s = schedule("0 0 9 * * Mon-Fri", "Europe/Madrid");
+        // Spring forward: Sunday 2027-03-28 02:00 -> 03:00.
+        let spring = next_fires(&s, at("2027-03-25T12:00:00Z"), 3);
+        assert_eq!(
+            shown(&spring),
+            ["2027-03-26T09:00:00+01:00", "2027-03-29T09:00:00+02:00", "2027-03-30T09:00:00+02:00"]
+        );
+        // Fall back: Sunday 2027-10-31 03:00 -> 02:00.
+        let fall = next_fires(&s, at("2027-10-28T12:00:00Z"), 3);
+        assert_eq!(
+            shown(&fall),
+            ["2027-10-29T09:00:00+02:00", "2027-11-01T09:00:00+01:00", "2027-11-02T09:00:00+01:00"]
+        );
+    }
+
+    #[test]
+    fn a_time_inside_the_spring_forward_gap_fires_right_after_it() {
+        // New York 2027-03-14: 02:00 EST -> 03:00 EDT; 02:30 does not exist.
+        let s = schedule("0 30 2 * * *", "America/New_York");
+        let fires = next_fires(&s, at("2027-03-13T12:00:00Z"), 3);
+        assert_eq!(shown(&fires)[0], "2027-03-14T03:00:00-04:00", "{fires:?}");
+        assert_eq!(shown(&fires)[1], "2027-03-15T02:30:00-04:00", "{fires:?}");
+    }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::NaiveDate;
-use sqlx::PgPool;
+use crate::db::Db;
 
 use super::exit;
 use crate::config::Settings;
@@ -38,7 +38,7 @@ pub struct AuditReport {
 }
 
 pub async fn build_report(
-    pool: &PgPool,
+    pool: &Db,
     settings: &Settings,
     unknown_after: Duration,
 ) -> anyhow::Result<AuditReport> {

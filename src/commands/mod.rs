@@ -30,6 +30,43 @@ use crate::db::seed::SeedStep;
 pub use audit::{AuditReport, build_report};
 pub use run_once::{DryRun, dry_run};
 
+/// `next`: the schedule's next fires, from `schedule::next_fires`.
+fn next(settings: &Settings, count: usize, from: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    use chrono::SecondsFormat;
+    let after = match from {
+        Some(text) => chrono::DateTime::parse_from_rfc3339(text.trim())
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| UsageError(format!("--from {text:?} is not an RFC 3339 instant: {e}")))?,
+        None => chrono::Utc::now(),
+    };
+    let fires: Vec<(String, String)> = crate::schedule::next_fires(&settings.schedule, after, count)
+        .into_iter()
+        .map(|f| {
+            (
+                f.to_rfc3339_opts(SecondsFormat::Secs, false),
+                f.with_timezone(&chrono::Utc).to_rfc3339_opts(SecondsFormat::Secs, true),
+            )
+        })
+        .collect();
+    if json {
+        let list: Vec<serde_json::Value> = fires
+            .iter()
+            .map(|(local, utc)| serde_json::json!({"local": local, "utc": utc}))
+            .collect();
+        outln!("{}", serde_json::Value::Array(list));
+    } else {
+        for (local, utc) in &fires {
+            outln!("{local} {utc}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A command used wrongly for this configuration: `main` exits 2 with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 /// Process exit codes.
 pub mod exit {
     /// Runtime failure, or `audit` found duplicates.
@@ -67,12 +104,19 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             };
             preview::preview(&settings, request).await
         }
+        Command::Next { count, from, json } => next(&settings, count, from, json),
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
     }
 }
 
-async fn connect(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
+/// Connects now, so a command fails fast with the real cause.
+async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
+    let pool = connect_pool(settings).await?;
+    Ok(db::Db::new(pool, &settings.database))
+}
+
+async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
     db::connect(settings).await.with_context(|| {
         format!(
             "failed to connect to PostgreSQL at {}",
@@ -82,7 +126,13 @@ async fn connect(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
 }
 
 async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
-    let pool = connect(settings).await?;
+    if settings.database.pooler == crate::config::Pooler::Transaction {
+        return Err(UsageError(
+            "migrate cannot run through a transaction pooler (database.pooler = \"transaction\"): it takes a session advisory lock; run it with a direct database URL (INVOICE_REMINDER__DATABASE__URL=postgres://...@db-host:5432/... INVOICE_REMINDER__DATABASE__POOLER=none invoice-reminder migrate)".into(),
+        )
+        .into());
+    }
+    let pool = connect_pool(settings).await?;
     db::migrate(&pool)
         .await
         .context("failed to apply migrations")?;

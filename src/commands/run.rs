@@ -53,6 +53,12 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             stop(worker, grace, true).await
         }
         ended = &mut worker => {
+            if let Ok(Err(e)) = &ended
+                && e.is::<super::UsageError>()
+            {
+                // A configuration problem found at run time: exit 2 with it.
+                return ended.map_err(anyhow::Error::new)?.map(|()| ExitCode::from(exit::USAGE));
+            }
             if shutdown.is_cancelled() {
                 // A signal arrived while the loop was ending: a normal stop.
                 exit_code(ended, false)

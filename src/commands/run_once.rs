@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use chrono::NaiveDate;
 
-use super::{connect, exit};
+use super::exit;
 use crate::config::Settings;
 use crate::context::Context;
 use crate::db;
@@ -15,7 +15,7 @@ use crate::db::invoices::{Owed, OwedReminder};
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
 pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
-    let pool = connect(&settings).await?;
+    let pool = super::connect_pool(&settings).await?;
     let ctx = Context::new(settings, pool)?;
     if dry_run {
         let plan = self::dry_run(&ctx, 10_000)
@@ -62,14 +62,23 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
     };
     ctx.mailer.shutdown().await;
     ctx.lock.finish().await;
-    let outcome = outcome.context("tick failed")?;
+    let outcome = match outcome {
+        Err(e) => match e.configuration_problem() {
+            Some(problem) => return Err(super::UsageError(problem).into()),
+            None => return Err(anyhow::Error::new(e).context("tick failed")),
+        },
+        Ok(outcome) => outcome,
+    };
     Ok(match outcome {
         TickOutcome::Done(_) | TickOutcome::LockHeld | TickOutcome::Shutdown(_) => {
             ExitCode::SUCCESS
         }
-        TickOutcome::LockUnknown | TickOutcome::LockLost(_) | TickOutcome::SmtpUnavailable(_) => {
-            ExitCode::from(exit::FAILURE)
-        }
+        TickOutcome::LockUnknown
+        | TickOutcome::LockLost(_)
+        | TickOutcome::SmtpUnavailable(_)
+        | TickOutcome::RecordFailed(_) => ExitCode::from(exit::FAILURE),
+        // Logged once as a configuration error by the tick.
+        TickOutcome::SmtpAuthFailed(_) => ExitCode::from(exit::USAGE),
     })
 }
 

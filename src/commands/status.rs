@@ -21,7 +21,7 @@ struct StatusReport {
 }
 
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
-    let pool = super::connect(&settings).await?;
+    let pool = super::connect_pool(&settings).await?;
     let ctx = Context::new(settings, pool)?;
     let holder = ctx.lock.holder().await.context("failed to read the lock")?;
     let holder = match holder {

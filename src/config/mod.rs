@@ -117,6 +117,21 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// Client-side deadline of every database call (see `db::conn`).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    pub pooler: Pooler,
+}
+
+/// What sits between the worker and PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// A direct connection (or a session-mode pooler).
+    None,
+    /// A transaction-mode pooler (PgBouncer `pool_mode = transaction`,
+    /// Supabase, Neon, Heroku): no session state between transactions.
+    Transaction,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -198,6 +213,16 @@ pub struct ReminderSettings {
     /// No step is claimed within this many days of a reminder `sent` or
     /// `sending` for the same invoice; 0: no gap.
     pub min_days_between: u32,
+    /// First wait before a failed reminder is retried; doubles per attempt.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff: Duration,
+    /// The longest wait between attempts.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
+    /// Unknown deliveries older than this are sent again (same Message-ID);
+    /// None (`""`): never, the default.
+    #[serde(deserialize_with = "types::optional_duration")]
+    pub resend_unknown_after: Option<Duration>,
     pub batch_size: u32,
     pub max_attempts: u32,
     pub send_concurrency: u32,
@@ -259,6 +284,9 @@ pub struct SmtpSettings {
     pub timeout: Duration,
     #[serde(deserialize_with = "types::domain")]
     pub message_id_domain: String,
+    /// PEM certificates trusted for TLS in addition to the public roots.
+    #[serde(deserialize_with = "types::optional_path")]
+    pub ca_file: Option<PathBuf>,
     pub pool_size: u32,
     /// At most this many messages started per second per replica; None: no limit (0).
     #[serde(deserialize_with = "types::zero_is_none")]
@@ -341,16 +369,39 @@ impl Settings {
     /// sort per page, turning a backlog into quadratic work; planning each
     /// execution costs well under a millisecond.
     ///
+    /// `idle_in_transaction_session_timeout`: see [`Settings::idle_in_transaction`].
+    ///
     /// `jit = off`: the scan's per-row probes make PostgreSQL estimate a
     /// page at far above `jit_above_cost`, and compiling it (~8 ms) cost more
     /// than running it (~1 ms); these are short OLTP statements.
+    ///
+    /// Behind a transaction pooler no startup option is sent (PgBouncer
+    /// refuses unknown ones): `extra_float_digits` is left out (we read no
+    /// floats that need it) and `jit` is set per transaction instead;
+    /// unnamed statements are always planned with their parameters.
     pub fn pg_connect_options(&self) -> PgConnectOptions {
-        self.database
+        let options = self
+            .database
             .url
             .options()
             .clone()
             .application_name(&application_name(&self.replica_id))
-            .options([("plan_cache_mode", "force_custom_plan"), ("jit", "off")])
+            .extra_float_digits(None);
+        match self.database.pooler {
+            Pooler::None => options.options([
+                ("plan_cache_mode", "force_custom_plan".to_owned()),
+                ("jit", "off".to_owned()),
+                ("idle_in_transaction_session_timeout", self.idle_in_transaction()),
+            ]),
+            Pooler::Transaction => options,
+        }
+    }
+
+    /// A transaction of ours left idle this long (its process paused or
+    /// hung mid-claim) is ended by the server, so it cannot block the
+    /// others' claims any longer than a statement may take.
+    pub fn idle_in_transaction(&self) -> String {
+        format!("{}ms", self.database.statement_timeout.as_millis())
     }
 }
 

@@ -115,6 +115,18 @@ impl<'de> Deserialize<'de> for super::MaxTickDuration {
     }
 }
 
+/// Empty: None; otherwise a duration.
+pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    match optional_string(de)? {
+        None => Ok(None),
+        Some(text) => humantime::parse_duration(text.trim())
+            .map(Some)
+            .map_err(|e| D::Error::custom(format!("not a duration {text:?}: {e} (e.g. \"30m\", or \"\" for off)"))),
+    }
+}
+
 /// `0` means "no limit".
 pub(super) fn zero_is_none<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u32>, D::Error> {
     u32::deserialize(de).map(|n| Some(n).filter(|n| *n > 0))

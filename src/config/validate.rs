@@ -16,6 +16,13 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     }
     at_least_one("database.max_connections", s.database.max_connections)?;
     positive("database.connect_timeout", s.database.connect_timeout)?;
+    positive("database.statement_timeout", s.database.statement_timeout)?;
+    if s.database.pooler == super::Pooler::Transaction && s.lock.backend == super::LockBackendKind::Postgres {
+        return Err(ConfigError::new(
+            "database.pooler",
+            "\"transaction\" cannot be used with lock.backend = \"postgres\": a session advisory lock cannot live behind a transaction pooler (use lock.backend = \"redis\", or a direct or session-pooled database.url)",
+        ));
+    }
     positive("redis.timeout", s.redis.timeout)?;
     lock(s)?;
     reminders(s)?;
@@ -73,6 +80,16 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
     }
     at_least_one("reminders.max_attempts", r.max_attempts)?;
     at_least_one("reminders.send_concurrency", r.send_concurrency)?;
+    if r.retry_backoff > r.retry_backoff_max {
+        return Err(ConfigError::new(
+            "reminders.retry_backoff",
+            format!(
+                "must not be longer than reminders.retry_backoff_max ({} > {})",
+                humantime::format_duration(r.retry_backoff),
+                humantime::format_duration(r.retry_backoff_max)
+            ),
+        ));
+    }
     if r.min_days_between > 3650 {
         return Err(ConfigError::new(
             "reminders.min_days_between",
@@ -125,6 +142,17 @@ fn smtp(s: &Settings) -> Result<(), ConfigError> {
     }
     positive("smtp.timeout", smtp.timeout)?;
     at_least_one("smtp.pool_size", smtp.pool_size)?;
+    if let Some(file) = &smtp.ca_file {
+        let pem = std::fs::read(file).map_err(|e| {
+            ConfigError::new("smtp.ca_file", format!("cannot read {}: {e}", file.display()))
+        })?;
+        if lettre::transport::smtp::client::Certificate::from_pem(&pem).is_err() {
+            return Err(ConfigError::new(
+                "smtp.ca_file",
+                format!("{} holds no PEM certificate", file.display()),
+            ));
+        }
+    }
     if smtp.password.is_some() != smtp.username.is_some() {
         return Err(ConfigError::new(
             "smtp.username",

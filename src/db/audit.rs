@@ -2,7 +2,10 @@
 //! the reminders table.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool};
+use sqlx::FromRow;
+
+use super::Db;
+use super::conn::on_db;
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct DuplicateGroup {
@@ -14,14 +17,15 @@ pub struct DuplicateGroup {
 /// (invoice_id, period) pairs with more than one row. Always empty while
 /// the UNIQUE constraint stands; the check exists so operators can verify
 /// that claim themselves.
-pub async fn duplicates(pool: &PgPool) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
-    sqlx::query_as(
+pub async fn duplicates(db: &Db) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
         "SELECT invoice_id, period, count(*) AS copies
            FROM reminders GROUP BY invoice_id, period HAVING count(*) > 1
           ORDER BY invoice_id, period",
     )
-    .fetch_all(pool)
-    .await
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)
 }
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
@@ -33,26 +37,30 @@ pub struct UnknownRow {
     pub run_id: Option<i64>,
     pub replica_id: Option<String>,
     pub claimed_at: DateTime<Utc>,
+    /// Set only once the server accepted; look the id up in its log.
+    pub message_id: Option<String>,
     pub last_error: Option<String>,
 }
 
-/// Rows whose delivery is unknown: `sending`, and either their run has
-/// finished or they were claimed longer than `older_than_secs` ago (the
-/// process that claimed them died or hangs).
-pub async fn unknown(pool: &PgPool, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
-    sqlx::query_as(
+/// Rows whose delivery is unknown: started, still `sending`, and either
+/// their run is over (finished, or its lease ran out) or they were claimed
+/// longer than `older_than_secs` ago (the process that claimed them hangs).
+/// Rows never started are not unknown: the next tick returns them.
+pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
         "SELECT r.id AS reminder_id, r.invoice_id, r.period, r.attempts, r.run_id,
-                jr.replica_id, r.claimed_at, r.last_error
+                jr.replica_id, r.claimed_at, r.message_id, r.last_error
            FROM reminders r
            LEFT JOIN job_runs jr ON jr.id = r.run_id
-          WHERE r.status = 'sending'
-            AND (jr.finished_at IS NOT NULL
+          WHERE r.status = 'sending' AND r.started_at IS NOT NULL
+            AND (jr.finished_at IS NOT NULL OR jr.lease_until < now()
                  OR r.claimed_at < now() - make_interval(secs => $1))
           ORDER BY r.claimed_at, r.id",
     )
+    .persistent(db.named())
     .bind(older_than_secs)
-    .fetch_all(pool)
-    .await
+    .fetch_all(&mut *c)
+    .await)
 }
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
@@ -67,31 +75,34 @@ pub struct FailedRow {
 
 /// `failed` rows (retried while their step is due) and rows `discarded`
 /// in the last 7 days (final).
-pub async fn failed(pool: &PgPool) -> Result<Vec<FailedRow>, sqlx::Error> {
-    sqlx::query_as(
+pub async fn failed(db: &Db) -> Result<Vec<FailedRow>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
         "SELECT id AS reminder_id, invoice_id, period, status, attempts, last_error
            FROM reminders
           WHERE status = 'failed'
              OR (status = 'discarded' AND claimed_at > now() - interval '7 days')
           ORDER BY invoice_id, id",
     )
-    .fetch_all(pool)
-    .await
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)
 }
 
 /// Row counts by status.
-pub async fn counts_by_status(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
-        .fetch_all(pool)
-        .await
+pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
+    .persistent(db.named())
+        .fetch_all(&mut *c)
+        .await)
 }
 
 /// Reminders sent, by step (`period`).
-pub async fn sent_by_step(pool: &PgPool) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(
+pub async fn sent_by_step(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
         "SELECT period, count(*) FROM reminders WHERE status = 'sent'
           GROUP BY period ORDER BY period",
     )
-    .fetch_all(pool)
-    .await
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)
 }

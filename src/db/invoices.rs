@@ -17,8 +17,10 @@
 //! backlog within one tick), and rescan `reminders` for every page.
 
 use chrono::NaiveDate;
-use sqlx::{FromRow, PgPool};
+use sqlx::FromRow;
 
+use super::Db;
+use super::conn::on_db;
 use crate::domain::{Customer, Invoice, InvoiceId};
 use crate::stages::Window;
 
@@ -60,7 +62,7 @@ pub(crate) use owed_conditions;
 /// One page of invoices in `window` that owe its step, in `(due_date, id)`
 /// order, starting after `after`.
 pub async fn fetch_owed_page(
-    pool: &PgPool,
+    db: &Db,
     window: &Window,
     owed: Owed<'_>,
     after: Option<OverdueKey>,
@@ -81,11 +83,13 @@ pub async fn fetch_owed_page(
             )
         };
     }
+    on_db!(db, |c| {
     let query = match after {
         None => sqlx::query_as(page!("")),
         Some(_) => sqlx::query_as(page!(" AND (i.due_date, i.id) > ($8, $9)")),
     };
     let query = query
+        .persistent(db.named())
         .bind(window.due_from)
         .bind(window.due_to)
         .bind(&window.step.key)
@@ -97,7 +101,8 @@ pub async fn fetch_owed_page(
         None => query,
         Some(key) => query.bind(key.due_date).bind(key.id),
     };
-    query.fetch_all(pool).await
+    query.fetch_all(&mut *c).await
+    })
 }
 
 /// An invoice owed a reminder today (for `run-once --dry-run` and `audit`).
@@ -128,7 +133,7 @@ pub(crate) fn window_arrays(
 /// `max_attempts`) as a retry of a `failed` row, in `(due_date, id)` order;
 /// at most `limit`, and how many there are in all. Read-only.
 pub async fn owed_now(
-    pool: &PgPool,
+    db: &Db,
     windows: &[Window],
     owed: Owed<'_>,
     max_attempts: Option<u32>,
@@ -144,37 +149,43 @@ pub async fn owed_now(
         owed_conditions!("4", "5", "6"),
     );
     let (keys, froms, tos) = window_arrays(windows);
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let list = format!(
         "SELECT i.id AS invoice_id, i.number, cu.email AS customer_email, i.due_date, w.key AS step,
                 CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind
          {FROM} ORDER BY i.due_date, i.id LIMIT $8"
-    )))
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(owed.today)
-    .bind(i64::from(owed.min_days_between))
-    .bind(owed.timezone)
-    .bind(i64::from(max_attempts))
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
-    let total = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) {FROM}")))
-        .bind(&keys)
-        .bind(&froms)
-        .bind(&tos)
-        .bind(owed.today)
-        .bind(i64::from(owed.min_days_between))
-        .bind(owed.timezone)
-        .bind(i64::from(max_attempts))
-        .fetch_one(pool)
-        .await?;
-    Ok((rows, total))
+    );
+    let count = format!("SELECT count(*) {FROM}");
+    on_db!(db, |c| {
+        let rows = sqlx::query_as(sqlx::AssertSqlSafe(list.clone()))
+            .persistent(db.named())
+            .bind(&keys)
+            .bind(&froms)
+            .bind(&tos)
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+            .bind(i64::from(max_attempts))
+            .bind(i64::from(limit))
+            .fetch_all(&mut *c)
+            .await?;
+        let total = sqlx::query_scalar(sqlx::AssertSqlSafe(count.clone()))
+            .persistent(db.named())
+            .bind(&keys)
+            .bind(&froms)
+            .bind(&tos)
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+            .bind(i64::from(max_attempts))
+            .fetch_one(&mut *c)
+            .await?;
+        Ok::<_, sqlx::Error>((rows, total))
+    })
 }
 
 /// One invoice and its customer, for `preview`.
 pub async fn invoice_with_customer(
-    pool: &PgPool,
+    db: &Db,
     id: InvoiceId,
 ) -> Result<Option<(Invoice, Customer)>, sqlx::Error> {
     type Row = (
@@ -187,13 +198,14 @@ pub async fn invoice_with_customer(
         String,
         Option<String>,
     );
-    let row: Option<Row> = sqlx::query_as(
+    let row: Option<Row> = on_db!(db, |c| sqlx::query_as(
         "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email, c.locale
            FROM invoices i JOIN customers c ON c.id = i.customer_id WHERE i.id = $1",
     )
+    .persistent(db.named())
     .bind(id)
-    .fetch_optional(pool)
-    .await?;
+    .fetch_optional(&mut *c)
+    .await)?;
     Ok(row.map(
         |(id, number, amount_cents, currency, due_date, name, email, locale)| {
             (

@@ -1,7 +1,11 @@
 //! SQL for locking: PostgreSQL advisory locks (the `postgres` lock backend)
 //! and the fencing high-water marks every claim checks.
 
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::PgConnection;
+
+use super::Db;
+use super::conn::on_db;
+use super::reminders::Fence;
 
 /// `pg_try_advisory_lock`: session-level, held until unlocked or until the
 /// connection closes.
@@ -66,34 +70,48 @@ pub async fn advisory_holder(
     .await
 }
 
-/// The highest fencing token any claim of `lock_key` has written (0 if none).
-pub async fn fence_high_water(pool: &PgPool, lock_key: &str) -> Result<i64, sqlx::Error> {
-    let token: Option<i64> =
-        sqlx::query_scalar("SELECT token FROM lock_fences WHERE lock_key = $1")
-            .bind(lock_key)
-            .fetch_optional(pool)
-            .await?;
-    Ok(token.unwrap_or(0))
+/// The fencing floor of `lock_key`: the highest token any holder has drawn
+/// and recorded (a run records its token before its first claim) or
+/// written (0 if none). A new token is always drawn above it, so a lock
+/// backend that lost its counter can never hand out a token a holder
+/// already has.
+pub async fn fence_high_water(db: &Db, lock_key: &str) -> Result<i64, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar(
+        "SELECT GREATEST(
+                    (SELECT token FROM lock_fences WHERE lock_key = $1),
+                    (SELECT max(fence_token) FROM job_runs WHERE lock_key = $1),
+                    0)",
+    )
+    .persistent(db.named())
+    .bind(lock_key)
+    .fetch_one(&mut *c)
+    .await)
 }
 
-/// Advances the high-water mark of `lock_key` to `token` unless a newer
-/// holder has already written. Returns false when `token` is stale; the
-/// caller must then roll back. The row lock it takes serialises claims of
-/// one lock until the transaction ends.
+/// Advances the high-water mark of `fence.lock_key` to `fence.token` unless
+/// a newer holder has already written: a higher number, or the same number
+/// written by another holder (after a counter reset two holders can draw
+/// one number; the first to write keeps it). Returns false when the fence
+/// is stale; the caller must then roll back. The row lock it takes
+/// serialises claims of one lock until the transaction ends.
 pub async fn advance_fence(
-    tx: &mut Transaction<'_, Postgres>,
-    lock_key: &str,
-    token: i64,
+    c: &mut PgConnection,
+    db: &Db,
+    fence: Fence<'_>,
 ) -> Result<bool, sqlx::Error> {
     let advanced: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO lock_fences (lock_key, token) VALUES ($1, $2)
-         ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token
-          WHERE lock_fences.token <= EXCLUDED.token
+        "INSERT INTO lock_fences (lock_key, token, holder) VALUES ($1, $2, $3)
+         ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder
+          WHERE lock_fences.token < EXCLUDED.token
+             OR (lock_fences.token = EXCLUDED.token
+                 AND lock_fences.holder IS NOT DISTINCT FROM EXCLUDED.holder)
          RETURNING token",
     )
-    .bind(lock_key)
-    .bind(token)
-    .fetch_optional(&mut **tx)
+    .persistent(db.named())
+    .bind(fence.lock_key)
+    .bind(fence.token)
+    .bind(fence.holder)
+    .fetch_optional(c)
     .await?;
     Ok(advanced.is_some())
 }

@@ -1,23 +1,28 @@
 //! All SQL lives here: one file per table or concern, plain functions over
-//! a `PgPool`, runtime-checked queries (`query_as` + `FromRow`) so neither a
-//! build nor the Docker image needs a database or a `.sqlx` cache.
+//! a [`Db`] (the pool, with a deadline on every call: `conn`), runtime-
+//! checked queries (`query_as` + `FromRow`) so neither a build nor the
+//! Docker image needs a database or a `.sqlx` cache.
 //!
 //! The claim protocol (`reminders`) is the heart of the project; read its
 //! module docs first.
 
 pub mod audit;
+pub mod conn;
+pub mod deliveries;
 pub mod invoices;
 pub mod locks;
 pub mod reminders;
 pub mod runs;
 pub mod seed;
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use chrono_tz::Tz;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::config::Settings;
+pub use conn::Db;
+use conn::on_db;
 
 /// Migrations are embedded in the binary; no files are needed at run time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -49,15 +54,29 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 }
 
 /// One round trip: the database answers.
-pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+pub async fn ping(db: &Db) -> Result<(), sqlx::Error> {
+    on_db!(db, |c| sqlx::query("SELECT 1")
+        .persistent(db.named())
+        .execute(&mut *c)
+        .await
+        .map(|_| ()))
 }
 
-/// Today's date by the DATABASE clock in `tz`: the one clock every replica
-/// shares, so they agree on the period even when their own clocks drift.
-pub async fn today(pool: &PgPool, tz: Tz) -> Result<NaiveDate, sqlx::Error> {
-    sqlx::query_scalar("SELECT (now() AT TIME ZONE $1)::date")
-        .bind(tz.name())
-        .fetch_one(pool)
-        .await
+/// The database clock: its "now" and its date in `tz`. It is the one clock
+/// every replica shares, so they agree on "today" even when their own clocks
+/// drift. Read through `invoice_reminder_clock()` (a migration defines it
+/// as `now()`) so tests can move it.
+pub async fn clock(db: &Db, tz: Tz) -> Result<(DateTime<Utc>, NaiveDate), sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
+        "SELECT invoice_reminder_clock(), (invoice_reminder_clock() AT TIME ZONE $1)::date"
+    )
+    .persistent(db.named())
+    .bind(tz.name())
+    .fetch_one(&mut *c)
+    .await)
+}
+
+/// Today's date by the database clock in `tz`.
+pub async fn today(db: &Db, tz: Tz) -> Result<NaiveDate, sqlx::Error> {
+    clock(db, tz).await.map(|(_, today)| today)
 }

@@ -1,12 +1,19 @@
 //! `job_runs`: one row per tick that took the lock, inserted when the lock
 //! is taken (`finished_at` NULL while it runs) and completed at the end.
 //! Times are the database's, so runs of different replicas can be compared
-//! for overlap on one clock.
+//! for overlap on one clock. While a run works it keeps `lease_until` ahead
+//! of the database clock; a run past it and not finished is over for good
+//! (its process died or lost its lease), which lets other runs return the
+//! rows it claimed but never started.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool};
+use sqlx::FromRow;
 use uuid::Uuid;
 
+use super::Db;
+use super::conn::on_db;
 use crate::domain::Counts;
 
 /// How a run ended; stored as text in `job_runs.outcome`.
@@ -17,6 +24,10 @@ pub enum RunOutcome {
     LostLock,
     Shutdown,
     SmtpUnavailable,
+    /// The SMTP server refused our login: a configuration problem.
+    SmtpAuthFailed,
+    /// Results could not be recorded; sending stopped.
+    RecordFailed,
     Error,
 }
 
@@ -27,42 +38,72 @@ impl RunOutcome {
             Self::LostLock => "lost_lock",
             Self::Shutdown => "shutdown",
             Self::SmtpUnavailable => "smtp_unavailable",
+            Self::SmtpAuthFailed => "smtp_auth_failed",
+            Self::RecordFailed => "record_failed",
             Self::Error => "error",
         }
     }
 }
 
-pub async fn start_run(
-    pool: &PgPool,
-    replica_id: &str,
-    lock_token: Option<Uuid>,
-    fence_token: Option<i64>,
-    period: &str,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "INSERT INTO job_runs (replica_id, lock_token, fence_token, period)
-         VALUES ($1, $2, $3, $4) RETURNING id",
+/// A run about to start.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRun<'a> {
+    pub replica_id: &'a str,
+    /// The lock it works under (token, fencing token, lock key); None
+    /// without a lock.
+    pub lock: Option<(Uuid, i64, &'a str)>,
+    /// `job_runs.period`: the tick's "today".
+    pub period: &'a str,
+    /// How long its lease is trusted from now; None without a lock.
+    pub lease: Option<Duration>,
+}
+
+/// Records a run and returns its id. The fencing token is recorded before
+/// any claim can present it, so the fencing floor covers every token drawn.
+pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar(
+        "INSERT INTO job_runs (replica_id, lock_token, fence_token, lock_key, period, lease_until)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
+         RETURNING id",
     )
-    .bind(replica_id)
-    .bind(lock_token)
-    .bind(fence_token)
-    .bind(period)
-    .fetch_one(pool)
+    .persistent(db.named())
+    .bind(run.replica_id)
+    .bind(run.lock.map(|l| l.0))
+    .bind(run.lock.map(|l| l.1))
+    .bind(run.lock.map(|l| l.2))
+    .bind(run.period)
+    .bind(run.lease.map(|d| d.as_secs_f64()))
+    .fetch_one(&mut *c)
+    .await)
+}
+
+/// Keeps the run's lease ahead of the database clock by `lease`.
+pub async fn extend_lease(db: &Db, run_id: i64, lease: Duration) -> Result<(), sqlx::Error> {
+    on_db!(db, |c| sqlx::query(
+        "UPDATE job_runs SET lease_until = now() + make_interval(secs => $2)
+          WHERE id = $1 AND finished_at IS NULL",
+    )
+    .persistent(db.named())
+    .bind(run_id)
+    .bind(lease.as_secs_f64())
+    .execute(&mut *c)
     .await
+    .map(|_| ()))
 }
 
 pub async fn finish_run(
-    pool: &PgPool,
+    db: &Db,
     run_id: i64,
     outcome: RunOutcome,
     counts: &Counts,
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    on_db!(db, |c| sqlx::query(
         "UPDATE job_runs
             SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6
           WHERE id = $1",
     )
+    .persistent(db.named())
     .bind(run_id)
     .bind(outcome.as_str())
     .bind(i64::from(counts.claimed))
@@ -70,9 +111,9 @@ pub async fn finish_run(
     // job_runs.failed counts every reminder not delivered this run.
     .bind(i64::from(counts.failed + counts.discarded))
     .bind(error)
-    .execute(pool)
-    .await?;
-    Ok(())
+    .execute(&mut *c)
+    .await
+    .map(|_| ()))
 }
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
@@ -84,6 +125,7 @@ pub struct RunRow {
     pub period: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub lease_until: Option<DateTime<Utc>>,
     pub outcome: Option<String>,
     pub claimed: i32,
     pub sent: i32,
@@ -91,42 +133,46 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
+const RUN_COLUMNS: &str = "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
+                lease_until, outcome, claimed, sent, failed, error";
+
 /// The most recent runs, newest first.
-pub async fn recent_runs(pool: &PgPool, limit: u32) -> Result<Vec<RunRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, replica_id, lock_token, fence_token, period, started_at, finished_at, outcome,
-                claimed, sent, failed, error
-           FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1",
-    )
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await
+pub async fn recent_runs(db: &Db, limit: u32) -> Result<Vec<RunRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1"
+    );
+    on_db!(db, |c| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        .persistent(db.named())
+        .bind(i64::from(limit))
+        .fetch_all(&mut *c)
+        .await)
 }
 
 /// The run that took the lock with `token`, if any (to name a holder).
-pub async fn run_by_token(pool: &PgPool, token: Uuid) -> Result<Option<RunRow>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, replica_id, lock_token, fence_token, period, started_at, finished_at, outcome,
-                claimed, sent, failed, error
-           FROM job_runs WHERE lock_token = $1 ORDER BY id DESC LIMIT 1",
-    )
-    .bind(token)
-    .fetch_optional(pool)
-    .await
+pub async fn run_by_token(db: &Db, token: Uuid) -> Result<Option<RunRow>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM job_runs WHERE lock_token = $1 ORDER BY id DESC LIMIT 1"
+    );
+    on_db!(db, |c| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        .persistent(db.named())
+        .bind(token)
+        .fetch_optional(&mut *c)
+        .await)
 }
 
-/// Pairs of runs whose [started_at, finished_at] intervals intersect
-/// (an unfinished run counts as still running). With a working lock there
-/// are none.
-pub async fn overlapping_runs(pool: &PgPool) -> Result<Vec<(i64, i64)>, sqlx::Error> {
-    sqlx::query_as(
+/// Pairs of runs whose [started_at, end] intervals intersect, where a run
+/// ends when it finished or, if it never did (its process died), when its
+/// lease ran out. With a working lock there are none.
+pub async fn overlapping_runs(db: &Db) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(
         "SELECT a.id, b.id
            FROM job_runs a
            JOIN job_runs b ON a.id < b.id
-          WHERE a.started_at < COALESCE(b.finished_at, 'infinity')
-            AND b.started_at < COALESCE(a.finished_at, 'infinity')
+          WHERE a.started_at < COALESCE(b.finished_at, b.lease_until, 'infinity')
+            AND b.started_at < COALESCE(a.finished_at, a.lease_until, 'infinity')
           ORDER BY a.id, b.id",
     )
-    .fetch_all(pool)
-    .await
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)
 }

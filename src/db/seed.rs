@@ -3,7 +3,8 @@
 //! (`generate_series`) so a million invoices take seconds, not minutes.
 
 use chrono::NaiveDate;
-use sqlx::PgPool;
+use super::Db;
+use super::conn::on_db;
 
 /// What `seed` created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -29,7 +30,7 @@ pub struct SeedStep {
 /// `invoices` invoices: the first `owed` spread over `steps`; of the rest,
 /// half paid and half due after `not_due_after`.
 pub async fn seed(
-    pool: &PgPool,
+    db: &Db,
     customers: i64,
     invoices: i64,
     owed: i64,
@@ -37,7 +38,11 @@ pub async fn seed(
     today: NaiveDate,
     not_due_after: NaiveDate,
 ) -> Result<Seeded, sqlx::Error> {
-    let mut tx = pool.begin().await?;
+    let latest: Vec<NaiveDate> = steps.iter().map(|s| s.latest_due).collect();
+    let spans: Vec<i32> = steps.iter().map(|s| s.span.max(1)).collect();
+    let rest = invoices - owed;
+    let paid = rest / 2;
+    let created = on_db!(db, tx, |tx| {
     let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(
         "WITH created AS (
              INSERT INTO customers (name, email, locale)
@@ -48,14 +53,11 @@ pub async fn seed(
          )
          SELECT min(id), count(*) FROM created",
     )
+    .persistent(db.named())
     .bind(customers)
     .fetch_one(&mut *tx)
     .await?;
     let first_customer = first_customer.unwrap_or(0);
-    let rest = invoices - owed;
-    let paid = rest / 2;
-    let latest: Vec<NaiveDate> = steps.iter().map(|s| s.latest_due).collect();
-    let spans: Vec<i32> = steps.iter().map(|s| s.span.max(1)).collect();
     sqlx::query(
         "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
          SELECT $1 + (g % $2),
@@ -71,6 +73,7 @@ pub async fn seed(
                 CASE WHEN g > $5 AND g <= $5 + $8 THEN now() - ((g % 30) || ' days')::interval END
            FROM generate_series(1, $3::bigint) AS g",
     )
+    .persistent(db.named())
     .bind(first_customer)
     .bind(created.max(1))
     .bind(invoices)
@@ -82,7 +85,8 @@ pub async fn seed(
     .bind(not_due_after)
     .execute(&mut *tx)
     .await?;
-    tx.commit().await?;
+    Ok::<_, sqlx::Error>(created)
+    })?;
     Ok(Seeded {
         customers: created,
         invoices,
@@ -93,8 +97,9 @@ pub async fn seed(
 }
 
 /// How many invoices exist (for `seed --if-empty`).
-pub async fn count_invoices(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM invoices")
-        .fetch_one(pool)
-        .await
+pub async fn count_invoices(db: &Db) -> Result<i64, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar("SELECT count(*) FROM invoices")
+        .persistent(db.named())
+        .fetch_one(&mut *c)
+        .await)
 }

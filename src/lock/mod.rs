@@ -73,7 +73,7 @@ use uuid::Uuid;
 use crate::config::{LockBackendKind, Settings};
 use crate::metrics::RenewalCounter;
 
-pub use self::postgres::{PostgresLock, advisory_lock_id};
+pub use self::postgres::{PostgresLock, advisory_lock_id, is_refused_login};
 pub use self::redis::RedisLock;
 pub use self::watchdog::{LeaseGuard, LostReason};
 
@@ -89,6 +89,16 @@ pub fn safety_margin(ttl: Duration) -> Duration {
 pub enum LockError {
     #[error("lock backend unavailable: {0}")]
     Backend(String),
+    /// The backend refused our credentials or permissions: retrying cannot
+    /// help, the configuration must change. The text names the key.
+    #[error("{0}")]
+    Config(String),
+}
+
+impl LockError {
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, Self::Config(_))
+    }
 }
 
 /// The result of one attempt to take the lock.

@@ -62,6 +62,8 @@ pub struct PostgresLock {
     pub(crate) times: LeaseTimes,
     options: PgConnectOptions,
     connect_timeout: Duration,
+    /// `database.statement_timeout`: every call on the lock's connection.
+    deadline: Duration,
     /// Background tasks keeping a lock until `min_hold`.
     holds: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -80,6 +82,7 @@ impl PostgresLock {
             times,
             options: settings.pg_connect_options(),
             connect_timeout: settings.database.connect_timeout,
+            deadline: settings.database.statement_timeout,
             holds: Arc::default(),
         }
     }
@@ -87,6 +90,9 @@ impl PostgresLock {
     async fn connect(&self) -> Result<PgConnection, LockError> {
         match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
             Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) if is_refused_login(&e) => Err(LockError::Config(format!(
+                "database.url: PostgreSQL refused the lock connection's login ({e}); check the user and password in database.url"
+            ))),
             Ok(Err(e)) => Err(LockError::Backend(format!(
                 "cannot open the lock connection to PostgreSQL: {e}"
             ))),
@@ -99,14 +105,14 @@ impl PostgresLock {
 
     pub(super) async fn try_acquire(&self, fence_floor: i64) -> Result<AcquireResult, LockError> {
         let mut conn = self.connect().await?;
-        let won = db::locks::try_advisory_lock(&mut conn, self.lock_id)
+        let won = within(self.deadline, db::locks::try_advisory_lock(&mut conn, self.lock_id))
             .await
             .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
         if !won {
             let _ = conn.close().await;
             return Ok(AcquireResult::Held);
         }
-        match db::locks::next_fence(&mut conn, fence_floor).await {
+        match within(self.deadline, db::locks::next_fence(&mut conn, fence_floor)).await {
             Ok(fence) => Ok(AcquireResult::Won {
                 handle: Handle::Postgres(Session {
                     conn: Arc::new(Mutex::new(Some(conn))),
@@ -130,7 +136,7 @@ impl PostgresLock {
         let Some(conn) = slot.as_mut() else {
             return Ok(Renewal::Gone);
         };
-        match db::locks::ping(conn).await {
+        match within(self.deadline, db::locks::ping(conn)).await {
             Ok(()) => Ok(Renewal::Renewed),
             Err(e) => {
                 tracing::warn!(error = %e, "the lock's PostgreSQL session failed");
@@ -150,17 +156,17 @@ impl PostgresLock {
         };
         match hold_for {
             Some(left) => {
-                let lock_id = self.lock_id;
+                let (lock_id, deadline) = (self.lock_id, self.deadline);
                 let task = tokio::spawn(async move {
                     tokio::time::sleep(left).await;
-                    unlock(conn, lock_id).await;
+                    unlock(conn, lock_id, deadline).await;
                 });
                 let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
                 holds.retain(|h| !h.is_finished());
                 holds.push(task);
                 Ok(Released::HeldForMinHold(left))
             }
-            None => Ok(if unlock(conn, self.lock_id).await {
+            None => Ok(if unlock(conn, self.lock_id, self.deadline).await {
                 Released::Deleted
             } else {
                 Released::NotOwner
@@ -171,7 +177,7 @@ impl PostgresLock {
     /// Opens a connection and runs one query (readiness).
     pub(super) async fn ping(&self) -> Result<(), LockError> {
         let mut conn = self.connect().await?;
-        let answered = db::locks::ping(&mut conn)
+        let answered = within(self.deadline, db::locks::ping(&mut conn))
             .await
             .map_err(|e| LockError::Backend(format!("PostgreSQL does not answer: {e}")));
         let _ = conn.close().await;
@@ -180,7 +186,7 @@ impl PostgresLock {
 
     pub(super) async fn holder(&self) -> Result<Option<Holder>, LockError> {
         let mut conn = self.connect().await?;
-        let found = db::locks::advisory_holder(&mut conn, self.lock_id)
+        let found = within(self.deadline, db::locks::advisory_holder(&mut conn, self.lock_id))
             .await
             .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
         let _ = conn.close().await;
@@ -206,13 +212,32 @@ impl PostgresLock {
 }
 
 /// Unlocks and closes; true if the session still held the lock. A failure
-/// closes the connection anyway, which releases the lock.
-async fn unlock(mut conn: PgConnection, lock_id: i64) -> bool {
-    let held = db::locks::advisory_unlock(&mut conn, lock_id)
+/// or no answer within `deadline` drops the connection anyway, which
+/// releases the lock when the server notices.
+async fn unlock(mut conn: PgConnection, lock_id: i64, deadline: Duration) -> bool {
+    let held = within(deadline, db::locks::advisory_unlock(&mut conn, lock_id))
         .await
         .unwrap_or(false);
-    let _ = conn.close().await;
+    if held {
+        let _ = tokio::time::timeout(deadline, conn.close()).await;
+    }
     held
+}
+
+/// A call on the lock's connection that must answer within `deadline`.
+async fn within<T>(
+    deadline: Duration,
+    call: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => result,
+        Err(_) => Err(db::conn::timed_out(deadline)),
+    }
+}
+
+/// PostgreSQL refused the login (invalid password, no such role, pg_hba).
+pub fn is_refused_login(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "28P01" || c == "28000"))
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ pub struct RedisLock {
     fence_key: String,
     pub(crate) times: LeaseTimes,
     timeout: Duration,
+    /// `redis.url` without its password, for messages.
+    redacted_url: String,
     /// For the one-off ambiguity check, on a connection of its own.
     client: redis::Client,
     conn: ConnectionManager,
@@ -115,6 +117,7 @@ impl RedisLock {
             fence_key: format!("{}:fence", settings.lock.key),
             times,
             timeout: settings.redis.timeout,
+            redacted_url: settings.redis.redacted_url(),
             client,
             conn,
         })
@@ -145,6 +148,7 @@ impl RedisLock {
         match reply {
             Ok(0) => Ok(AcquireResult::Held),
             Ok(fence) => Ok(won(fence)),
+            Err(e) if is_refused_login(&e) => Err(self.refused(&e)),
             Err(e) if e.is_connection_refusal() => {
                 Err(backend("cannot reach Redis to take the lock", &e))
             }
@@ -184,6 +188,14 @@ impl RedisLock {
             .arg(fence_floor)
             .invoke_async(&mut conn)
             .await
+    }
+
+    fn refused(&self, e: &RedisError) -> LockError {
+        LockError::Config(format!(
+            "redis.url: Redis at {} refused our credentials or permissions ({}); check the user and password in redis.url",
+            self.redacted_url,
+            e.code().unwrap_or("authentication failed")
+        ))
     }
 
     pub(super) async fn renew(&self, token: Uuid) -> Result<Renewal, LockError> {
@@ -256,6 +268,17 @@ impl RedisLock {
 fn millis(d: Duration) -> u64 {
     let ms = d.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+/// Redis refused our credentials or permissions (WRONGPASS, NOAUTH,
+/// NOPERM): a configuration error, never an ambiguous reply.
+fn is_refused_login(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+    ) || e
+        .code()
+        .is_some_and(|code| matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM"))
 }
 
 fn backend(what: &str, e: &RedisError) -> LockError {

@@ -9,6 +9,7 @@ pub mod format;
 pub mod message;
 pub mod smtp;
 pub mod templates;
+pub mod transaction;
 
 use chrono::NaiveDate;
 
@@ -17,7 +18,8 @@ use crate::domain::{Customer, Invoice};
 use crate::stages::{Stages, Step};
 
 pub use message::{MessageError, OutgoingMail, build_message, message_id};
-pub use smtp::{Mailer, SendError, classify};
+pub use smtp::Mailer;
+pub use transaction::{SendError, classify};
 pub use templates::{Rendered, TemplateError, Templates};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and

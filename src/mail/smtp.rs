@@ -1,90 +1,32 @@
-//! Handing messages to the SMTP server, and knowing afterwards whether it
-//! might have them.
+//! The SMTP pool: connections reused across messages, at most
+//! `smtp.pool_size` of them, paced by `smtp.max_per_second`.
 //!
-//! We speak SMTP over lettre's connection type with a small pool of our own,
-//! because the one thing the job must know after a failure is *whether the
-//! server might have accepted the message*:
-//! * connecting, EHLO, STARTTLS, AUTH, MAIL, RCPT or DATA failing (network
-//!   error, timeout or a 4xx/5xx reply) means nothing was delivered:
-//!   [`SendError::NotDelivered`] (a retry is safe);
-//! * a 4xx/5xx reply to the end of the message means it was refused:
-//!   [`SendError::Refused`], transient or permanent;
-//! * a network error or timeout *after* the message body was handed over is
-//!   [`SendError::Unknown`]: the server may have accepted it. We never retry
-//!   those (at-most-once); the row stays `sending` and `audit` lists it.
-//!
-//! [`classify`] turns each of these into the [`Delivery`] that is recorded.
+//! Relays limit connections (Office 365 allows 3 at a time): a connection
+//! refused while others are open means "use fewer", not "down", so the pool
+//! shrinks for the rest of the tick and the message waits for one of the
+//! open connections. Only when no connection at all can be made is the
+//! server down. A login refusal is reported as such (a configuration
+//! problem). A transient reply on a pooled connection is this message's
+//! answer, not a broken connection: it is not retried on a fresh one.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
-use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
-use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
+use lettre::transport::smtp::extension::ClientId;
 use prometheus_client::metrics::histogram::Histogram;
 use secrecy::ExposeSecret;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::{Instant, timeout};
 
 use super::OutgoingMail;
+use super::transaction::{SendError, transact};
 use crate::config::{SmtpSettings, SmtpTls};
-use crate::domain::{Delivery, InvoiceId};
 
 /// Idle pooled connections older than this are closed instead of reused.
 const IDLE_LIMIT: Duration = Duration::from_secs(30);
-
-/// What happened to a message the server may or may not have.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// Nothing was delivered (connection, greeting, AUTH, MAIL, RCPT or DATA
-    /// failed). `connect` is true when no connection could be made at all.
-    #[error("not delivered: {reason}")]
-    NotDelivered {
-        reason: String,
-        connect: bool,
-        permanent: bool,
-    },
-    /// The server answered the message with a negative reply.
-    #[error("refused by the SMTP server: {reason}")]
-    Refused { reason: String, permanent: bool },
-    /// The message was handed over but no reply came: it may be delivered.
-    #[error("delivery unknown: {reason}")]
-    Unknown { reason: String },
-}
-
-impl SendError {
-    /// No connection to the SMTP server could be made at all.
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, Self::NotDelivered { connect: true, .. })
-    }
-}
-
-/// What a failed send means for its row: retried later, dropped for good,
-/// or unknown. An unreachable server is `Deferred` (no attempt used).
-pub fn classify(invoice_id: InvoiceId, e: SendError) -> Delivery {
-    let error = e.to_string();
-    match e {
-        SendError::NotDelivered { connect: true, .. } => Delivery::Deferred { error },
-        SendError::NotDelivered {
-            permanent: true, ..
-        }
-        | SendError::Refused {
-            permanent: true, ..
-        } => {
-            tracing::warn!(%invoice_id, %error, "reminder rejected permanently");
-            Delivery::Discarded { error }
-        }
-        SendError::NotDelivered { .. } | SendError::Refused { .. } => {
-            tracing::warn!(%invoice_id, %error, "reminder failed; will retry on a later tick");
-            Delivery::Failed { error }
-        }
-        SendError::Unknown { .. } => {
-            tracing::error!(%invoice_id, %error, "delivery unknown; the reminder stays 'sending' and is not retried");
-            Delivery::Unknown { error }
-        }
-    }
-}
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
 #[derive(Clone)]
@@ -94,31 +36,55 @@ pub struct Mailer {
 
 struct MailerInner {
     settings: SmtpSettings,
+    /// `smtp.ca_file`, read once.
+    extra_root: Option<Certificate>,
     /// `invoice_reminder_smtp_transaction_duration_seconds`.
     durations: Histogram,
     /// `smtp.max_per_second`: the earliest instant the next message may start.
     pacer: Option<(Duration, tokio::sync::Mutex<Instant>)>,
-    /// One permit per connection that may exist at once (`smtp.pool_size`).
+    /// One permit per transaction that may run at once: `smtp.pool_size`,
+    /// fewer after the server refused extra connections.
     slots: Semaphore,
-    /// Connections that finished a transaction cleanly, with when.
+    /// How many permits `slots` holds in all now.
+    capacity: AtomicUsize,
+    /// Connections open (idle or in use).
+    open: AtomicUsize,
+    /// Connections that can take the next message, with when they got idle.
     idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
+    /// Signalled when a connection becomes idle.
+    returned: Notify,
     hello: ClientId,
+}
+
+/// Why no connection could be made.
+enum ConnectError {
+    /// The server answered, but not with a session for us (421 too many
+    /// connections, or a 4xx greeting).
+    Busy(String),
+    LoginRefused(String),
+    Failed(String),
 }
 
 impl Mailer {
     pub fn new(settings: &SmtpSettings, durations: Histogram) -> Self {
+        let extra_root = settings
+            .ca_file
+            .as_ref()
+            .and_then(|path| std::fs::read(path).ok())
+            .and_then(|pem| Certificate::from_pem(&pem).ok());
         Self {
             inner: Arc::new(MailerInner {
                 settings: settings.clone(),
+                extra_root,
                 durations,
                 pacer: settings.max_per_second.map(|rate| {
-                    (
-                        Duration::from_secs(1) / rate,
-                        tokio::sync::Mutex::new(Instant::now()),
-                    )
+                    (Duration::from_secs(1) / rate, tokio::sync::Mutex::new(Instant::now()))
                 }),
                 slots: Semaphore::new(settings.pool_size as usize),
+                capacity: AtomicUsize::new(settings.pool_size as usize),
+                open: AtomicUsize::new(0),
                 idle: Mutex::new(Vec::new()),
+                returned: Notify::new(),
                 hello: ClientId::default(),
             }),
         }
@@ -140,42 +106,86 @@ impl Mailer {
         tokio::time::sleep_until(slot).await;
     }
 
-    /// Sends one message. See the module docs for what each error means.
-    pub async fn send(&self, mail: &OutgoingMail) -> Result<(), SendError> {
+    /// Gives the pool its full size back (a tick starts afresh).
+    pub fn restore_pool_size(&self) {
+        let full = self.inner.settings.pool_size as usize;
+        let now = self.inner.capacity.swap(full, Ordering::SeqCst);
+        if now < full {
+            self.inner.slots.add_permits(full - now);
+        }
+    }
+
+    /// Sends one message, if `may_start` still allows it once a connection
+    /// is ours (checked again there: waiting for one may take a while). See
+    /// `transaction` for what each error means.
+    pub async fn send(&self, mail: &OutgoingMail, may_start: &(dyn Fn() -> bool + Sync)) -> Result<(), SendError> {
         let started = Instant::now();
-        let result = self.send_once(mail).await;
-        self.inner
-            .durations
-            .observe(started.elapsed().as_secs_f64());
+        let result = self.send_once(mail, may_start).await;
+        self.inner.durations.observe(started.elapsed().as_secs_f64());
         result
     }
 
-    async fn send_once(&self, mail: &OutgoingMail) -> Result<(), SendError> {
+    async fn send_once(&self, mail: &OutgoingMail, may_start: &(dyn Fn() -> bool + Sync)) -> Result<(), SendError> {
         let inner = &self.inner;
-        let _slot = inner
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| SendError::NotDelivered {
-                reason: "mailer is shut down".into(),
-                connect: true,
-                permanent: false,
-            })?;
-        // A pooled connection may have been closed by the server while idle;
-        // that shows up before anything is delivered, so one retry on a fresh
-        // connection is safe.
-        if let Some(conn) = self.take_idle() {
-            match self.transact(conn, mail).await {
-                Err(SendError::NotDelivered {
-                    connect: false,
-                    permanent: false,
-                    ..
-                }) => {}
-                other => return other,
+        loop {
+            let slot = inner.slots.acquire().await.map_err(|_| SendError::NotStarted)?;
+            if let Some(conn) = self.take_idle() {
+                if !may_start() {
+                    self.put_idle(conn);
+                    return Err(SendError::NotStarted);
+                }
+                match self.transact(conn, mail).await {
+                    // The connection broke while idle (the server closed it):
+                    // nothing was delivered, so a fresh one is safe.
+                    Err(SendError::NotDelivered { replied: false, .. }) => {}
+                    other => return other,
+                }
+            }
+            match self.connect().await {
+                Ok(conn) => {
+                    inner.open.fetch_add(1, Ordering::SeqCst);
+                    if !may_start() {
+                        self.put_idle(conn);
+                        return Err(SendError::NotStarted);
+                    }
+                    return self.transact(conn, mail).await;
+                }
+                Err(ConnectError::LoginRefused(reason)) => return Err(SendError::LoginRefused { reason }),
+                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason)) if inner.open.load(Ordering::SeqCst) > 0 => {
+                    self.use_fewer(slot, &reason);
+                    // Wait for one of the open connections.
+                    let _ = timeout(inner.settings.timeout, inner.returned.notified()).await;
+                }
+                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason)) => {
+                    return Err(SendError::NotDelivered {
+                        reason,
+                        connect: true,
+                        permanent: false,
+                        replied: false,
+                    });
+                }
             }
         }
-        let conn = self.connect().await?;
-        self.transact(conn, mail).await
+    }
+
+    /// The server refused one more connection: shrink the pool by one
+    /// (keeping at least one), logging the new size once per size.
+    fn use_fewer(&self, slot: tokio::sync::SemaphorePermit<'_>, reason: &str) {
+        let inner = &self.inner;
+        let capacity = inner.capacity.load(Ordering::SeqCst);
+        if capacity > 1
+            && inner
+                .capacity
+                .compare_exchange(capacity, capacity - 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            slot.forget();
+            tracing::warn!(
+                connections = capacity - 1,
+                reason,
+                "the SMTP server refused another connection; using fewer for the rest of this tick"
+            );
+        }
     }
 
     /// Closes idle connections politely.
@@ -185,8 +195,20 @@ impl Mailer {
             Err(_) => Vec::new(),
         };
         for (mut conn, _) in idle {
+            self.inner.open.fetch_sub(1, Ordering::SeqCst);
             let _ = timeout(Duration::from_secs(1), conn.quit()).await;
         }
+    }
+
+    async fn transact(&self, conn: AsyncSmtpConnection, mail: &OutgoingMail) -> Result<(), SendError> {
+        let (result, conn) = transact(conn, mail, self.inner.settings.timeout).await;
+        match conn {
+            Some(conn) => self.put_idle(conn),
+            None => {
+                self.inner.open.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        result
     }
 
     fn take_idle(&self) -> Option<AsyncSmtpConnection> {
@@ -195,6 +217,7 @@ impl Mailer {
             if since.elapsed() < IDLE_LIMIT && !conn.has_broken() {
                 return Some(conn);
             }
+            self.inner.open.fetch_sub(1, Ordering::SeqCst);
         }
         None
     }
@@ -203,30 +226,29 @@ impl Mailer {
         if let Ok(mut idle) = self.inner.idle.lock() {
             idle.push((conn, Instant::now()));
         }
+        self.inner.returned.notify_one();
     }
 
-    async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {
+    fn tls(&self) -> Result<Option<TlsParameters>, String> {
         let s = &self.inner.settings;
-        let not_connected = |e: &dyn std::fmt::Display| SendError::NotDelivered {
-            reason: format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port),
-            connect: true,
-            permanent: false,
-        };
-        let tls = match s.tls {
-            SmtpTls::None => None,
-            SmtpTls::Starttls | SmtpTls::Tls => {
-                Some(TlsParameters::new(s.host.clone()).map_err(|e| not_connected(&e))?)
-            }
-        };
-        let wrapper = if s.tls == SmtpTls::Tls {
-            tls.clone()
-        } else {
-            None
-        };
+        if s.tls == SmtpTls::None {
+            return Ok(None);
+        }
+        let mut builder = TlsParameters::builder(s.host.clone());
+        if let Some(cert) = &self.inner.extra_root {
+            builder = builder.add_root_certificate(cert.clone());
+        }
+        builder.build_rustls().map(Some).map_err(|e| e.to_string())
+    }
+
+    async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
+        let s = &self.inner.settings;
+        let at = |e: &dyn std::fmt::Display| format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port);
+        let tls = self.tls().map_err(|e| ConnectError::Failed(at(&e)))?;
         let connecting = async {
-            let mut conn = match wrapper {
+            let mut conn = match (s.tls, tls.clone()) {
                 // Implicit TLS: lettre wraps the socket itself.
-                Some(params) => AsyncSmtpConnection::connect_tokio1(
+                (SmtpTls::Tls, Some(params)) => AsyncSmtpConnection::connect_tokio1(
                     (s.host.as_str(), s.port),
                     Some(s.timeout),
                     &self.inner.hello,
@@ -234,150 +256,58 @@ impl Mailer {
                     None,
                 )
                 .await
-                .map_err(|e| e.to_string())?,
-                None => {
+                .map_err(|e| refusal(&e, at(&e)))?,
+                _ => {
                     let tcp = tokio::net::TcpStream::connect((s.host.as_str(), s.port))
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| ConnectError::Failed(at(&e)))?;
                     // lettre writes the body and the final "." separately;
                     // with Nagle's algorithm the second write waits for the
                     // server's delayed ACK (~40 ms a message).
-                    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+                    tcp.set_nodelay(true).map_err(|e| ConnectError::Failed(at(&e)))?;
                     AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.inner.hello)
                         .await
-                        .map_err(|e| e.to_string())?
+                        .map_err(|e| refusal(&e, at(&e)))?
                 }
             };
             if s.tls == SmtpTls::Starttls {
                 if !conn.can_starttls() {
-                    return Err("the server does not offer STARTTLS".to_owned());
+                    return Err(ConnectError::Failed(at(&"the server does not offer STARTTLS")));
                 }
                 if let Some(params) = tls {
                     conn.starttls(params, &self.inner.hello)
                         .await
-                        .map_err(|e| format!("STARTTLS failed: {e}"))?;
+                        .map_err(|e| ConnectError::Failed(at(&format!("STARTTLS failed: {e}"))))?;
                 }
             }
             if let (Some(user), Some(password)) = (&s.username, &s.password) {
-                let credentials =
-                    Credentials::new(user.clone(), password.expose_secret().to_owned());
-                conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials)
-                    .await
-                    .map_err(|e| format!("authentication failed: {e}"))?;
+                let credentials = Credentials::new(user.clone(), password.expose_secret().to_owned());
+                if let Err(e) = conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials).await {
+                    return Err(if e.is_permanent() {
+                        ConnectError::LoginRefused(format!("{} (smtp.username {user:?})", e))
+                    } else {
+                        refusal(&e, at(&format!("authentication failed: {e}")))
+                    });
+                }
             }
-            Ok::<_, String>(conn)
+            Ok::<_, ConnectError>(conn)
         };
         match timeout(s.timeout, connecting).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(not_connected(&e)),
-            Err(_) => Err(not_connected(&format!(
+            Ok(result) => result,
+            Err(_) => Err(ConnectError::Failed(at(&format!(
                 "timed out after {}",
                 humantime::format_duration(s.timeout)
-            ))),
-        }
-    }
-
-    /// One SMTP transaction. Only a clean success returns the connection to
-    /// the pool.
-    async fn transact(
-        &self,
-        mut conn: AsyncSmtpConnection,
-        mail: &OutgoingMail,
-    ) -> Result<(), SendError> {
-        let limit = self.inner.settings.timeout;
-        let before_data = |e: StepError| match e {
-            StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
-                reason: e.to_string(),
-                connect: false,
-                permanent: e.is_permanent(),
-            },
-            other => SendError::NotDelivered {
-                reason: other.to_string(),
-                connect: false,
-                permanent: false,
-            },
-        };
-
-        let mut params = Vec::new();
-        let non_ascii = mail
-            .envelope
-            .from()
-            .is_some_and(|a| !AsRef::<str>::as_ref(a).is_ascii())
-            || mail
-                .envelope
-                .to()
-                .iter()
-                .any(|a| !AsRef::<str>::as_ref(a).is_ascii());
-        if non_ascii {
-            if !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
-                return Err(SendError::NotDelivered {
-                    reason: "the address is not ASCII and the server does not support SMTPUTF8"
-                        .into(),
-                    connect: false,
-                    permanent: true,
-                });
-            }
-            params.push(MailParameter::SmtpUtfEight);
-        }
-        if !mail.bytes.is_ascii() {
-            params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-        }
-
-        step(
-            limit,
-            conn.command(Mail::new(mail.envelope.from().cloned(), params)),
-        )
-        .await
-        .map_err(before_data)?;
-        for to in mail.envelope.to() {
-            step(limit, conn.command(Rcpt::new(to.clone(), vec![])))
-                .await
-                .map_err(before_data)?;
-        }
-        step(limit, conn.command(Data)).await.map_err(before_data)?;
-
-        // From here on the server has (part of) the message.
-        match step(limit, conn.message(&mail.bytes)).await {
-            Ok(_) => {
-                self.put_idle(conn);
-                Ok(())
-            }
-            Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
-                Err(SendError::Refused {
-                    reason: e.to_string(),
-                    permanent: e.is_permanent(),
-                })
-            }
-            Err(other) => Err(SendError::Unknown {
-                reason: other.to_string(),
-            }),
+            )))),
         }
     }
 }
 
-type LettreSmtpError = lettre::transport::smtp::Error;
-
-enum StepError {
-    Smtp(LettreSmtpError),
-    Timeout(Duration),
-}
-
-impl std::fmt::Display for StepError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Smtp(e) => write!(f, "{e}"),
-            Self::Timeout(d) => write!(f, "no reply within {}", humantime::format_duration(*d)),
-        }
-    }
-}
-
-async fn step<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, LettreSmtpError>>,
-) -> Result<T, StepError> {
-    match timeout(limit, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(StepError::Smtp(e)),
-        Err(_) => Err(StepError::Timeout(limit)),
+/// A connect error with a 4xx reply is the server being busy with us
+/// (too many connections); anything else is a failure to connect.
+fn refusal(e: &lettre::transport::smtp::Error, message: String) -> ConnectError {
+    if e.is_transient() {
+        ConnectError::Busy(message)
+    } else {
+        ConnectError::Failed(message)
     }
 }

@@ -1,19 +1,31 @@
 //! Results held while the database is away.
 //!
-//! When the database goes away mid-tick, the outcome of mail already sent
-//! and the hand-back of rows never started cannot be written. They are kept
-//! here, in memory, and written (oldest first) at the start of the next
-//! tick. If the process dies first, those rows stay `sending`: their
-//! delivery is unknown to the database, and audit says so. Nothing is ever
-//! resent because of a lost write.
+//! When the database goes away mid-tick, the outcome of mail already sent,
+//! the return of rows never started and the run's own record cannot be
+//! written. They are kept here, in memory, and written oldest first at the
+//! start of the next tick and, with a bounded wait, before the process
+//! exits. Whatever is still unwritten at exit is logged at error level,
+//! one line per reminder with its ids and Message-ID, so an operator can
+//! settle those rows (`resolve`); `run-once` then exits non-zero.
+//!
+//! A write that fails because the database cannot be reached is kept and
+//! retried; a write that fails by itself (a trigger, a constraint, a
+//! permission) is retried row by row, and a row that still fails is logged
+//! with its ids and dropped, so one bad row never blocks the others. The
+//! queue holds at most [`MAX_ROWS`] results; beyond that a new result is
+//! logged and dropped (its row stays `sending`: audit reports it unknown).
 
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use sqlx::PgPool;
-
-use crate::db;
 use crate::db::runs::RunOutcome;
-use crate::domain::{Counts, Delivery, ReminderId};
+use crate::db::{self, Db};
+use crate::domain::{Attempted, Counts, Delivery, ReminderId};
+use crate::mail;
+
+/// The most results kept. Sending stops when results cannot be written
+/// (`tick::pipeline`), so one tick adds at most `2 × batch_size`.
+pub const MAX_ROWS: usize = 50_000;
 
 /// The queue of writes waiting for the database. One per process.
 #[derive(Default)]
@@ -24,7 +36,7 @@ pub struct Deferred {
 #[derive(Default, Debug)]
 struct Queue {
     deliveries: Vec<Deliveries>,
-    /// (run_id, ids that stay `sending`): the end-of-run sweep.
+    /// (run_id, rows started but never sent): the end-of-run return.
     hand_backs: Vec<(i64, Vec<ReminderId>)>,
     finishes: Vec<Finish>,
 }
@@ -33,7 +45,7 @@ struct Queue {
 struct Deliveries {
     run_id: i64,
     max_attempts: u32,
-    rows: Vec<(ReminderId, Delivery)>,
+    rows: Vec<Attempted>,
 }
 
 #[derive(Debug)]
@@ -44,6 +56,16 @@ struct Finish {
     error: Option<String>,
 }
 
+/// How a flush went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    pub written: usize,
+    /// Rows whose write failed by itself; logged and dropped.
+    pub dropped: usize,
+    /// Writes still waiting for the database.
+    pub waiting: usize,
+}
+
 impl Deferred {
     fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
@@ -52,39 +74,38 @@ impl Deferred {
     /// Writes waiting (for the `deferred_writes` gauge).
     pub fn len(&self) -> usize {
         let q = self.queue();
-        q.deliveries.len() + q.hand_backs.len() + q.finishes.len()
+        q.deliveries.iter().map(|d| d.rows.len()).sum::<usize>() + q.hand_backs.len() + q.finishes.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub(crate) fn deliveries(
-        &self,
-        run_id: i64,
-        max_attempts: u32,
-        rows: Vec<(ReminderId, Delivery)>,
-    ) {
-        if !rows.is_empty() {
-            self.queue().deliveries.push(Deliveries {
-                run_id,
-                max_attempts,
-                rows,
-            });
+    pub(crate) fn deliveries(&self, run_id: i64, max_attempts: u32, rows: Vec<Attempted>) {
+        if rows.is_empty() {
+            return;
         }
+        let mut q = self.queue();
+        let held: usize = q.deliveries.iter().map(|d| d.rows.len()).sum();
+        let room = MAX_ROWS.saturating_sub(held);
+        let mut rows = rows;
+        if rows.len() > room {
+            for row in rows.drain(room..) {
+                log_unwritten(run_id, &row, "the queue of results waiting for the database is full");
+            }
+        }
+        q.deliveries.push(Deliveries {
+            run_id,
+            max_attempts,
+            rows,
+        });
     }
 
-    pub(crate) fn hand_back(&self, run_id: i64, keep: Vec<ReminderId>) {
-        self.queue().hand_backs.push((run_id, keep));
+    pub(crate) fn hand_back(&self, run_id: i64, unsent: Vec<ReminderId>) {
+        self.queue().hand_backs.push((run_id, unsent));
     }
 
-    pub(crate) fn finish(
-        &self,
-        run_id: i64,
-        outcome: RunOutcome,
-        counts: Counts,
-        error: Option<String>,
-    ) {
+    pub(crate) fn finish(&self, run_id: i64, outcome: RunOutcome, counts: Counts, error: Option<String>) {
         self.queue().finishes.push(Finish {
             run_id,
             outcome,
@@ -93,11 +114,12 @@ impl Deferred {
         });
     }
 
-    /// Writes what earlier ticks could not, oldest first. Stops at the
-    /// first failure (the database is still away) and keeps the rest.
-    pub async fn flush(&self, db: &PgPool) {
+    /// Writes what earlier ticks could not, oldest first, until the
+    /// database stops answering; keeps the rest.
+    pub async fn flush(&self, db: &Db) -> Flushed {
         let mut pending = std::mem::take(&mut *self.queue());
-        if let Err(e) = write(db, &mut pending).await {
+        let mut flushed = Flushed::default();
+        if let Err(e) = write(db, &mut pending, &mut flushed).await {
             tracing::debug!(error = %e, "deferred writes still waiting for the database");
         }
         // Put back what is left, ahead of anything deferred meanwhile.
@@ -106,31 +128,107 @@ impl Deferred {
         pending.hand_backs.append(&mut q.hand_backs);
         pending.finishes.append(&mut q.finishes);
         *q = pending;
+        flushed.waiting = q.deliveries.iter().map(|d| d.rows.len()).sum::<usize>()
+            + q.hand_backs.len()
+            + q.finishes.len();
+        flushed
+    }
+
+    /// Before the process exits: flushes, retrying for up to `wait`, then
+    /// logs every result still unwritten (with the Message-ID its reminder
+    /// carries, from `message_id_domain`) and returns how many.
+    pub async fn flush_before_exit(&self, db: &Db, wait: Duration, message_id_domain: &str) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if self.flush(db).await.waiting == 0 {
+                return 0;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let q = std::mem::take(&mut *self.queue());
+        let mut unwritten = 0;
+        for d in &q.deliveries {
+            for row in &d.rows {
+                unwritten += 1;
+                let message_id = match &row.delivery {
+                    Delivery::Sent { message_id } => message_id.clone(),
+                    _ => mail::message_id(row.invoice, &row.period, message_id_domain),
+                };
+                tracing::error!(
+                    run_id = d.run_id,
+                    reminder_id = %row.id,
+                    invoice_id = %row.invoice,
+                    period = %row.period,
+                    outcome = row.delivery.kind(),
+                    message_id = %message_id,
+                    "result not written: the database did not come back before exit; the row stays 'sending' (settle it with `invoice-reminder resolve`)"
+                );
+            }
+        }
+        for (run_id, _) in &q.hand_backs {
+            tracing::error!(run_id, "rows this run never sent were not returned before exit; a later tick returns them");
+        }
+        unwritten
     }
 }
 
-async fn write(db: &PgPool, pending: &mut Queue) -> Result<(), sqlx::Error> {
+fn log_unwritten(run_id: i64, row: &Attempted, why: &str) {
+    tracing::error!(
+        run_id,
+        reminder_id = %row.id,
+        invoice_id = %row.invoice,
+        period = %row.period,
+        outcome = row.delivery.kind(),
+        "result dropped: {why}; the row stays as it is (audit shows it)"
+    );
+}
+
+async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<(), sqlx::Error> {
     // Outcomes first: once written, those rows are no longer `sending`.
     while let Some(d) = pending.deliveries.first() {
-        let r = db::reminders::record_deliveries(db, d.run_id, d.max_attempts, &d.rows).await?;
-        tracing::info!(
-            run_id = d.run_id,
-            sent = r.sent,
-            "wrote deferred delivery results"
-        );
+        match db::deliveries::record_deliveries(db, d.run_id, d.max_attempts, &d.rows).await {
+            Ok(r) => {
+                tracing::info!(run_id = d.run_id, sent = r.sent, "wrote deferred delivery results");
+                flushed.written += d.rows.len();
+            }
+            Err(e) if db::conn::is_unreachable(&e) => return Err(e),
+            Err(e) => {
+                tracing::warn!(run_id = d.run_id, error = %e, "a deferred write failed by itself; writing its rows one by one");
+                for row in &d.rows {
+                    let one = std::slice::from_ref(row);
+                    match db::deliveries::record_deliveries(db, d.run_id, d.max_attempts, one).await {
+                        Ok(_) => flushed.written += 1,
+                        Err(e) if db::conn::is_unreachable(&e) => return Err(e),
+                        Err(e) => {
+                            flushed.dropped += 1;
+                            log_unwritten(d.run_id, row, &format!("its write fails: {e}"));
+                        }
+                    }
+                }
+            }
+        }
         pending.deliveries.remove(0);
     }
-    while let Some((run_id, keep)) = pending.hand_backs.first() {
-        let n = db::reminders::hand_back_unattempted(db, *run_id, keep).await?;
-        tracing::info!(
-            run_id,
-            handed_back = n,
-            "handed back rows of an earlier run"
-        );
+    while let Some((run_id, unsent)) = pending.hand_backs.first() {
+        match db::deliveries::hand_back(db, *run_id, unsent).await {
+            Ok(n) => tracing::info!(run_id, handed_back = n, "handed back rows of an earlier run"),
+            Err(e) if db::conn::is_unreachable(&e) => return Err(e),
+            Err(e) => tracing::error!(run_id, error = %e, "returning an earlier run's unsent rows failed; a later tick's sweep returns them"),
+        }
         pending.hand_backs.remove(0);
     }
     while let Some(f) = pending.finishes.first() {
-        db::runs::finish_run(db, f.run_id, f.outcome, &f.counts, f.error.as_deref()).await?;
+        match db::runs::finish_run(db, f.run_id, f.outcome, &f.counts, f.error.as_deref()).await {
+            Ok(()) => {}
+            Err(e) if db::conn::is_unreachable(&e) => return Err(e),
+            Err(e) => tracing::error!(run_id = f.run_id, error = %e, "recording an earlier run's end failed; dropped"),
+        }
         pending.finishes.remove(0);
     }
     Ok(())

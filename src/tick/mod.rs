@@ -3,10 +3,10 @@
 //! ```text
 //! try_acquire ──held──▶ LockHeld (normal; another replica works this tick)
 //!      │
-//!   acquired ──▶ start_run ──▶ period from the DB clock
+//!   acquired ──▶ today from the DB clock (not before the fire's slot) ──▶ start_run
 //!      │
 //!      ├─ claim ─▶ send ─▶ record   three overlapping stages (pipeline.rs);
-//!      │          before every mail: lease valid? shutdown? SMTP reachable?
+//!      │          before every mail: lease valid? shutdown? SMTP? writes OK?
 //!      ├─ hand back rows never started
 //!      ▼
 //! finish_run ──▶ stop watchdog ──▶ release (or hold until min_hold)
@@ -15,12 +15,17 @@
 //! [`run_tick`] takes the lock; [`work_period`] is the part after it and can
 //! be called with any [`LeaseGuard`] (tests use it to bypass the lock and
 //! prove that the database alone prevents duplicates). A tick never sends a
-//! reminder it did not claim itself, and never claims without presenting its
-//! fencing token.
+//! reminder it did not claim and mark started itself, and never claims
+//! without presenting its fencing token.
 
+mod claim;
 pub mod deferred;
 mod pipeline;
+mod send;
 
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -30,10 +35,13 @@ use crate::config::OnBackendError;
 use crate::context::Context;
 use crate::db;
 use crate::db::reminders::Fence;
-use crate::db::runs::RunOutcome;
+use crate::db::runs::{NewRun, RunOutcome};
 use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, LockError, Released};
 use pipeline::{Pipeline, Stop};
+
+/// The longest a fire waits for the database clock to reach its slot.
+pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -50,6 +58,10 @@ pub enum TickOutcome {
     Shutdown(Summary),
     /// The SMTP server could not be reached; the rest was handed back.
     SmtpUnavailable(Summary),
+    /// The SMTP server refused our login; the rest was handed back.
+    SmtpAuthFailed(Summary),
+    /// Results could not be written; no mail was started after that.
+    RecordFailed(Summary),
 }
 
 impl TickOutcome {
@@ -62,14 +74,19 @@ impl TickOutcome {
             Self::LockLost(_) => "lost_lock",
             Self::Shutdown(_) => "shutdown",
             Self::SmtpUnavailable(_) => "smtp_unavailable",
+            Self::SmtpAuthFailed(_) => "smtp_auth_failed",
+            Self::RecordFailed(_) => "record_failed",
         }
     }
 
     pub fn summary(&self) -> Option<&Summary> {
         match self {
-            Self::Done(s) | Self::LockLost(s) | Self::Shutdown(s) | Self::SmtpUnavailable(s) => {
-                Some(s)
-            }
+            Self::Done(s)
+            | Self::LockLost(s)
+            | Self::Shutdown(s)
+            | Self::SmtpUnavailable(s)
+            | Self::SmtpAuthFailed(s)
+            | Self::RecordFailed(s) => Some(s),
             Self::LockHeld | Self::LockUnknown => None,
         }
     }
@@ -98,12 +115,25 @@ pub enum TickError {
     },
 }
 
+impl TickError {
+    /// Credentials or permissions refused: retrying cannot help, the
+    /// configuration must change. The message names the key.
+    pub fn configuration_problem(&self) -> Option<String> {
+        match self {
+            Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
+            Self::Database { source, .. } if crate::lock::is_refused_login(source) => Some(format!(
+                "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// sqlx's pool timeout hides its cause; say what it usually means.
 fn describe_db_error(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::PoolTimedOut => {
-            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)"
-                .to_owned()
+            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)".to_owned()
         }
         other => other.to_string(),
     }
@@ -121,12 +151,20 @@ pub struct Holding<'a> {
     pub fence: Fence<'a>,
 }
 
-/// One tick: take the lock, work the period, release.
-pub async fn run_tick(
+/// One tick now: take the lock, work, release.
+pub async fn run_tick(ctx: &Context, shutdown: &CancellationToken) -> Result<TickOutcome, TickError> {
+    run_tick_at(ctx, shutdown, None).await
+}
+
+/// One tick for the cron fire scheduled at `slot` (by this replica's
+/// clock): "today" is read once the database clock has reached it, so a
+/// replica whose clock runs ahead works the slot's day, not the day before.
+pub async fn run_tick_at(
     ctx: &Context,
     shutdown: &CancellationToken,
+    slot: Option<DateTime<Utc>>,
 ) -> Result<TickOutcome, TickError> {
-    let result = lock_and_work(ctx, shutdown).await;
+    let result = lock_and_work(ctx, shutdown, slot).await;
     ctx.metrics.tick_ended(match &result {
         Ok(outcome) => outcome.label(),
         Err(TickError::Lock(_)) => "backend_unavailable",
@@ -138,10 +176,11 @@ pub async fn run_tick(
 async fn lock_and_work(
     ctx: &Context,
     shutdown: &CancellationToken,
+    slot: Option<DateTime<Utc>>,
 ) -> Result<TickOutcome, TickError> {
     ctx.deferred.flush(&ctx.db).await;
-    // Fencing tokens must stay above what the database has seen, even if
-    // the lock backend lost its counter.
+    // Fencing tokens must stay above every token any holder has drawn, even
+    // if the lock backend lost its counter.
     let fence_floor = db::locks::fence_high_water(&ctx.db, ctx.lock.key())
         .await
         .map_err(db_err("reading the fencing high-water mark"))?;
@@ -159,17 +198,15 @@ async fn lock_and_work(
             return Ok(TickOutcome::LockHeld);
         }
         Ok(Acquisition::Unknown) => {
-            tracing::warn!(
-                "lock result unknown (reply lost) and the key is not ours; skipping this tick"
-            );
+            tracing::warn!("lock result unknown (reply lost) and the key is not ours; skipping this tick");
             return Ok(TickOutcome::LockUnknown);
         }
-        Err(e) if ctx.settings.lock.on_backend_error == OnBackendError::DatabaseOnly => {
+        Err(e) if !e.is_configuration() && ctx.settings.lock.on_backend_error == OnBackendError::DatabaseOnly => {
             tracing::warn!(
                 error = %e,
                 "lock unavailable; working under the database backstop alone (lock.on_backend_error = \"database-only\")"
             );
-            return work_period(ctx, None, &LeaseGuard::unbounded(), shutdown).await;
+            return work(ctx, None, &LeaseGuard::unbounded(), shutdown, slot).await;
         }
         Err(e) => return Err(e.into()),
     };
@@ -179,10 +216,11 @@ async fn lock_and_work(
         fence: Fence {
             lock_key: ctx.lock.key(),
             token: lease.fence(),
+            holder: token,
         },
     };
     ctx.metrics.set_lock_held(true);
-    let result = work_period(ctx, Some(holding), &lease.guard(), shutdown).await;
+    let result = work(ctx, Some(holding), &lease.guard(), shutdown, slot).await;
     let released = lease.release().await;
     ctx.metrics.set_lock_held(false);
     match released {
@@ -191,9 +229,7 @@ async fn lock_and_work(
             tracing::debug!(%token, hold_ms = left.as_millis() as u64, "lock left to expire at min_hold")
         }
         Ok(Released::NotOwner) => tracing::debug!(%token, "lock was no longer ours at release"),
-        Err(e) => {
-            tracing::warn!(%token, error = %e, "lock release failed; the key expires by its TTL")
-        }
+        Err(e) => tracing::warn!(%token, error = %e, "lock release failed; the key expires by its TTL"),
     }
     result
 }
@@ -207,19 +243,29 @@ pub async fn work_period(
     guard: &LeaseGuard,
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
+    work(ctx, holding, guard, shutdown, None).await
+}
+
+async fn work(
+    ctx: &Context,
+    holding: Option<Holding<'_>>,
+    guard: &LeaseGuard,
+    shutdown: &CancellationToken,
+    slot: Option<DateTime<Utc>>,
+) -> Result<TickOutcome, TickError> {
     let started = Instant::now();
     let settings = &ctx.settings;
-    let today = db::today(&ctx.db, settings.schedule.timezone)
-        .await
-        .map_err(db_err("reading the database clock"))?;
+    let today = today_at(ctx, slot).await?;
     // job_runs.period is the tick's "today"; each claim's period is its step.
     let period = today.to_string();
     let run_id = db::runs::start_run(
         &ctx.db,
-        &settings.replica_id,
-        holding.map(|h| h.lock_token),
-        holding.map(|h| h.fence.token),
-        &period,
+        NewRun {
+            replica_id: &settings.replica_id,
+            lock: holding.map(|h| (h.lock_token, h.fence.token, h.fence.lock_key)),
+            period: &period,
+            lease: Some(settings.lock.ttl),
+        },
     )
     .await
     .map_err(db_err("recording the run"))?;
@@ -233,27 +279,50 @@ pub async fn work_period(
     .await
 }
 
-/// Hands back what never started, records the run and logs its summary.
-async fn finish(
-    p: &Pipeline<'_>,
-    result: Result<(), TickError>,
-    started: Instant,
-) -> Result<TickOutcome, TickError> {
-    let (ctx, run_id) = (p.ctx, p.run_id);
-    let still_sending = p.take_still_sending();
-    let mut counts = p.counts();
-    match db::reminders::hand_back_unattempted(&ctx.db, run_id, &still_sending).await {
-        Ok(n) => counts.handed_back = n as u32,
-        Err(_) => ctx.deferred.hand_back(run_id, still_sending),
+/// The database's date, read once the database clock has reached `slot`
+/// (waiting at most [`SLOT_WAIT_MAX`]).
+async fn today_at(ctx: &Context, slot: Option<DateTime<Utc>>) -> Result<NaiveDate, TickError> {
+    let tz = ctx.settings.schedule.timezone;
+    let waited = Instant::now();
+    loop {
+        let (now, today) = db::clock(&ctx.db, tz)
+            .await
+            .map_err(db_err("reading the database clock"))?;
+        let ahead = slot.and_then(|slot| (slot - now).to_std().ok()).unwrap_or_default();
+        if ahead.is_zero() {
+            return Ok(today);
+        }
+        let left = SLOT_WAIT_MAX.saturating_sub(waited.elapsed());
+        if left.is_zero() {
+            tracing::warn!(
+                ahead_ms = ahead.as_millis() as u64,
+                "this replica's clock is ahead of the database's by more than {}s; working the database's date",
+                SLOT_WAIT_MAX.as_secs()
+            );
+            return Ok(today);
+        }
+        tokio::time::sleep(ahead.min(left)).await;
     }
-    let (outcome, error) = match &result {
-        Err(e) => (RunOutcome::Error, Some(e.to_string())),
-        Ok(()) => match p.stop_reason() {
-            Some(Stop::Lost(_)) => (RunOutcome::LostLock, None),
-            Some(Stop::Shutdown) => (RunOutcome::Shutdown, None),
-            Some(Stop::SmtpDown) => (RunOutcome::SmtpUnavailable, None),
-            None => (RunOutcome::Done, None),
-        },
+}
+
+/// Hands back what never started, records the run and logs its summary.
+async fn finish(p: &Pipeline<'_>, result: Result<(), TickError>, started: Instant) -> Result<TickOutcome, TickError> {
+    let (ctx, run_id) = (p.ctx, p.run_id);
+    let unsent = p.take_unsent();
+    let mut counts = p.counts();
+    match db::deliveries::hand_back(&ctx.db, run_id, &unsent).await {
+        Ok(n) => counts.handed_back = n as u32,
+        Err(_) => ctx.deferred.hand_back(run_id, unsent),
+    }
+    let stop = p.stop_reason();
+    let (outcome, error) = match (&result, stop) {
+        (_, Some(Stop::RecordFailed)) => (RunOutcome::RecordFailed, result.as_ref().err().map(ToString::to_string)),
+        (Err(e), _) => (RunOutcome::Error, Some(e.to_string())),
+        (Ok(()), Some(Stop::Lost(_))) => (RunOutcome::LostLock, None),
+        (Ok(()), Some(Stop::Shutdown)) => (RunOutcome::Shutdown, None),
+        (Ok(()), Some(Stop::SmtpDown)) => (RunOutcome::SmtpUnavailable, None),
+        (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
+        (Ok(()), None) => (RunOutcome::Done, None),
     };
     if db::runs::finish_run(&ctx.db, run_id, outcome, &counts, error.as_deref())
         .await
@@ -262,8 +331,7 @@ async fn finish(
         ctx.deferred.finish(run_id, outcome, counts, error.clone());
     }
     let took = started.elapsed();
-    ctx.metrics
-        .tick_worked(&counts, took, outcome == RunOutcome::Done);
+    ctx.metrics.tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
         period: p.period.to_owned(),
@@ -283,11 +351,17 @@ async fn finish(
         duration_ms = summary.duration_ms,
         "tick finished"
     );
-    result?;
     Ok(match outcome {
-        RunOutcome::LostLock => TickOutcome::LockLost(summary),
-        RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
-        RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
-        RunOutcome::Done | RunOutcome::Error => TickOutcome::Done(summary),
+        RunOutcome::RecordFailed => TickOutcome::RecordFailed(summary),
+        _ => {
+            result?;
+            match outcome {
+                RunOutcome::LostLock => TickOutcome::LockLost(summary),
+                RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
+                RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
+                RunOutcome::SmtpAuthFailed => TickOutcome::SmtpAuthFailed(summary),
+                _ => TickOutcome::Done(summary),
+            }
+        }
     })
 }

@@ -164,7 +164,7 @@ impl Backend {
                     .await
                     .ok()?;
                 let token = uuid::Uuid::parse_str(&token?).ok()?;
-                db::runs::run_by_token(world.pool(), token)
+                db::runs::run_by_token(&world.database(), token)
                     .await
                     .ok()?
                     .map(|r| r.replica_id)

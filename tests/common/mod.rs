@@ -218,6 +218,11 @@ impl World {
                 "INVOICE_REMINDER__SMTP__TIMEOUT".to_owned(),
                 "5s".to_owned(),
             ),
+            // Tests retry on the next tick; the backoff has tests of its own.
+            (
+                "INVOICE_REMINDER__REMINDERS__RETRY_BACKOFF".to_owned(),
+                "0s".to_owned(),
+            ),
         ];
         env.extend(self.overrides.iter().cloned());
         env
@@ -247,6 +252,11 @@ impl World {
 
     pub fn pool(&self) -> &PgPool {
         &self.db.pool
+    }
+
+    /// The test database as the library's db functions take it.
+    pub fn database(&self) -> invoice_reminder::db::Db {
+        invoice_reminder::db::Db::plain(self.db.pool.clone())
     }
 
     /// Waits until the SMTP sink has received `n` messages.
@@ -338,7 +348,7 @@ pub async fn window(
     invoice_reminder::db::invoices::Owed<'static>,
 ) {
     let settings = Settings::load(&ConfigSource::default()).expect("default settings");
-    let today = invoice_reminder::db::today(pool, chrono_tz::UTC)
+    let today = invoice_reminder::db::today(&invoice_reminder::db::Db::plain(pool.clone()), chrono_tz::UTC)
         .await
         .expect("database date");
     let window = settings
@@ -459,7 +469,7 @@ pub fn assert_no_duplicate_mail(sink: &SmtpSink) {
 
 /// The fencing floor as a tick reads it before acquiring.
 pub async fn fence_floor(world: &World) -> i64 {
-    invoice_reminder::db::locks::fence_high_water(world.pool(), &world.lock_key())
+    invoice_reminder::db::locks::fence_high_water(&world.database(), &world.lock_key())
         .await
         .expect("read fence high-water mark")
 }

@@ -511,7 +511,7 @@ pub async fn assert_exactly_once(world: &World, max_unknown: usize) -> Value {
 
 /// Pairs of job_runs whose intervals intersect.
 pub async fn overlapping_runs(world: &World) -> Vec<(i64, i64)> {
-    invoice_reminder::db::runs::overlapping_runs(world.pool())
+    invoice_reminder::db::runs::overlapping_runs(&world.database())
         .await
         .expect("overlaps")
 }

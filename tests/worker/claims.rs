@@ -33,7 +33,7 @@ async fn one_tick_sends_one_reminder_per_overdue_invoice_and_records_the_run() {
     mailed.sort();
     assert_eq!(mailed, ids);
     assert_eq!(common::count_status(world.pool(), "sent").await, 25);
-    let runs = db::runs::recent_runs(world.pool(), 10).await.unwrap();
+    let runs = db::runs::recent_runs(&world.database(), 10).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].outcome.as_deref(), Some("done"));
     assert_eq!((runs[0].claimed, runs[0].sent, runs[0].failed), (25, 25, 0));
@@ -125,16 +125,24 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
     let world = World::new().await;
     let owed = common::insert_invoice(world.pool(), "A", "a@example.test", 10, false).await;
     let paid = common::insert_invoice(world.pool(), "B", "b@example.test", 10, true).await;
-    let run = db::runs::start_run(world.pool(), "test", None, None, "2026-11-30")
+    let run = db::runs::start_run(
+        &world.database(),
+        db::runs::NewRun {
+            replica_id: "test",
+            lock: None,
+            period: "2026-11-30",
+            lease: None,
+        },
+    )
         .await
         .unwrap();
 
     let ids = [InvoiceId(owed), InvoiceId(paid)];
     let (window, today) = common::window(world.pool(), "overdue").await;
-    let first = db::reminders::claim_batch(world.pool(), &ids, &window, today, run, None)
+    let first = db::reminders::claim_batch(&world.database(), &ids, &window, today, run, None)
         .await
         .unwrap();
-    let second = db::reminders::claim_batch(world.pool(), &ids, &window, today, run, None)
+    let second = db::reminders::claim_batch(&world.database(), &ids, &window, today, run, None)
         .await
         .unwrap();
 

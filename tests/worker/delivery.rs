@@ -240,7 +240,7 @@ async fn a_send_cut_off_after_the_message_was_handed_over_stays_sending_and_is_n
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
     assert_eq!(world.sink.count(), 1);
     let report = invoice_reminder::commands::build_report(
-        world.pool(),
+        &world.database(),
         &ctx.settings,
         Duration::from_secs(600),
     )

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use invoice_reminder::db;
 use invoice_reminder::db::reminders::{ClaimError, Fence};
+use invoice_reminder::db::runs::NewRun;
 use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::{Acquisition, LostReason};
 use invoice_reminder::tick::{Holding, TickOutcome, work_period};
@@ -51,23 +52,25 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         fresh.fence(),
         stale.fence()
     );
+    let key = world.lock_key();
     let run_b = db::runs::start_run(
-        world.pool(),
-        "b",
-        Some(fresh.token()),
-        Some(fresh.fence()),
-        "2026-11-30",
+        &world.database(),
+        NewRun {
+            replica_id: "b",
+            lock: Some((fresh.token(), fresh.fence(), &key)),
+            period: "2026-11-30",
+            lease: None,
+        },
     )
     .await
     .unwrap();
-    let key = world.lock_key();
     let fence_b = Fence {
         lock_key: &key,
         token: fresh.fence(),
+        holder: fresh.token(),
     };
     let (window, today) = common::window(world.pool(), "overdue").await;
-    let by_b = db::reminders::claim_batch(
-        world.pool(),
+    let by_b = db::reminders::claim_batch(&world.database(),
         &ids(&invoices[..5]),
         &window,
         today,
@@ -88,6 +91,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         fence: Fence {
             lock_key: &key,
             token: stale.fence(),
+            holder: stale.token(),
         },
     };
     let outcome = work_period(&a, Some(holding), &stale.guard(), &CancellationToken::new())
@@ -108,8 +112,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
             .unwrap();
     assert_eq!(claimed_by_a, 0);
     // The stale token is refused outright, too.
-    let refused = db::reminders::claim_batch(
-        world.pool(),
+    let refused = db::reminders::claim_batch(&world.database(),
         &ids(&invoices[5..]),
         &window,
         today,
@@ -117,6 +120,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         Some(Fence {
             lock_key: &key,
             token: stale.fence(),
+            holder: stale.token(),
         }),
     )
     .await;

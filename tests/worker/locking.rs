@@ -46,7 +46,7 @@ async fn a_lock_held_by_another_holder_is_skipped(backend: Backend) {
     assert_eq!(outcome, TickOutcome::LockHeld);
     assert_eq!(world.sink.count(), 0);
     assert!(
-        invoice_reminder::db::runs::recent_runs(world.pool(), 5)
+        invoice_reminder::db::runs::recent_runs(&world.database(), 5)
             .await
             .unwrap()
             .is_empty()
@@ -75,7 +75,7 @@ async fn while_a_tick_runs_the_lock_names_its_run(backend: Backend) {
     tick.outcome().await;
 
     assert_eq!(holder.as_deref(), Some("replica-under-test"));
-    let run = &invoice_reminder::db::runs::recent_runs(world.pool(), 1)
+    let run = &invoice_reminder::db::runs::recent_runs(&world.database(), 1)
         .await
         .unwrap()[0];
     assert!(
@@ -250,7 +250,7 @@ async fn a_stolen_lock_cancels_the_job_before_the_next_mail(backend: Backend) {
         common::count_status(world.pool(), "sent").await as usize,
         world.sink.count()
     );
-    let runs = invoice_reminder::db::runs::recent_runs(world.pool(), 1)
+    let runs = invoice_reminder::db::runs::recent_runs(&world.database(), 1)
         .await
         .unwrap();
     assert_eq!(runs[0].outcome.as_deref(), Some("lost_lock"));

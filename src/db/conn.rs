@@ -1,0 +1,174 @@
+//! Every database call with a deadline, and the same calls through a
+//! transaction pooler.
+//!
+//! PostgreSQL that stops answering (a dropped route, a frozen server) must
+//! never hang a tick: a server-side `statement_timeout` cannot help when
+//! the answers never arrive, and sqlx has no TCP keepalive. So each call
+//! runs under `database.statement_timeout` on the client, and a connection
+//! whose call timed out is closed, never returned to the pool (its protocol
+//! state is unknown).
+//!
+//! Behind a transaction pooler (`database.pooler = "transaction"`, e.g.
+//! PgBouncer's `pool_mode = transaction`), a session carries nothing from
+//! one transaction to the next: statements are unnamed (not prepared once
+//! and reused) and each call runs inside an explicit transaction, since
+//! the pooler may switch server connections at any `Sync` outside one.
+
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+use crate::config::{DatabaseSettings, Pooler};
+
+/// The pool and how calls on it are made. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: PgPool,
+    deadline: Duration,
+    pooled: bool,
+    /// How a transaction starts (see [`Db::begin_sql`]).
+    begin: std::sync::Arc<str>,
+}
+
+impl Db {
+    pub fn new(pool: PgPool, settings: &DatabaseSettings) -> Self {
+        let pooled = settings.pooler == Pooler::Transaction;
+        let begin = if pooled {
+            format!(
+                "BEGIN; SET LOCAL jit = off; SET LOCAL idle_in_transaction_session_timeout = {}",
+                settings.statement_timeout.as_millis()
+            )
+            .into()
+        } else {
+            "BEGIN".into()
+        };
+        Self {
+            pool,
+            deadline: settings.statement_timeout,
+            pooled,
+            begin,
+        }
+    }
+
+    /// A pool used as is: no pooler, a generous deadline (tests, tools).
+    pub fn plain(pool: PgPool) -> Self {
+        Self {
+            pool,
+            deadline: Duration::from_secs(60),
+            pooled: false,
+            begin: "BEGIN".into(),
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Whether statements may be prepared once per connection and reused.
+    pub fn named(&self) -> bool {
+        !self.pooled
+    }
+
+    /// Whether every call must run in a transaction (a transaction pooler).
+    pub fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// How a transaction starts. Behind a pooler the session's options
+    /// (`jit`, `idle_in_transaction_session_timeout`) cannot be set at
+    /// connect time, so they are set per transaction.
+    pub(crate) fn begin_sql(&self) -> sqlx::AssertSqlSafe<String> {
+        // Built from a number in `new`, never from input.
+        sqlx::AssertSqlSafe(self.begin.to_string())
+    }
+
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        self.pool.acquire().await
+    }
+
+    /// The result of a call that ran under the deadline; a call that timed
+    /// out closes its connection instead of returning it to the pool.
+    pub(crate) fn settle<T, E: From<sqlx::Error>>(
+        &self,
+        mut conn: PoolConnection<Postgres>,
+        outcome: Result<Result<T, E>, tokio::time::error::Elapsed>,
+    ) -> Result<T, E> {
+        match outcome {
+            Ok(result) => result,
+            Err(_) => {
+                conn.close_on_drop();
+                Err(E::from(timed_out(self.deadline)))
+            }
+        }
+    }
+}
+
+/// The error of a call that got no answer in time.
+pub fn timed_out(deadline: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no answer from PostgreSQL within database.statement_timeout ({})",
+            humantime::format_duration(deadline)
+        ),
+    ))
+}
+
+/// True when the error says the database could not be reached or did not
+/// answer (try again later), false when a statement itself failed (a
+/// constraint, a trigger, a permission: retrying the same thing fails again).
+pub fn is_unreachable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // 08: connection exception; 57P01-03: shutdown, crash, cannot
+            // connect now; 53: insufficient resources.
+            code.starts_with("08") || code.starts_with("57P") || code.starts_with("53")
+        }),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+/// Runs `$body` (an expression of type `Result<T, E>` that uses `$conn`, a
+/// `&mut PgConnection`) on one pooled connection under the deadline; in a
+/// transaction when `tx` is given or a pooler sits in between.
+macro_rules! on_db {
+    ($db:expr, |$conn:ident| $body:expr) => {
+        $crate::db::conn::on_db!(@run $db, false, |$conn| $body)
+    };
+    ($db:expr, tx, |$conn:ident| $body:expr) => {
+        $crate::db::conn::on_db!(@run $db, true, |$conn| $body)
+    };
+    (@run $db:expr, $tx:expr, |$conn:ident| $body:expr) => {{
+        let db: &$crate::db::Db = $db;
+        let mut pooled = db.acquire().await?;
+        let in_tx = $tx || db.pooled();
+        let outcome = tokio::time::timeout(db.deadline(), async {
+            if in_tx {
+                let mut tx = sqlx::Connection::begin_with(&mut *pooled, db.begin_sql()).await?;
+                let value = {
+                    let $conn: &mut sqlx::PgConnection = &mut *tx;
+                    $body
+                }?;
+                tx.commit().await?;
+                Ok(value)
+            } else {
+                let $conn: &mut sqlx::PgConnection = &mut *pooled;
+                $body
+            }
+        })
+        .await;
+        db.settle(pooled, outcome)
+    }};
+}
+pub(crate) use on_db;

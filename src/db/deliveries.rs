@@ -1,0 +1,229 @@
+//! After the claim: starting sends, recording what they ended in, returning
+//! rows never started, and retiring rows that will never be sent.
+//!
+//! Every write here is guarded by the row's status (and, for a run's own
+//! rows, by `run_id`), so a write replayed after a lost reply, or racing
+//! another run's sweep, changes nothing it should not: a row is started
+//! (and then sent) or returned, never both.
+
+use std::time::Duration;
+
+use super::Db;
+use super::conn::on_db;
+use super::invoices::window_arrays;
+use crate::domain::{Attempted, Counts, Delivery, ReminderId};
+use crate::stages::Window;
+
+/// Marks `ids` as started, just before they go to SMTP. Returns the rows
+/// this run may send: those it still holds in `sending`, not returned by
+/// someone else's sweep, not started before.
+pub async fn mark_started(db: &Db, run_id: i64, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar(
+        "UPDATE reminders SET started_at = now(), last_attempt_at = now()
+          WHERE id = ANY($2) AND run_id = $1 AND status = 'sending' AND started_at IS NULL
+         RETURNING id",
+    )
+    .persistent(db.named())
+    .bind(run_id)
+    .bind(ids)
+    .fetch_all(&mut *c)
+    .await)
+}
+
+/// Records the outcome of a set of attempts in one statement. Only rows
+/// still `sending` under `run_id` are touched, and an attempt is counted
+/// only if `attempts` is still what the claim saw: recording the same
+/// result twice counts it once. A `Failed` that used the last of
+/// `max_attempts` becomes `discarded`; a `Deferred` uses no attempt.
+pub async fn record_deliveries(
+    db: &Db,
+    run_id: i64,
+    max_attempts: u32,
+    deliveries: &[Attempted],
+) -> Result<Counts, sqlx::Error> {
+    if deliveries.is_empty() {
+        return Ok(Counts::default());
+    }
+    let n = deliveries.len();
+    let (mut ids, mut before, mut kinds) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut message_ids, mut errors) = (Vec::<Option<String>>::with_capacity(n), Vec::<Option<String>>::with_capacity(n));
+    for a in deliveries {
+        ids.push(a.id);
+        before.push(a.attempts_before);
+        kinds.push(a.delivery.kind());
+        match &a.delivery {
+            Delivery::Sent { message_id } => {
+                message_ids.push(Some(message_id.clone()));
+                errors.push(None);
+            }
+            Delivery::Failed { error }
+            | Delivery::Deferred { error }
+            | Delivery::Discarded { error }
+            | Delivery::Unknown { error } => {
+                message_ids.push(None);
+                errors.push(Some(error.clone()));
+            }
+        }
+    }
+    let statuses: Vec<(String,)> = on_db!(db, |c| sqlx::query_as(
+        "WITH u AS (
+             SELECT u.*, CASE WHEN u.kind = 'deferred' THEN u.before ELSE u.before + 1 END AS after
+               FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[])
+                    AS u(id, before, kind, message_id, error)
+         )
+         UPDATE reminders r
+            SET status = CASE
+                    WHEN u.kind = 'unknown' THEN 'sending'
+                    WHEN u.kind = 'deferred' THEN 'failed'
+                    WHEN u.kind = 'failed' AND u.after >= $6 THEN 'discarded'
+                    ELSE u.kind END,
+                attempts = CASE WHEN r.attempts = u.before THEN u.after ELSE r.attempts END,
+                message_id = COALESCE(u.message_id, r.message_id),
+                last_error = CASE
+                    WHEN u.kind = 'sent' THEN NULL
+                    WHEN u.kind = 'failed' AND u.after >= $6
+                        THEN 'gave up after ' || u.after || ' attempts: ' || u.error
+                    ELSE u.error END,
+                sent_at = CASE WHEN u.kind = 'sent' THEN now() ELSE r.sent_at END
+           FROM u
+          WHERE r.id = u.id AND r.run_id = $7 AND r.status = 'sending'
+      RETURNING CASE WHEN u.kind = 'unknown' THEN 'unknown' ELSE r.status END",
+    )
+    .persistent(db.named())
+    .bind(&ids)
+    .bind(&before)
+    .bind(&kinds)
+    .bind(&message_ids)
+    .bind(&errors)
+    .bind(i64::from(max_attempts))
+    .bind(run_id)
+    .fetch_all(&mut *c)
+    .await)?;
+    let mut recorded = Counts::default();
+    for (status,) in statuses {
+        match status.as_str() {
+            "sent" => recorded.sent += 1,
+            "failed" => recorded.failed += 1,
+            "discarded" => recorded.discarded += 1,
+            _ => recorded.unknown += 1,
+        }
+    }
+    Ok(recorded)
+}
+
+/// Returns the rows run `run_id` still holds in `sending` that never
+/// started, and `unsent` (started, then stopped before any byte went out):
+/// a first claim is deleted (the invoice is simply owed again), a retry
+/// goes back to `failed`.
+///
+/// Sweeping by run rather than by a list of claimed ids also returns rows
+/// whose claim committed but whose reply never reached us (the database
+/// connection broke mid-statement): we never saw them, so we never sent them.
+pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u64, sqlx::Error> {
+    let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(
+        "WITH deleted AS (
+             DELETE FROM reminders
+              WHERE run_id = $1 AND status = 'sending' AND attempts = 0
+                AND (started_at IS NULL OR id = ANY($2))
+             RETURNING id
+         ), restored AS (
+             UPDATE reminders SET status = 'failed', started_at = NULL
+              WHERE run_id = $1 AND status = 'sending' AND attempts > 0
+                AND (started_at IS NULL OR id = ANY($2))
+             RETURNING id
+         )
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
+    )
+    .persistent(db.named())
+    .bind(run_id)
+    .bind(unsent)
+    .fetch_one(&mut *c)
+    .await)?;
+    Ok(u64::try_from(deleted + restored).unwrap_or(0))
+}
+
+/// Returns the never-started rows of runs that are over for good (finished,
+/// or past their lease by the database clock): what a killed replica
+/// claimed but never handed to SMTP. Started rows stay (unknown).
+pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
+    let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(
+        "WITH over AS (
+             SELECT r.id, r.attempts
+               FROM reminders r
+               JOIN job_runs j ON j.id = r.run_id
+              WHERE r.status = 'sending' AND r.started_at IS NULL
+                AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+                FOR UPDATE OF r SKIP LOCKED
+         ), deleted AS (
+             DELETE FROM reminders r USING over
+              WHERE r.id = over.id AND over.attempts = 0 AND r.status = 'sending' AND r.started_at IS NULL
+             RETURNING r.id
+         ), restored AS (
+             UPDATE reminders r SET status = 'failed'
+               FROM over
+              WHERE r.id = over.id AND over.attempts > 0 AND r.status = 'sending' AND r.started_at IS NULL
+             RETURNING r.id
+         )
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
+    )
+    .persistent(db.named())
+    .fetch_one(&mut *c)
+    .await)?;
+    Ok(u64::try_from(deleted + restored).unwrap_or(0))
+}
+
+/// `failed` rows whose step is no longer their invoice's due step, and
+/// `failed` rows whose attempts already reach `max_attempts` (it was
+/// lowered), become `discarded` with the reason. A superseded step is never
+/// sent late. Returns how many.
+pub async fn retire_failed(db: &Db, windows: &[Window], max_attempts: u32) -> Result<u64, sqlx::Error> {
+    let (keys, froms, tos) = window_arrays(windows);
+    let superseded = on_db!(db, |c| sqlx::query(
+        "UPDATE reminders r
+            SET status = 'discarded', last_error = 'superseded by ' || w.key
+           FROM invoices i, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+          WHERE r.status = 'failed'
+            AND i.id = r.invoice_id
+            AND i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
+            AND r.period <> w.key",
+    )
+    .persistent(db.named())
+    .bind(&keys)
+    .bind(&froms)
+    .bind(&tos)
+    .execute(&mut *c)
+    .await)?;
+    let exhausted = on_db!(db, |c| sqlx::query(
+        "UPDATE reminders
+            SET status = 'discarded',
+                last_error = 'gave up: ' || attempts || ' attempts reach reminders.max_attempts = ' || $1
+                             || COALESCE(' (last error: ' || last_error || ')', '')
+          WHERE status = 'failed' AND attempts >= $1",
+    )
+    .persistent(db.named())
+    .bind(i64::from(max_attempts))
+    .execute(&mut *c)
+    .await)?;
+    Ok(superseded.rows_affected() + exhausted.rows_affected())
+}
+
+/// `reminders.resend_unknown_after`: started rows left `sending` by runs
+/// that are over, claimed longer than `after` ago, go back to `failed`, so
+/// the next tick sends them again (with the same Message-ID) while their
+/// step is due. Returns how many.
+pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error> {
+    on_db!(db, |c| sqlx::query(
+        "UPDATE reminders r
+            SET status = 'failed', started_at = NULL,
+                last_error = 'delivery unknown; returned for resending by reminders.resend_unknown_after'
+           FROM job_runs j
+          WHERE j.id = r.run_id AND r.status = 'sending' AND r.started_at IS NOT NULL
+            AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+            AND r.claimed_at < now() - make_interval(secs => $1)",
+    )
+    .persistent(db.named())
+    .bind(after.as_secs_f64())
+    .execute(&mut *c)
+    .await
+    .map(|done| done.rows_affected()))
+}

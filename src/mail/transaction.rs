@@ -1,0 +1,200 @@
+//! One SMTP transaction, and what we know after it fails.
+//!
+//! The one thing the job must know after a failure is *whether the server
+//! might have accepted the message*:
+//! * connecting, EHLO, STARTTLS, AUTH, MAIL, RCPT or DATA failing (network
+//!   error, timeout or a 4xx/5xx reply) means nothing was delivered:
+//!   [`SendError::NotDelivered`] (a retry is safe);
+//! * a 4xx/5xx reply to the end of the message means it was refused:
+//!   [`SendError::Refused`], transient or permanent;
+//! * a network error or timeout *after* the message body was handed over is
+//!   [`SendError::Unknown`]: the server may have accepted it. We never retry
+//!   those (at-most-once); the row stays `sending` and `audit` lists it.
+//!
+//! [`classify`] turns each of these into the [`Delivery`] that is recorded.
+
+use std::time::Duration;
+
+use lettre::transport::smtp::client::AsyncSmtpConnection;
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParameter};
+use tokio::time::timeout;
+
+use super::OutgoingMail;
+use crate::domain::{Delivery, InvoiceId};
+
+/// What happened to a message the server may or may not have.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Nothing was delivered (connection, greeting, MAIL, RCPT or DATA
+    /// failed). `connect`: no connection could be made at all. `replied`:
+    /// the server answered (a 4xx/5xx), so the connection itself is fine.
+    #[error("not delivered: {reason}")]
+    NotDelivered {
+        reason: String,
+        connect: bool,
+        permanent: bool,
+        replied: bool,
+    },
+    /// The server refused our login (AUTH): a configuration problem, not
+    /// this message's.
+    #[error("the SMTP server refused our login: {reason}")]
+    LoginRefused { reason: String },
+    /// Nothing was sent: the send was no longer allowed once a connection
+    /// was ours (the lease was lost, shutdown began).
+    #[error("not started")]
+    NotStarted,
+    /// The server answered the message with a negative reply.
+    #[error("refused by the SMTP server: {reason}")]
+    Refused { reason: String, permanent: bool },
+    /// The message was handed over but no reply came: it may be delivered.
+    #[error("delivery unknown: {reason}")]
+    Unknown { reason: String },
+}
+
+impl SendError {
+    /// No connection to the SMTP server could be made at all.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Self::NotDelivered { connect: true, .. })
+    }
+}
+
+/// What a failed send means for its row: retried later, dropped for good,
+/// or unknown. An unreachable server is `Deferred` (no attempt used).
+pub fn classify(invoice_id: InvoiceId, e: SendError) -> Delivery {
+    let error = e.to_string();
+    match e {
+        SendError::NotDelivered { connect: true, .. }
+        | SendError::LoginRefused { .. }
+        | SendError::NotStarted => Delivery::Deferred { error },
+        SendError::NotDelivered {
+            permanent: true, ..
+        }
+        | SendError::Refused {
+            permanent: true, ..
+        } => {
+            tracing::warn!(%invoice_id, %error, "reminder rejected permanently");
+            Delivery::Discarded { error }
+        }
+        SendError::NotDelivered { .. } | SendError::Refused { .. } => {
+            tracing::warn!(%invoice_id, %error, "reminder failed; will retry on a later tick");
+            Delivery::Failed { error }
+        }
+        SendError::Unknown { .. } => {
+            tracing::error!(%invoice_id, %error, "delivery unknown; the reminder stays 'sending' and is not retried");
+            Delivery::Unknown { error }
+        }
+    }
+}
+
+/// One SMTP transaction on `conn`, each step within `limit`. Returns the
+/// connection when it can be reused (success, or MAIL/RCPT refused and the
+/// session reset).
+pub(super) async fn transact(
+    mut conn: AsyncSmtpConnection,
+    mail: &OutgoingMail,
+    limit: Duration,
+) -> (Result<(), SendError>, Option<AsyncSmtpConnection>) {
+    let before_data = |e: StepError| match e {
+        StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
+            reason: e.to_string(),
+            connect: false,
+            permanent: e.is_permanent(),
+            replied: true,
+        },
+        other => SendError::NotDelivered {
+            reason: other.to_string(),
+            connect: false,
+            permanent: false,
+            replied: false,
+        },
+    };
+    let mut params = Vec::new();
+    let non_ascii = mail
+        .envelope
+        .from()
+        .is_some_and(|a| !AsRef::<str>::as_ref(a).is_ascii())
+        || mail
+            .envelope
+            .to()
+            .iter()
+            .any(|a| !AsRef::<str>::as_ref(a).is_ascii());
+    if non_ascii {
+        if !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
+            let e = SendError::NotDelivered {
+                reason: "the address is not ASCII and the server does not support SMTPUTF8".into(),
+                connect: false,
+                permanent: true,
+                replied: true,
+            };
+            return (Err(e), Some(conn));
+        }
+        params.push(MailParameter::SmtpUtfEight);
+    }
+    if !mail.bytes.is_ascii() {
+        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+
+    let envelope = async {
+        step(limit, conn.command(Mail::new(mail.envelope.from().cloned(), params))).await?;
+        for to in mail.envelope.to() {
+            step(limit, conn.command(Rcpt::new(to.clone(), vec![]))).await?;
+        }
+        step(limit, conn.command(Data)).await
+    };
+    if let Err(e) = envelope.await {
+        let e = before_data(e);
+        // After a refused MAIL/RCPT the server expects a reset; a connection
+        // that answered is still good once it is reset.
+        let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
+            && step(limit, conn.command(lettre::transport::smtp::commands::Rset)).await.is_ok();
+        return (Err(e), reusable.then_some(conn));
+    }
+
+    // From here on the server has (part of) the message.
+    match step(limit, conn.message(&mail.bytes)).await {
+        Ok(_) => (Ok(()), Some(conn)),
+        Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
+            let refused = SendError::Refused {
+                reason: e.to_string(),
+                permanent: e.is_permanent(),
+            };
+            // Some servers end the session after refusing a message; a new
+            // connection is cheaper than finding out by a timeout.
+            (Err(refused), None)
+        }
+        Err(other) => (
+            Err(SendError::Unknown {
+                reason: other.to_string(),
+            }),
+            None,
+        ),
+    }
+}
+
+type LettreSmtpError = lettre::transport::smtp::Error;
+
+pub(super) enum StepError {
+    Smtp(LettreSmtpError),
+    Timeout(Duration),
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Smtp(e) => write!(f, "{e}"),
+            Self::Timeout(d) => write!(f, "no reply within {}", humantime::format_duration(*d)),
+        }
+    }
+}
+
+pub(super) async fn step<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, LettreSmtpError>>,
+) -> Result<T, StepError> {
+    match timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(StepError::Smtp(e)),
+        Err(_) => Err(StepError::Timeout(limit)),
+    }
+}
