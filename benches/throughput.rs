@@ -34,8 +34,8 @@ use chrono::NaiveDate;
 use futures::StreamExt;
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::db;
-use invoice_reminder::db::invoices::Owed;
 use invoice_reminder::db::Db;
+use invoice_reminder::db::invoices::Owed;
 use invoice_reminder::domain::{Attempted, Customer, Delivery, Invoice, InvoiceId, ReminderId};
 use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
@@ -689,9 +689,15 @@ async fn tick_and_scan(
     for window in &windows {
         let mut after = None;
         loop {
-            let page = db::invoices::fetch_owed_page(&Db::plain(pool.clone()), window, owed, after, BATCH_SIZE)
-                .await
-                .expect("page");
+            let page = db::invoices::fetch_owed_page(
+                &Db::plain(pool.clone()),
+                window,
+                owed,
+                after,
+                BATCH_SIZE,
+            )
+            .await
+            .expect("page");
             let Some(last) = page.last().copied() else {
                 break;
             };

@@ -115,6 +115,20 @@ pub enum Command {
         url: Option<String>,
     },
 
+    /// Settle unknown deliveries (see `audit`): --sent once the mail
+    /// server's log shows the Message-ID went out, --resend once it shows it
+    /// did not. Only unknown rows change; resending a step that is no longer
+    /// due is refused. Exits 1 if any row was refused.
+    #[command(group(clap::ArgGroup::new("verdict").required(true).args(["sent", "resend"])))]
+    Resolve {
+        /// Reminder ids (audit's `reminder`) whose mail went out.
+        #[arg(long, num_args = 1.., value_name = "ID")]
+        sent: Vec<i64>,
+        /// Reminder ids whose mail did not go out: send them again.
+        #[arg(long, num_args = 1.., value_name = "ID")]
+        resend: Vec<i64>,
+    },
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.

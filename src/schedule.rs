@@ -31,15 +31,25 @@ use crate::tick::{TickOutcome, run_tick_at};
 
 /// The next `count` fires of the schedule strictly after `after`, in the
 /// schedule's zone. The one function both `run` and `next` use.
-pub fn next_fires(schedule: &ScheduleSettings, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Tz>> {
+pub fn next_fires(
+    schedule: &ScheduleSettings,
+    after: DateTime<Utc>,
+    count: usize,
+) -> Vec<DateTime<Tz>> {
     fires_after(schedule, after).take(count).collect()
 }
 
 /// Every fire strictly after `after`, lazily. Fires fall on whole seconds
 /// (the iterator would otherwise carry `after`'s fraction of a second).
-fn fires_after(schedule: &ScheduleSettings, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Tz>> + '_ {
+fn fires_after(
+    schedule: &ScheduleSettings,
+    after: DateTime<Utc>,
+) -> impl Iterator<Item = DateTime<Tz>> + '_ {
     let whole = after.with_nanosecond(0).unwrap_or(after);
-    schedule.cron.parsed().iter_after(whole.with_timezone(&schedule.timezone))
+    schedule
+        .cron
+        .parsed()
+        .iter_after(whole.with_timezone(&schedule.timezone))
 }
 
 /// Marks the loop stopped when dropped, on every exit path (panics too).
@@ -55,12 +65,18 @@ impl Drop for LoopRunning<'_> {
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
 /// returns once the tick in flight (if any) has finished. `liveness` learns
 /// when the loop runs and when each tick starts and ends.
-pub async fn run_until_stopped(ctx: Arc<Context>, shutdown: CancellationToken, liveness: Liveness) -> anyhow::Result<()> {
+pub async fn run_until_stopped(
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+    liveness: Liveness,
+) -> anyhow::Result<()> {
     let schedule = &ctx.settings.schedule;
     // tokio-cron-scheduler beats once a second, on the second, in UTC (no
     // offset to go stale); each beat checks whether the next fire is due.
     let (beats, mut beat) = mpsc::channel::<()>(1);
-    let mut scheduler = JobScheduler::new().await.context("failed to create the scheduler")?;
+    let mut scheduler = JobScheduler::new()
+        .await
+        .context("failed to create the scheduler")?;
     let job = Job::new_async_tz("* * * * * *", Utc, move |_id, _sched| {
         let beats = beats.clone();
         Box::pin(async move {
@@ -68,8 +84,14 @@ pub async fn run_until_stopped(ctx: Arc<Context>, shutdown: CancellationToken, l
         })
     })
     .context("failed to create the scheduler's beat")?;
-    scheduler.add(job).await.context("failed to add the scheduler's beat")?;
-    scheduler.start().await.context("failed to start the scheduler")?;
+    scheduler
+        .add(job)
+        .await
+        .context("failed to add the scheduler's beat")?;
+    scheduler
+        .start()
+        .await
+        .context("failed to start the scheduler")?;
     tracing::info!(cron = %schedule.cron, timezone = %schedule.timezone, "scheduler started");
     liveness.set_loop_running(true);
     let _running = LoopRunning(&liveness);
@@ -122,7 +144,10 @@ pub async fn run_until_stopped(ctx: Arc<Context>, shutdown: CancellationToken, l
 fn next_fire(schedule: &ScheduleSettings, after: DateTime<Utc>) -> anyhow::Result<DateTime<Utc>> {
     match next_fires(schedule, after, 1).pop() {
         Some(fire) => Ok(fire.with_timezone(&Utc)),
-        None => anyhow::bail!("schedule.cron {:?} never fires again", schedule.cron.as_str()),
+        None => anyhow::bail!(
+            "schedule.cron {:?} never fires again",
+            schedule.cron.as_str()
+        ),
     }
 }
 
@@ -173,13 +198,21 @@ mod tests {
         let spring = next_fires(&s, at("2027-03-25T12:00:00Z"), 3);
         assert_eq!(
             shown(&spring),
-            ["2027-03-26T09:00:00+01:00", "2027-03-29T09:00:00+02:00", "2027-03-30T09:00:00+02:00"]
+            [
+                "2027-03-26T09:00:00+01:00",
+                "2027-03-29T09:00:00+02:00",
+                "2027-03-30T09:00:00+02:00"
+            ]
         );
         // Fall back: Sunday 2027-10-31 03:00 -> 02:00.
         let fall = next_fires(&s, at("2027-10-28T12:00:00Z"), 3);
         assert_eq!(
             shown(&fall),
-            ["2027-10-29T09:00:00+02:00", "2027-11-01T09:00:00+01:00", "2027-11-02T09:00:00+01:00"]
+            [
+                "2027-10-29T09:00:00+02:00",
+                "2027-11-01T09:00:00+01:00",
+                "2027-11-02T09:00:00+01:00"
+            ]
         );
     }
 

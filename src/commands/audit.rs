@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::db::Db;
 use anyhow::Context as _;
 use chrono::NaiveDate;
-use crate::db::Db;
 
 use super::exit;
 use crate::config::Settings;
@@ -60,7 +60,20 @@ pub async fn build_report(
         duplicates: db::audit::duplicates(pool).await.context(read)?,
         unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
             .await
-            .context(read)?,
+            .context(read)?
+            .into_iter()
+            .map(|mut u| {
+                // What the message carried: look it up in the server's log.
+                u.message_id.get_or_insert_with(|| {
+                    crate::mail::message_id(
+                        crate::domain::InvoiceId(u.invoice_id),
+                        &u.period,
+                        &settings.smtp.message_id_domain,
+                    )
+                });
+                u
+            })
+            .collect(),
         failed: db::audit::failed(pool).await.context(read)?,
         missing_count,
         missing,
@@ -137,10 +150,11 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     );
     for u in &r.unknown {
         outln!(
-            "  invoice {} period {} (reminder {}, run {:?}, replica {}) claimed {}{}",
+            "  reminder {} invoice {} {} Message-ID <{}> (run {:?}, replica {}) claimed {}{}",
+            u.reminder_id,
             u.invoice_id,
             u.period,
-            u.reminder_id,
+            u.message_id.as_deref().unwrap_or("?"),
             u.run_id,
             u.replica_id.as_deref().unwrap_or("?"),
             u.claimed_at,
@@ -148,6 +162,11 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
                 .as_deref()
                 .map(|e| format!(": {e}"))
                 .unwrap_or_default()
+        );
+    }
+    if !r.unknown.is_empty() {
+        outln!(
+            "  look each Message-ID up in the mail server's log, then: invoice-reminder resolve --sent ID... (it went out) or --resend ID... (it did not)"
         );
     }
     outln!(

@@ -14,6 +14,7 @@ macro_rules! outln {
 mod audit;
 mod health;
 mod preview;
+mod resolve;
 mod run;
 mod run_once;
 mod status;
@@ -31,7 +32,12 @@ pub use audit::{AuditReport, build_report};
 pub use run_once::{DryRun, dry_run};
 
 /// `next`: the schedule's next fires, from `schedule::next_fires`.
-fn next(settings: &Settings, count: usize, from: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+fn next(
+    settings: &Settings,
+    count: usize,
+    from: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     use chrono::SecondsFormat;
     let after = match from {
         Some(text) => chrono::DateTime::parse_from_rfc3339(text.trim())
@@ -39,15 +45,17 @@ fn next(settings: &Settings, count: usize, from: Option<String>, json: bool) -> 
             .map_err(|e| UsageError(format!("--from {text:?} is not an RFC 3339 instant: {e}")))?,
         None => chrono::Utc::now(),
     };
-    let fires: Vec<(String, String)> = crate::schedule::next_fires(&settings.schedule, after, count)
-        .into_iter()
-        .map(|f| {
-            (
-                f.to_rfc3339_opts(SecondsFormat::Secs, false),
-                f.with_timezone(&chrono::Utc).to_rfc3339_opts(SecondsFormat::Secs, true),
-            )
-        })
-        .collect();
+    let fires: Vec<(String, String)> =
+        crate::schedule::next_fires(&settings.schedule, after, count)
+            .into_iter()
+            .map(|f| {
+                (
+                    f.to_rfc3339_opts(SecondsFormat::Secs, false),
+                    f.with_timezone(&chrono::Utc)
+                        .to_rfc3339_opts(SecondsFormat::Secs, true),
+                )
+            })
+            .collect();
     if json {
         let list: Vec<serde_json::Value> = fires
             .iter()
@@ -105,6 +113,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             preview::preview(&settings, request).await
         }
         Command::Next { count, from, json } => next(&settings, count, from, json),
+        Command::Resolve { sent, resend } => resolve::resolve(&settings, sent, resend).await,
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
     }
@@ -117,11 +126,16 @@ async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
 }
 
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
-    db::connect(settings).await.with_context(|| {
-        format!(
-            "failed to connect to PostgreSQL at {}",
-            settings.database.redacted_url()
-        )
+    db::connect(settings).await.map_err(|e| {
+        let url = settings.database.redacted_url();
+        if crate::lock::is_refused_login(&e) {
+            UsageError(format!(
+                "database.url: PostgreSQL at {url} refused the login ({e}); check the user and password in database.url"
+            ))
+            .into()
+        } else {
+            anyhow::Error::new(e).context(format!("failed to connect to PostgreSQL at {url}"))
+        }
     })
 }
 

@@ -76,6 +76,19 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     if let Some(http) = http {
         let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     }
+    let unwritten = ctx
+        .deferred
+        .flush_before_exit(
+            &ctx.db,
+            super::run_once::EXIT_FLUSH_WAIT,
+            &ctx.settings.smtp.message_id_domain,
+        )
+        .await;
+    if unwritten > 0 && matches!(exit, Ok(code) if code == ExitCode::SUCCESS) {
+        anyhow::bail!(
+            "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"
+        );
+    }
     exit
 }
 

@@ -8,6 +8,10 @@ use anyhow::Context as _;
 use chrono::NaiveDate;
 
 use super::exit;
+
+/// How long an exiting process keeps trying to write results the database
+/// could not take during the tick.
+pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::config::Settings;
 use crate::context::Context;
 use crate::db;
@@ -62,6 +66,19 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
     };
     ctx.mailer.shutdown().await;
     ctx.lock.finish().await;
+    let unwritten = ctx
+        .deferred
+        .flush_before_exit(
+            &ctx.db,
+            EXIT_FLUSH_WAIT,
+            &ctx.settings.smtp.message_id_domain,
+        )
+        .await;
+    if unwritten > 0 {
+        anyhow::bail!(
+            "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"
+        );
+    }
     let outcome = match outcome {
         Err(e) => match e.configuration_problem() {
             Some(problem) => return Err(super::UsageError(problem).into()),

@@ -391,7 +391,10 @@ impl Settings {
             Pooler::None => options.options([
                 ("plan_cache_mode", "force_custom_plan".to_owned()),
                 ("jit", "off".to_owned()),
-                ("idle_in_transaction_session_timeout", self.idle_in_transaction()),
+                (
+                    "idle_in_transaction_session_timeout",
+                    self.idle_in_transaction(),
+                ),
             ]),
             Pooler::Transaction => options,
         }

@@ -123,7 +123,11 @@ pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
         None => Ok(None),
         Some(text) => humantime::parse_duration(text.trim())
             .map(Some)
-            .map_err(|e| D::Error::custom(format!("not a duration {text:?}: {e} (e.g. \"30m\", or \"\" for off)"))),
+            .map_err(|e| {
+                D::Error::custom(format!(
+                    "not a duration {text:?}: {e} (e.g. \"30m\", or \"\" for off)"
+                ))
+            }),
     }
 }
 

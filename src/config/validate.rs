@@ -17,7 +17,9 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     at_least_one("database.max_connections", s.database.max_connections)?;
     positive("database.connect_timeout", s.database.connect_timeout)?;
     positive("database.statement_timeout", s.database.statement_timeout)?;
-    if s.database.pooler == super::Pooler::Transaction && s.lock.backend == super::LockBackendKind::Postgres {
+    if s.database.pooler == super::Pooler::Transaction
+        && s.lock.backend == super::LockBackendKind::Postgres
+    {
         return Err(ConfigError::new(
             "database.pooler",
             "\"transaction\" cannot be used with lock.backend = \"postgres\": a session advisory lock cannot live behind a transaction pooler (use lock.backend = \"redis\", or a direct or session-pooled database.url)",
@@ -144,7 +146,10 @@ fn smtp(s: &Settings) -> Result<(), ConfigError> {
     at_least_one("smtp.pool_size", smtp.pool_size)?;
     if let Some(file) = &smtp.ca_file {
         let pem = std::fs::read(file).map_err(|e| {
-            ConfigError::new("smtp.ca_file", format!("cannot read {}: {e}", file.display()))
+            ConfigError::new(
+                "smtp.ca_file",
+                format!("cannot read {}: {e}", file.display()),
+            )
         })?;
         if lettre::transport::smtp::client::Certificate::from_pem(&pem).is_err() {
             return Err(ConfigError::new(

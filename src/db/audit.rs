@@ -90,10 +90,12 @@ pub async fn failed(db: &Db) -> Result<Vec<FailedRow>, sqlx::Error> {
 
 /// Row counts by status.
 pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
+    on_db!(db, |c| sqlx::query_as(
+        "SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status"
+    )
     .persistent(db.named())
-        .fetch_all(&mut *c)
-        .await)
+    .fetch_all(&mut *c)
+    .await)
 }
 
 /// Reminders sent, by step (`period`).

@@ -17,7 +17,11 @@ use crate::stages::Window;
 /// Marks `ids` as started, just before they go to SMTP. Returns the rows
 /// this run may send: those it still holds in `sending`, not returned by
 /// someone else's sweep, not started before.
-pub async fn mark_started(db: &Db, run_id: i64, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
+pub async fn mark_started(
+    db: &Db,
+    run_id: i64,
+    ids: &[ReminderId],
+) -> Result<Vec<ReminderId>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_scalar(
         "UPDATE reminders SET started_at = now(), last_attempt_at = now()
           WHERE id = ANY($2) AND run_id = $1 AND status = 'sending' AND started_at IS NULL
@@ -45,8 +49,15 @@ pub async fn record_deliveries(
         return Ok(Counts::default());
     }
     let n = deliveries.len();
-    let (mut ids, mut before, mut kinds) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
-    let (mut message_ids, mut errors) = (Vec::<Option<String>>::with_capacity(n), Vec::<Option<String>>::with_capacity(n));
+    let (mut ids, mut before, mut kinds) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut message_ids, mut errors) = (
+        Vec::<Option<String>>::with_capacity(n),
+        Vec::<Option<String>>::with_capacity(n),
+    );
     for a in deliveries {
         ids.push(a.id);
         before.push(a.attempts_before);
@@ -146,7 +157,8 @@ pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u6
 /// or past their lease by the database clock): what a killed replica
 /// claimed but never handed to SMTP. Started rows stay (unknown).
 pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
-    let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(
+    let (deleted, restored): (i64, i64) = on_db!(db, |c| {
+        sqlx::query_as(
         "WITH over AS (
              SELECT r.id, r.attempts
                FROM reminders r
@@ -168,7 +180,8 @@ pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
     )
     .persistent(db.named())
     .fetch_one(&mut *c)
-    .await)?;
+    .await
+    })?;
     Ok(u64::try_from(deleted + restored).unwrap_or(0))
 }
 
@@ -176,7 +189,11 @@ pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
 /// `failed` rows whose attempts already reach `max_attempts` (it was
 /// lowered), become `discarded` with the reason. A superseded step is never
 /// sent late. Returns how many.
-pub async fn retire_failed(db: &Db, windows: &[Window], max_attempts: u32) -> Result<u64, sqlx::Error> {
+pub async fn retire_failed(
+    db: &Db,
+    windows: &[Window],
+    max_attempts: u32,
+) -> Result<u64, sqlx::Error> {
     let (keys, froms, tos) = window_arrays(windows);
     let superseded = on_db!(db, |c| sqlx::query(
         "UPDATE reminders r
@@ -193,7 +210,8 @@ pub async fn retire_failed(db: &Db, windows: &[Window], max_attempts: u32) -> Re
     .bind(&tos)
     .execute(&mut *c)
     .await)?;
-    let exhausted = on_db!(db, |c| sqlx::query(
+    let exhausted = on_db!(db, |c| {
+        sqlx::query(
         "UPDATE reminders
             SET status = 'discarded',
                 last_error = 'gave up: ' || attempts || ' attempts reach reminders.max_attempts = ' || $1
@@ -203,7 +221,8 @@ pub async fn retire_failed(db: &Db, windows: &[Window], max_attempts: u32) -> Re
     .persistent(db.named())
     .bind(i64::from(max_attempts))
     .execute(&mut *c)
-    .await)?;
+    .await
+    })?;
     Ok(superseded.rows_affected() + exhausted.rows_affected())
 }
 
@@ -212,7 +231,8 @@ pub async fn retire_failed(db: &Db, windows: &[Window], max_attempts: u32) -> Re
 /// the next tick sends them again (with the same Message-ID) while their
 /// step is due. Returns how many.
 pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error> {
-    on_db!(db, |c| sqlx::query(
+    on_db!(db, |c| {
+        sqlx::query(
         "UPDATE reminders r
             SET status = 'failed', started_at = NULL,
                 last_error = 'delivery unknown; returned for resending by reminders.resend_unknown_after'
@@ -225,5 +245,6 @@ pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error
     .bind(after.as_secs_f64())
     .execute(&mut *c)
     .await
-    .map(|done| done.rows_affected()))
+    .map(|done| done.rows_affected())
+    })
 }

@@ -84,24 +84,24 @@ pub async fn fetch_owed_page(
         };
     }
     on_db!(db, |c| {
-    let query = match after {
-        None => sqlx::query_as(page!("")),
-        Some(_) => sqlx::query_as(page!(" AND (i.due_date, i.id) > ($8, $9)")),
-    };
-    let query = query
-        .persistent(db.named())
-        .bind(window.due_from)
-        .bind(window.due_to)
-        .bind(&window.step.key)
-        .bind(owed.today)
-        .bind(i64::from(owed.min_days_between))
-        .bind(owed.timezone)
-        .bind(i64::from(limit));
-    let query = match after {
-        None => query,
-        Some(key) => query.bind(key.due_date).bind(key.id),
-    };
-    query.fetch_all(&mut *c).await
+        let query = match after {
+            None => sqlx::query_as(page!("")),
+            Some(_) => sqlx::query_as(page!(" AND (i.due_date, i.id) > ($8, $9)")),
+        };
+        let query = query
+            .persistent(db.named())
+            .bind(window.due_from)
+            .bind(window.due_to)
+            .bind(&window.step.key)
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+            .bind(i64::from(limit));
+        let query = match after {
+            None => query,
+            Some(key) => query.bind(key.due_date).bind(key.id),
+        };
+        query.fetch_all(&mut *c).await
     })
 }
 
@@ -198,14 +198,17 @@ pub async fn invoice_with_customer(
         String,
         Option<String>,
     );
-    let row: Option<Row> = on_db!(db, |c| sqlx::query_as(
+    let row: Option<Row> =
+        on_db!(db, |c| {
+            sqlx::query_as(
         "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email, c.locale
            FROM invoices i JOIN customers c ON c.id = i.customer_id WHERE i.id = $1",
     )
     .persistent(db.named())
     .bind(id)
     .fetch_optional(&mut *c)
-    .await)?;
+    .await
+        })?;
     Ok(row.map(
         |(id, number, amount_cents, currency, due_date, name, email, locale)| {
             (

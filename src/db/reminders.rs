@@ -72,7 +72,11 @@ pub enum ClaimError {
 
 /// With a fence, advances the lock's high-water mark first (or refuses);
 /// must run in the claim's transaction.
-async fn check_fence(c: &mut PgConnection, db: &Db, fence: Option<Fence<'_>>) -> Result<(), ClaimError> {
+async fn check_fence(
+    c: &mut PgConnection,
+    db: &Db,
+    fence: Option<Fence<'_>>,
+) -> Result<(), ClaimError> {
     if let Some(fence) = fence
         && !advance_fence(c, db, fence).await?
     {
@@ -168,19 +172,19 @@ pub async fn claim_batch(
     let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
         sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-    .persistent(db.named())
-    .bind(invoice_ids)
-    .bind(&window.step.key)
-    .bind(run_id)
-    .bind(fence.map(|f| f.token))
-    .bind(owed.today)
-    .bind(i64::from(owed.min_days_between))
-    .bind(owed.timezone)
-    .bind(window.due_from)
-    .bind(window.due_to)
-    .fetch_all(&mut *c)
-    .await
-    .map_err(ClaimError::from)
+            .persistent(db.named())
+            .bind(invoice_ids)
+            .bind(&window.step.key)
+            .bind(run_id)
+            .bind(fence.map(|f| f.token))
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+            .bind(window.due_from)
+            .bind(window.due_to)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(ClaimError::from)
     })?;
     Ok(claimed.into_iter().map(Claimed::from).collect())
 }
@@ -232,23 +236,22 @@ pub async fn reclaim_failed(
     let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
         sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-    .persistent(db.named())
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(i64::from(max_attempts))
-    .bind(run_id)
-    .bind(i64::from(limit))
-    .bind(fence.map(|f| f.token))
-    .bind(owed.today)
-    .bind(i64::from(owed.min_days_between))
-    .bind(owed.timezone)
-    .bind(backoff.first.as_secs_f64())
-    .bind(backoff.max.as_secs_f64())
-    .fetch_all(&mut *c)
-    .await
-    .map_err(ClaimError::from)
+            .persistent(db.named())
+            .bind(&keys)
+            .bind(&froms)
+            .bind(&tos)
+            .bind(i64::from(max_attempts))
+            .bind(run_id)
+            .bind(i64::from(limit))
+            .bind(fence.map(|f| f.token))
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+            .bind(backoff.first.as_secs_f64())
+            .bind(backoff.max.as_secs_f64())
+            .fetch_all(&mut *c)
+            .await
+            .map_err(ClaimError::from)
     })?;
     Ok(claimed.into_iter().map(Claimed::from).collect())
 }
-

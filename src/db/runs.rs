@@ -133,14 +133,14 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
-const RUN_COLUMNS: &str = "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
+const RUN_COLUMNS: &str =
+    "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
                 lease_until, outcome, claimed, sent, failed, error";
 
 /// The most recent runs, newest first.
 pub async fn recent_runs(db: &Db, limit: u32) -> Result<Vec<RunRow>, sqlx::Error> {
-    let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1"
-    );
+    let sql =
+        format!("SELECT {RUN_COLUMNS} FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1");
     on_db!(db, |c| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
         .persistent(db.named())
         .bind(i64::from(limit))

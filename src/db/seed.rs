@@ -2,9 +2,9 @@
 //! owing a reminder today, spread over every step. Generated in SQL
 //! (`generate_series`) so a million invoices take seconds, not minutes.
 
-use chrono::NaiveDate;
 use super::Db;
 use super::conn::on_db;
+use chrono::NaiveDate;
 
 /// What `seed` created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -43,8 +43,8 @@ pub async fn seed(
     let rest = invoices - owed;
     let paid = rest / 2;
     let created = on_db!(db, tx, |tx| {
-    let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(
-        "WITH created AS (
+        let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(
+            "WITH created AS (
              INSERT INTO customers (name, email, locale)
              SELECT 'Customer ' || g, 'customer' || g || '@example.com',
                     CASE WHEN g % 4 = 0 THEN 'de' END
@@ -52,14 +52,14 @@ pub async fn seed(
              RETURNING id
          )
          SELECT min(id), count(*) FROM created",
-    )
-    .persistent(db.named())
-    .bind(customers)
-    .fetch_one(&mut *tx)
-    .await?;
-    let first_customer = first_customer.unwrap_or(0);
-    sqlx::query(
-        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+        )
+        .persistent(db.named())
+        .bind(customers)
+        .fetch_one(&mut *tx)
+        .await?;
+        let first_customer = first_customer.unwrap_or(0);
+        sqlx::query(
+            "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
          SELECT $1 + (g % $2),
                 'INV-' || to_char($4::date, 'YYYYMMDD') || '-' || lpad(g::text, 7, '0'),
                 1000 + (g * 7919) % 250000,
@@ -72,20 +72,20 @@ pub async fn seed(
                 END,
                 CASE WHEN g > $5 AND g <= $5 + $8 THEN now() - ((g % 30) || ' days')::interval END
            FROM generate_series(1, $3::bigint) AS g",
-    )
-    .persistent(db.named())
-    .bind(first_customer)
-    .bind(created.max(1))
-    .bind(invoices)
-    .bind(today)
-    .bind(owed)
-    .bind(&latest)
-    .bind(&spans)
-    .bind(paid)
-    .bind(not_due_after)
-    .execute(&mut *tx)
-    .await?;
-    Ok::<_, sqlx::Error>(created)
+        )
+        .persistent(db.named())
+        .bind(first_customer)
+        .bind(created.max(1))
+        .bind(invoices)
+        .bind(today)
+        .bind(owed)
+        .bind(&latest)
+        .bind(&spans)
+        .bind(paid)
+        .bind(not_due_after)
+        .execute(&mut *tx)
+        .await?;
+        Ok::<_, sqlx::Error>(created)
     })?;
     Ok(Seeded {
         customers: created,

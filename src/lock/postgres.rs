@@ -105,9 +105,12 @@ impl PostgresLock {
 
     pub(super) async fn try_acquire(&self, fence_floor: i64) -> Result<AcquireResult, LockError> {
         let mut conn = self.connect().await?;
-        let won = within(self.deadline, db::locks::try_advisory_lock(&mut conn, self.lock_id))
-            .await
-            .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
+        let won = within(
+            self.deadline,
+            db::locks::try_advisory_lock(&mut conn, self.lock_id),
+        )
+        .await
+        .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
         if !won {
             let _ = conn.close().await;
             return Ok(AcquireResult::Held);
@@ -186,9 +189,12 @@ impl PostgresLock {
 
     pub(super) async fn holder(&self) -> Result<Option<Holder>, LockError> {
         let mut conn = self.connect().await?;
-        let found = within(self.deadline, db::locks::advisory_holder(&mut conn, self.lock_id))
-            .await
-            .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
+        let found = within(
+            self.deadline,
+            db::locks::advisory_holder(&mut conn, self.lock_id),
+        )
+        .await
+        .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
         let _ = conn.close().await;
         Ok(found.map(|(pid, application_name)| Holder {
             replica_id: application_name

@@ -275,7 +275,8 @@ fn millis(d: Duration) -> u64 {
 fn is_refused_login(e: &RedisError) -> bool {
     matches!(
         e.kind(),
-        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+        redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
     ) || e
         .code()
         .is_some_and(|code| matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM"))

@@ -19,8 +19,8 @@ use crate::stages::{Stages, Step};
 
 pub use message::{MessageError, OutgoingMail, build_message, message_id};
 pub use smtp::Mailer;
-pub use transaction::{SendError, classify};
 pub use templates::{Rendered, TemplateError, Templates};
+pub use transaction::{SendError, classify};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
 /// built: what the tick sends and what `preview` prints.

@@ -78,7 +78,10 @@ impl Mailer {
                 extra_root,
                 durations,
                 pacer: settings.max_per_second.map(|rate| {
-                    (Duration::from_secs(1) / rate, tokio::sync::Mutex::new(Instant::now()))
+                    (
+                        Duration::from_secs(1) / rate,
+                        tokio::sync::Mutex::new(Instant::now()),
+                    )
                 }),
                 slots: Semaphore::new(settings.pool_size as usize),
                 capacity: AtomicUsize::new(settings.pool_size as usize),
@@ -118,17 +121,31 @@ impl Mailer {
     /// Sends one message, if `may_start` still allows it once a connection
     /// is ours (checked again there: waiting for one may take a while). See
     /// `transaction` for what each error means.
-    pub async fn send(&self, mail: &OutgoingMail, may_start: &(dyn Fn() -> bool + Sync)) -> Result<(), SendError> {
+    pub async fn send(
+        &self,
+        mail: &OutgoingMail,
+        may_start: &(dyn Fn() -> bool + Sync),
+    ) -> Result<(), SendError> {
         let started = Instant::now();
         let result = self.send_once(mail, may_start).await;
-        self.inner.durations.observe(started.elapsed().as_secs_f64());
+        self.inner
+            .durations
+            .observe(started.elapsed().as_secs_f64());
         result
     }
 
-    async fn send_once(&self, mail: &OutgoingMail, may_start: &(dyn Fn() -> bool + Sync)) -> Result<(), SendError> {
+    async fn send_once(
+        &self,
+        mail: &OutgoingMail,
+        may_start: &(dyn Fn() -> bool + Sync),
+    ) -> Result<(), SendError> {
         let inner = &self.inner;
         loop {
-            let slot = inner.slots.acquire().await.map_err(|_| SendError::NotStarted)?;
+            let slot = inner
+                .slots
+                .acquire()
+                .await
+                .map_err(|_| SendError::NotStarted)?;
             if let Some(conn) = self.take_idle() {
                 if !may_start() {
                     self.put_idle(conn);
@@ -150,8 +167,12 @@ impl Mailer {
                     }
                     return self.transact(conn, mail).await;
                 }
-                Err(ConnectError::LoginRefused(reason)) => return Err(SendError::LoginRefused { reason }),
-                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason)) if inner.open.load(Ordering::SeqCst) > 0 => {
+                Err(ConnectError::LoginRefused(reason)) => {
+                    return Err(SendError::LoginRefused { reason });
+                }
+                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason))
+                    if inner.open.load(Ordering::SeqCst) > 0 =>
+                {
                     self.use_fewer(slot, &reason);
                     // Wait for one of the open connections.
                     let _ = timeout(inner.settings.timeout, inner.returned.notified()).await;
@@ -200,7 +221,11 @@ impl Mailer {
         }
     }
 
-    async fn transact(&self, conn: AsyncSmtpConnection, mail: &OutgoingMail) -> Result<(), SendError> {
+    async fn transact(
+        &self,
+        conn: AsyncSmtpConnection,
+        mail: &OutgoingMail,
+    ) -> Result<(), SendError> {
         let (result, conn) = transact(conn, mail, self.inner.settings.timeout).await;
         match conn {
             Some(conn) => self.put_idle(conn),
@@ -243,7 +268,9 @@ impl Mailer {
 
     async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
         let s = &self.inner.settings;
-        let at = |e: &dyn std::fmt::Display| format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port);
+        let at = |e: &dyn std::fmt::Display| {
+            format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port)
+        };
         let tls = self.tls().map_err(|e| ConnectError::Failed(at(&e)))?;
         let connecting = async {
             let mut conn = match (s.tls, tls.clone()) {
@@ -264,7 +291,8 @@ impl Mailer {
                     // lettre writes the body and the final "." separately;
                     // with Nagle's algorithm the second write waits for the
                     // server's delayed ACK (~40 ms a message).
-                    tcp.set_nodelay(true).map_err(|e| ConnectError::Failed(at(&e)))?;
+                    tcp.set_nodelay(true)
+                        .map_err(|e| ConnectError::Failed(at(&e)))?;
                     AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.inner.hello)
                         .await
                         .map_err(|e| refusal(&e, at(&e)))?
@@ -272,7 +300,9 @@ impl Mailer {
             };
             if s.tls == SmtpTls::Starttls {
                 if !conn.can_starttls() {
-                    return Err(ConnectError::Failed(at(&"the server does not offer STARTTLS")));
+                    return Err(ConnectError::Failed(at(
+                        &"the server does not offer STARTTLS",
+                    )));
                 }
                 if let Some(params) = tls {
                     conn.starttls(params, &self.inner.hello)
@@ -281,8 +311,12 @@ impl Mailer {
                 }
             }
             if let (Some(user), Some(password)) = (&s.username, &s.password) {
-                let credentials = Credentials::new(user.clone(), password.expose_secret().to_owned());
-                if let Err(e) = conn.auth(&[Mechanism::Plain, Mechanism::Login], &credentials).await {
+                let credentials =
+                    Credentials::new(user.clone(), password.expose_secret().to_owned());
+                if let Err(e) = conn
+                    .auth(&[Mechanism::Plain, Mechanism::Login], &credentials)
+                    .await
+                {
                     return Err(if e.is_permanent() {
                         ConnectError::LoginRefused(format!("{} (smtp.username {user:?})", e))
                     } else {

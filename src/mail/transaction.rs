@@ -136,7 +136,11 @@ pub(super) async fn transact(
     }
 
     let envelope = async {
-        step(limit, conn.command(Mail::new(mail.envelope.from().cloned(), params))).await?;
+        step(
+            limit,
+            conn.command(Mail::new(mail.envelope.from().cloned(), params)),
+        )
+        .await?;
         for to in mail.envelope.to() {
             step(limit, conn.command(Rcpt::new(to.clone(), vec![]))).await?;
         }
@@ -147,7 +151,9 @@ pub(super) async fn transact(
         // After a refused MAIL/RCPT the server expects a reset; a connection
         // that answered is still good once it is reset.
         let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
-            && step(limit, conn.command(lettre::transport::smtp::commands::Rset)).await.is_ok();
+            && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
+                .await
+                .is_ok();
         return (Err(e), reusable.then_some(conn));
     }
 

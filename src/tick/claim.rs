@@ -4,9 +4,9 @@
 
 use tokio::sync::mpsc;
 
+use super::TickError;
 use super::db_err;
 use super::pipeline::Pipeline;
-use super::TickError;
 use crate::db;
 use crate::db::invoices::OverdueKey;
 use crate::db::reminders::{Backoff, ClaimError};
@@ -15,14 +15,22 @@ use crate::lock::LostReason;
 use crate::stages::Window;
 
 impl Pipeline<'_> {
-    pub(super) async fn claim_all(&self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<(), TickError> {
+    pub(super) async fn claim_all(
+        &self,
+        batches: &mpsc::Sender<Vec<Claimed>>,
+    ) -> Result<(), TickError> {
         let s = &self.ctx.settings.reminders;
         let database = &self.ctx.db;
         let retired = db::deliveries::retire_failed(database, &self.windows, s.max_attempts)
             .await
-            .map_err(db_err("discarding failed reminders that will not be retried"))?;
+            .map_err(db_err(
+                "discarding failed reminders that will not be retried",
+            ))?;
         if retired > 0 {
-            tracing::info!(retired, "failed reminders of steps no longer due, or out of attempts, were discarded");
+            tracing::info!(
+                retired,
+                "failed reminders of steps no longer due, or out of attempts, were discarded"
+            );
             self.add(&Counts {
                 discarded: retired as u32,
                 ..Counts::default()
@@ -32,14 +40,20 @@ impl Pipeline<'_> {
             .await
             .map_err(db_err("returning rows that ended runs never started"))?;
         if returned > 0 {
-            tracing::info!(returned, "rows claimed by runs that are over, never started, were returned");
+            tracing::info!(
+                returned,
+                "rows claimed by runs that are over, never started, were returned"
+            );
         }
         if let Some(after) = s.resend_unknown_after {
             let n = db::deliveries::resend_unknown(database, after)
                 .await
                 .map_err(db_err("returning unknown deliveries for resending"))?;
             if n > 0 {
-                tracing::warn!(n, "unknown deliveries returned for resending (reminders.resend_unknown_after)");
+                tracing::warn!(
+                    n,
+                    "unknown deliveries returned for resending (reminders.resend_unknown_after)"
+                );
             }
         }
         let backoff = Backoff {
@@ -85,7 +99,11 @@ impl Pipeline<'_> {
 
     /// Claims the invoices of one step's window, page by page. Ok(false):
     /// stop claiming altogether (stopped, fenced, limit reached).
-    async fn claim_window(&self, window: &Window, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<bool, TickError> {
+    async fn claim_window(
+        &self,
+        window: &Window,
+        batches: &mpsc::Sender<Vec<Claimed>>,
+    ) -> Result<bool, TickError> {
         let batch_size = self.ctx.settings.reminders.batch_size;
         let mut after: Option<OverdueKey> = None;
         loop {
@@ -106,8 +124,15 @@ impl Pipeline<'_> {
                 return Ok(false);
             }
             let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
-            let claimed =
-                db::reminders::claim_batch(&self.ctx.db, &ids, window, self.owed, self.run_id, self.fence).await;
+            let claimed = db::reminders::claim_batch(
+                &self.ctx.db,
+                &ids,
+                window,
+                self.owed,
+                self.run_id,
+                self.fence,
+            )
+            .await;
             let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
                 return Ok(false);
             };
@@ -155,7 +180,10 @@ impl Pipeline<'_> {
         };
         let left = max.saturating_sub(self.counts().claimed);
         if left == 0 {
-            tracing::info!(max_per_tick = max, "reminders.max_per_tick reached; the rest waits for the next tick");
+            tracing::info!(
+                max_per_tick = max,
+                "reminders.max_per_tick reached; the rest waits for the next tick"
+            );
             return None;
         }
         Some(left.min(batch_size))
@@ -170,7 +198,10 @@ impl Pipeline<'_> {
         match claimed {
             Ok(rows) => Ok(Some(rows)),
             Err(ClaimError::Fenced { token }) => {
-                tracing::warn!(fence = token, "claim refused: a newer lock holder has written; stopping");
+                tracing::warn!(
+                    fence = token,
+                    "claim refused: a newer lock holder has written; stopping"
+                );
                 self.guard.lose(LostReason::Fenced);
                 Ok(None)
             }
@@ -178,4 +209,3 @@ impl Pipeline<'_> {
         }
     }
 }
-

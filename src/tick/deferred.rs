@@ -74,7 +74,9 @@ impl Deferred {
     /// Writes waiting (for the `deferred_writes` gauge).
     pub fn len(&self) -> usize {
         let q = self.queue();
-        q.deliveries.iter().map(|d| d.rows.len()).sum::<usize>() + q.hand_backs.len() + q.finishes.len()
+        q.deliveries.iter().map(|d| d.rows.len()).sum::<usize>()
+            + q.hand_backs.len()
+            + q.finishes.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -91,7 +93,11 @@ impl Deferred {
         let mut rows = rows;
         if rows.len() > room {
             for row in rows.drain(room..) {
-                log_unwritten(run_id, &row, "the queue of results waiting for the database is full");
+                log_unwritten(
+                    run_id,
+                    &row,
+                    "the queue of results waiting for the database is full",
+                );
             }
         }
         q.deliveries.push(Deliveries {
@@ -105,7 +111,13 @@ impl Deferred {
         self.queue().hand_backs.push((run_id, unsent));
     }
 
-    pub(crate) fn finish(&self, run_id: i64, outcome: RunOutcome, counts: Counts, error: Option<String>) {
+    pub(crate) fn finish(
+        &self,
+        run_id: i64,
+        outcome: RunOutcome,
+        counts: Counts,
+        error: Option<String>,
+    ) {
         self.queue().finishes.push(Finish {
             run_id,
             outcome,
@@ -137,7 +149,12 @@ impl Deferred {
     /// Before the process exits: flushes, retrying for up to `wait`, then
     /// logs every result still unwritten (with the Message-ID its reminder
     /// carries, from `message_id_domain`) and returns how many.
-    pub async fn flush_before_exit(&self, db: &Db, wait: Duration, message_id_domain: &str) -> usize {
+    pub async fn flush_before_exit(
+        &self,
+        db: &Db,
+        wait: Duration,
+        message_id_domain: &str,
+    ) -> usize {
         if self.is_empty() {
             return 0;
         }
@@ -172,7 +189,10 @@ impl Deferred {
             }
         }
         for (run_id, _) in &q.hand_backs {
-            tracing::error!(run_id, "rows this run never sent were not returned before exit; a later tick returns them");
+            tracing::error!(
+                run_id,
+                "rows this run never sent were not returned before exit; a later tick returns them"
+            );
         }
         unwritten
     }
@@ -194,7 +214,11 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
     while let Some(d) = pending.deliveries.first() {
         match db::deliveries::record_deliveries(db, d.run_id, d.max_attempts, &d.rows).await {
             Ok(r) => {
-                tracing::info!(run_id = d.run_id, sent = r.sent, "wrote deferred delivery results");
+                tracing::info!(
+                    run_id = d.run_id,
+                    sent = r.sent,
+                    "wrote deferred delivery results"
+                );
                 flushed.written += d.rows.len();
             }
             Err(e) if db::conn::is_unreachable(&e) => return Err(e),
@@ -202,7 +226,8 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
                 tracing::warn!(run_id = d.run_id, error = %e, "a deferred write failed by itself; writing its rows one by one");
                 for row in &d.rows {
                     let one = std::slice::from_ref(row);
-                    match db::deliveries::record_deliveries(db, d.run_id, d.max_attempts, one).await {
+                    match db::deliveries::record_deliveries(db, d.run_id, d.max_attempts, one).await
+                    {
                         Ok(_) => flushed.written += 1,
                         Err(e) if db::conn::is_unreachable(&e) => return Err(e),
                         Err(e) => {
@@ -217,9 +242,15 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
     }
     while let Some((run_id, unsent)) = pending.hand_backs.first() {
         match db::deliveries::hand_back(db, *run_id, unsent).await {
-            Ok(n) => tracing::info!(run_id, handed_back = n, "handed back rows of an earlier run"),
+            Ok(n) => tracing::info!(
+                run_id,
+                handed_back = n,
+                "handed back rows of an earlier run"
+            ),
             Err(e) if db::conn::is_unreachable(&e) => return Err(e),
-            Err(e) => tracing::error!(run_id, error = %e, "returning an earlier run's unsent rows failed; a later tick's sweep returns them"),
+            Err(e) => {
+                tracing::error!(run_id, error = %e, "returning an earlier run's unsent rows failed; a later tick's sweep returns them")
+            }
         }
         pending.hand_backs.remove(0);
     }
@@ -227,7 +258,9 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
         match db::runs::finish_run(db, f.run_id, f.outcome, &f.counts, f.error.as_deref()).await {
             Ok(()) => {}
             Err(e) if db::conn::is_unreachable(&e) => return Err(e),
-            Err(e) => tracing::error!(run_id = f.run_id, error = %e, "recording an earlier run's end failed; dropped"),
+            Err(e) => {
+                tracing::error!(run_id = f.run_id, error = %e, "recording an earlier run's end failed; dropped")
+            }
         }
         pending.finishes.remove(0);
     }

@@ -121,9 +121,11 @@ impl TickError {
     pub fn configuration_problem(&self) -> Option<String> {
         match self {
             Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
-            Self::Database { source, .. } if crate::lock::is_refused_login(source) => Some(format!(
-                "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
-            )),
+            Self::Database { source, .. } if crate::lock::is_refused_login(source) => {
+                Some(format!(
+                    "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
+                ))
+            }
             _ => None,
         }
     }
@@ -133,7 +135,8 @@ impl TickError {
 fn describe_db_error(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::PoolTimedOut => {
-            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)".to_owned()
+            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)"
+                .to_owned()
         }
         other => other.to_string(),
     }
@@ -152,7 +155,10 @@ pub struct Holding<'a> {
 }
 
 /// One tick now: take the lock, work, release.
-pub async fn run_tick(ctx: &Context, shutdown: &CancellationToken) -> Result<TickOutcome, TickError> {
+pub async fn run_tick(
+    ctx: &Context,
+    shutdown: &CancellationToken,
+) -> Result<TickOutcome, TickError> {
     run_tick_at(ctx, shutdown, None).await
 }
 
@@ -198,10 +204,15 @@ async fn lock_and_work(
             return Ok(TickOutcome::LockHeld);
         }
         Ok(Acquisition::Unknown) => {
-            tracing::warn!("lock result unknown (reply lost) and the key is not ours; skipping this tick");
+            tracing::warn!(
+                "lock result unknown (reply lost) and the key is not ours; skipping this tick"
+            );
             return Ok(TickOutcome::LockUnknown);
         }
-        Err(e) if !e.is_configuration() && ctx.settings.lock.on_backend_error == OnBackendError::DatabaseOnly => {
+        Err(e)
+            if !e.is_configuration()
+                && ctx.settings.lock.on_backend_error == OnBackendError::DatabaseOnly =>
+        {
             tracing::warn!(
                 error = %e,
                 "lock unavailable; working under the database backstop alone (lock.on_backend_error = \"database-only\")"
@@ -229,7 +240,9 @@ async fn lock_and_work(
             tracing::debug!(%token, hold_ms = left.as_millis() as u64, "lock left to expire at min_hold")
         }
         Ok(Released::NotOwner) => tracing::debug!(%token, "lock was no longer ours at release"),
-        Err(e) => tracing::warn!(%token, error = %e, "lock release failed; the key expires by its TTL"),
+        Err(e) => {
+            tracing::warn!(%token, error = %e, "lock release failed; the key expires by its TTL")
+        }
     }
     result
 }
@@ -288,7 +301,9 @@ async fn today_at(ctx: &Context, slot: Option<DateTime<Utc>>) -> Result<NaiveDat
         let (now, today) = db::clock(&ctx.db, tz)
             .await
             .map_err(db_err("reading the database clock"))?;
-        let ahead = slot.and_then(|slot| (slot - now).to_std().ok()).unwrap_or_default();
+        let ahead = slot
+            .and_then(|slot| (slot - now).to_std().ok())
+            .unwrap_or_default();
         if ahead.is_zero() {
             return Ok(today);
         }
@@ -306,7 +321,11 @@ async fn today_at(ctx: &Context, slot: Option<DateTime<Utc>>) -> Result<NaiveDat
 }
 
 /// Hands back what never started, records the run and logs its summary.
-async fn finish(p: &Pipeline<'_>, result: Result<(), TickError>, started: Instant) -> Result<TickOutcome, TickError> {
+async fn finish(
+    p: &Pipeline<'_>,
+    result: Result<(), TickError>,
+    started: Instant,
+) -> Result<TickOutcome, TickError> {
     let (ctx, run_id) = (p.ctx, p.run_id);
     let unsent = p.take_unsent();
     let mut counts = p.counts();
@@ -316,7 +335,10 @@ async fn finish(p: &Pipeline<'_>, result: Result<(), TickError>, started: Instan
     }
     let stop = p.stop_reason();
     let (outcome, error) = match (&result, stop) {
-        (_, Some(Stop::RecordFailed)) => (RunOutcome::RecordFailed, result.as_ref().err().map(ToString::to_string)),
+        (_, Some(Stop::RecordFailed)) => (
+            RunOutcome::RecordFailed,
+            result.as_ref().err().map(ToString::to_string),
+        ),
         (Err(e), _) => (RunOutcome::Error, Some(e.to_string())),
         (Ok(()), Some(Stop::Lost(_))) => (RunOutcome::LostLock, None),
         (Ok(()), Some(Stop::Shutdown)) => (RunOutcome::Shutdown, None),
@@ -331,7 +353,8 @@ async fn finish(p: &Pipeline<'_>, result: Result<(), TickError>, started: Instan
         ctx.deferred.finish(run_id, outcome, counts, error.clone());
     }
     let took = started.elapsed();
-    ctx.metrics.tick_worked(&counts, took, outcome == RunOutcome::Done);
+    ctx.metrics
+        .tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
         period: p.period.to_owned(),

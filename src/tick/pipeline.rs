@@ -209,13 +209,23 @@ impl<'a> Pipeline<'a> {
     /// The record stage: one statement per chunk of results. A chunk that
     /// cannot be written is kept for later (`tick::deferred`) and stops
     /// new sends.
-    async fn record_all(&self, mut to_record: mpsc::Receiver<Vec<Attempted>>) -> Result<(), TickError> {
+    async fn record_all(
+        &self,
+        mut to_record: mpsc::Receiver<Vec<Attempted>>,
+    ) -> Result<(), TickError> {
         let max_attempts = self.ctx.settings.reminders.max_attempts;
         let mut failure = None;
         while let Some(deliveries) = to_record.recv().await {
             // Written or kept for later: either way no longer in flight here.
             let _written = PermitsBack(&self.unrecorded, deliveries.len());
-            match db::deliveries::record_deliveries(&self.ctx.db, self.run_id, max_attempts, &deliveries).await {
+            match db::deliveries::record_deliveries(
+                &self.ctx.db,
+                self.run_id,
+                max_attempts,
+                &deliveries,
+            )
+            .await
+            {
                 Ok(recorded) => self.add(&recorded),
                 Err(e) => {
                     if self.stop(Stop::RecordFailed) {
@@ -226,7 +236,9 @@ impl<'a> Pipeline<'a> {
                     let mut known = Counts::default();
                     deliveries.iter().for_each(|a| known.count(&a.delivery));
                     self.add(&known);
-                    self.ctx.deferred.deliveries(self.run_id, max_attempts, deliveries);
+                    self.ctx
+                        .deferred
+                        .deliveries(self.run_id, max_attempts, deliveries);
                     failure.get_or_insert(e);
                 }
             }

@@ -40,7 +40,11 @@ struct Marker {
 }
 
 impl Pipeline<'_> {
-    pub(super) async fn send_all(&self, claimed: mpsc::Receiver<Vec<Claimed>>, results: mpsc::Sender<Vec<Attempted>>) {
+    pub(super) async fn send_all(
+        &self,
+        claimed: mpsc::Receiver<Vec<Claimed>>,
+        results: mpsc::Sender<Vec<Attempted>>,
+    ) {
         let settings = &self.ctx.settings.reminders;
         let (ready, next) = mpsc::channel::<Next>(1);
         let marking = self.mark_all(claimed, ready);
@@ -54,8 +58,11 @@ impl Pipeline<'_> {
                         Attempt::NotSent => None,
                     })
                 });
-            let chunks =
-                tokio_stream::StreamExt::chunks_timeout(outcomes, settings.batch_size as usize, RECORD_EVERY);
+            let chunks = tokio_stream::StreamExt::chunks_timeout(
+                outcomes,
+                settings.batch_size as usize,
+                RECORD_EVERY,
+            );
             let mut chunks = std::pin::pin!(chunks);
             while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
                 if results.send(chunk).await.is_err() {
@@ -156,7 +163,10 @@ impl Pipeline<'_> {
                 }
                 // The mark may have committed with its reply lost: these rows
                 // were never sent, so they are returned like unstarted ones.
-                self.unsent.lock().unwrap_or_else(|p| p.into_inner()).extend(ids);
+                self.unsent
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(ids);
                 m.ready.push_back(Next::Skip(rows.len()));
             }
         }
@@ -204,7 +214,9 @@ impl Pipeline<'_> {
             Ok(mail) => mail,
             Err(e) => {
                 tracing::warn!(%invoice_id, error = %e, "reminder discarded");
-                return finished(Delivery::Discarded { error: e.to_string() });
+                return finished(Delivery::Discarded {
+                    error: e.to_string(),
+                });
             }
         };
         // Checked again once a connection is ours: waiting for one may have
@@ -231,7 +243,10 @@ impl Pipeline<'_> {
     }
 
     fn not_sent(&self, id: ReminderId) -> Attempt {
-        self.unsent.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+        self.unsent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
         self.unrecorded.add_permits(1);
         Attempt::NotSent
     }

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod proxy;
+pub mod relay;
 pub mod smtp;
 
 use std::future::Future;
@@ -348,9 +349,12 @@ pub async fn window(
     invoice_reminder::db::invoices::Owed<'static>,
 ) {
     let settings = Settings::load(&ConfigSource::default()).expect("default settings");
-    let today = invoice_reminder::db::today(&invoice_reminder::db::Db::plain(pool.clone()), chrono_tz::UTC)
-        .await
-        .expect("database date");
+    let today = invoice_reminder::db::today(
+        &invoice_reminder::db::Db::plain(pool.clone()),
+        chrono_tz::UTC,
+    )
+    .await
+    .expect("database date");
     let window = settings
         .reminders
         .stages

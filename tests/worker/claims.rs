@@ -134,8 +134,8 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
             lease: None,
         },
     )
-        .await
-        .unwrap();
+    .await
+    .unwrap();
 
     let ids = [InvoiceId(owed), InvoiceId(paid)];
     let (window, today) = common::window(world.pool(), "overdue").await;

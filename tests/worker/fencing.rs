@@ -70,7 +70,8 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         holder: fresh.token(),
     };
     let (window, today) = common::window(world.pool(), "overdue").await;
-    let by_b = db::reminders::claim_batch(&world.database(),
+    let by_b = db::reminders::claim_batch(
+        &world.database(),
         &ids(&invoices[..5]),
         &window,
         today,
@@ -112,7 +113,8 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
             .unwrap();
     assert_eq!(claimed_by_a, 0);
     // The stale token is refused outright, too.
-    let refused = db::reminders::claim_batch(&world.database(),
+    let refused = db::reminders::claim_batch(
+        &world.database(),
         &ids(&invoices[5..]),
         &window,
         today,

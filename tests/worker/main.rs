@@ -11,5 +11,8 @@ mod delivery;
 mod fencing;
 mod limits;
 mod locking;
+mod operator;
+mod relays;
+mod reliability;
 mod stages;
 mod templates;

@@ -1,0 +1,298 @@
+//! A small SMTP relay the tests control, for what the sink cannot do:
+//! limit concurrent connections (421 beyond N, as Office 365 does), reply
+//! to RCPT with 4xx or 5xx, require AUTH and refuse bad credentials, and
+//! offer STARTTLS with a certificate from a CA of the test's own.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How the relay behaves.
+#[derive(Clone, Default)]
+pub struct RelayOptions {
+    /// Connections served at once; more get `421` and are closed.
+    pub max_connections: Option<usize>,
+    /// The reply to every RCPT (`(450, "4.2.1 mailbox busy")`); None: 250.
+    pub rcpt_reply: Option<(u16, &'static str)>,
+    /// Required credentials (AUTH PLAIN or LOGIN).
+    pub auth: Option<(String, String)>,
+    /// Offer STARTTLS (and require it before MAIL).
+    pub tls: bool,
+}
+
+#[derive(Default)]
+struct State {
+    open: AtomicUsize,
+    most_open: AtomicUsize,
+    refused_connections: AtomicUsize,
+    rcpt_commands: AtomicUsize,
+    auth_failures: AtomicUsize,
+    messages: Mutex<Vec<String>>,
+}
+
+pub struct Relay {
+    pub port: u16,
+    /// The CA's certificate (PEM), for `smtp.ca_file`.
+    pub ca_pem: String,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    pub async fn start(options: RelayOptions) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let port = listener.local_addr().expect("relay address").port();
+        let (ca_pem, acceptor) = tls_acceptor();
+        let state = Arc::new(State::default());
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (state, options, acceptor) =
+                    (shared.clone(), options.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let _ = stream.set_nodelay(true);
+                    serve(stream, state, options, acceptor).await;
+                });
+            }
+        });
+        Self {
+            port,
+            ca_pem,
+            state,
+            task,
+        }
+    }
+
+    pub fn messages(&self) -> usize {
+        self.state.messages.lock().unwrap().len()
+    }
+
+    pub fn most_open(&self) -> usize {
+        self.state.most_open.load(Ordering::SeqCst)
+    }
+
+    pub fn refused_connections(&self) -> usize {
+        self.state.refused_connections.load(Ordering::SeqCst)
+    }
+
+    pub fn rcpt_commands(&self) -> usize {
+        self.state.rcpt_commands.load(Ordering::SeqCst)
+    }
+
+    pub fn auth_failures(&self) -> usize {
+        self.state.auth_failures.load(Ordering::SeqCst)
+    }
+}
+
+/// A CA of the test's own and a server certificate for 127.0.0.1 it signed.
+fn tls_acceptor() -> (String, tokio_rustls::TlsAcceptor) {
+    let ca_key = rcgen::KeyPair::generate().expect("CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "invoice-reminder test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("server params");
+    let cert = params.signed_by(&key, &issuer).expect("server certificate");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .expect("TLS config");
+    (
+        ca_cert.pem(),
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    )
+}
+
+async fn serve(
+    stream: TcpStream,
+    state: Arc<State>,
+    options: RelayOptions,
+    acceptor: tokio_rustls::TlsAcceptor,
+) {
+    let open = state.open.fetch_add(1, Ordering::SeqCst) + 1;
+    let _closed = Closed(state.clone());
+    if options.max_connections.is_some_and(|max| open > max) {
+        state.refused_connections.fetch_add(1, Ordering::SeqCst);
+        let mut stream = stream;
+        let _ = stream
+            .write_all(b"421 4.3.2 The maximum number of concurrent connections has exceeded a limit, closing transmission channel\r\n")
+            .await;
+        return;
+    }
+    state.most_open.fetch_max(open, Ordering::SeqCst);
+    let mut plain = BufReader::new(stream);
+    if plain
+        .get_mut()
+        .write_all(b"220 relay.test ESMTP\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    match session(&mut plain, &state, &options, false).await {
+        Some(Upgrade) => {
+            let Ok(tls) = acceptor.accept(plain.into_inner()).await else {
+                return;
+            };
+            let mut tls = BufReader::new(tls);
+            let _ = session(&mut tls, &state, &options, true).await;
+        }
+        None => {}
+    }
+}
+
+/// Decrements the open count when a connection ends.
+struct Closed(Arc<State>);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The client asked for STARTTLS.
+struct Upgrade;
+
+async fn session<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut BufReader<S>,
+    state: &State,
+    options: &RelayOptions,
+    secure: bool,
+) -> Option<Upgrade> {
+    let mut authed = options.auth.is_none();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if conn.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        let command = line.trim_end().to_owned();
+        let verb = command
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        let reply: String = match verb.as_str() {
+            "EHLO" | "HELO" => {
+                let mut r = String::from("250-relay.test\r\n");
+                if options.tls && !secure {
+                    r.push_str("250-STARTTLS\r\n");
+                }
+                if options.auth.is_some() {
+                    r.push_str("250-AUTH PLAIN LOGIN\r\n");
+                }
+                r.push_str("250 8BITMIME\r\n");
+                r
+            }
+            "STARTTLS" if options.tls && !secure => {
+                conn.get_mut()
+                    .write_all(b"220 2.0.0 go ahead\r\n")
+                    .await
+                    .ok()?;
+                return Some(Upgrade);
+            }
+            "AUTH" => {
+                let given = credentials(conn, &command).await?;
+                if options.auth.as_ref() == Some(&given) {
+                    authed = true;
+                    "235 2.7.0 authenticated\r\n".into()
+                } else {
+                    state.auth_failures.fetch_add(1, Ordering::SeqCst);
+                    "535 5.7.8 authentication credentials invalid\r\n".into()
+                }
+            }
+            "MAIL" if options.tls && !secure => "530 5.7.0 must issue STARTTLS first\r\n".into(),
+            "MAIL" if !authed => "530 5.7.0 authentication required\r\n".into(),
+            "MAIL" | "RSET" | "NOOP" => "250 2.0.0 ok\r\n".into(),
+            "RCPT" => {
+                state.rcpt_commands.fetch_add(1, Ordering::SeqCst);
+                match options.rcpt_reply {
+                    Some((code, text)) => format!("{code} {text}\r\n"),
+                    None => "250 2.1.5 ok\r\n".into(),
+                }
+            }
+            "DATA" => {
+                conn.get_mut().write_all(b"354 go ahead\r\n").await.ok()?;
+                let mut message = String::new();
+                loop {
+                    line.clear();
+                    if conn.read_line(&mut line).await.ok()? == 0 {
+                        return None;
+                    }
+                    if line == ".\r\n" {
+                        break;
+                    }
+                    message.push_str(&line);
+                }
+                state.messages.lock().unwrap().push(message);
+                "250 2.0.0 queued\r\n".into()
+            }
+            "QUIT" => {
+                let _ = conn.get_mut().write_all(b"221 2.0.0 bye\r\n").await;
+                return None;
+            }
+            _ => "502 5.5.1 unknown command\r\n".into(),
+        };
+        conn.get_mut().write_all(reply.as_bytes()).await.ok()?;
+    }
+}
+
+/// (user, password) from `AUTH PLAIN <b64>` or `AUTH LOGIN` (two prompts).
+async fn credentials<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut BufReader<S>,
+    command: &str,
+) -> Option<(String, String)> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let parts: Vec<&str> = command.split_whitespace().collect();
+    let mechanism = parts.get(1)?.to_ascii_uppercase();
+    let mut read = async |prompt: &[u8]| -> Option<String> {
+        conn.get_mut().write_all(prompt).await.ok()?;
+        let mut line = String::new();
+        conn.read_line(&mut line).await.ok()?;
+        Some(line.trim_end().to_owned())
+    };
+    match mechanism.as_str() {
+        "PLAIN" => {
+            let encoded = match parts.get(2) {
+                Some(e) => (*e).to_owned(),
+                None => read(b"334 \r\n").await?,
+            };
+            let decoded = b64.decode(encoded).ok()?;
+            let mut fields = decoded
+                .split(|b| *b == 0)
+                .map(|f| String::from_utf8_lossy(f).into_owned());
+            let _authzid = fields.next()?;
+            Some((fields.next()?, fields.next()?))
+        }
+        "LOGIN" => {
+            let user = b64.decode(read(b"334 VXNlcm5hbWU6\r\n").await?).ok()?;
+            let pass = b64.decode(read(b"334 UGFzc3dvcmQ6\r\n").await?).ok()?;
+            Some((
+                String::from_utf8_lossy(&user).into(),
+                String::from_utf8_lossy(&pass).into(),
+            ))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,376 @@
+//! Failure modes of real deployments, at the library level: results that
+//! cannot be written, a database that stops answering, fencing after a
+//! lost counter, retry backoff, a lease lost while waiting for the SMTP
+//! pool, and settling unknown deliveries.
+
+use std::time::Duration;
+
+use invoice_reminder::db;
+use invoice_reminder::db::reminders::Fence;
+use invoice_reminder::domain::{Attempted, Delivery, InvoiceId, ReminderId};
+use invoice_reminder::lock::Acquisition;
+use invoice_reminder::tick::{TickOutcome, run_tick};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::proxy::{Mode as ProxyMode, Proxy};
+use crate::common::{self, Backend, SmtpMode, World};
+
+/// A trigger that makes recording `sent` fail for `invoice` (or every
+/// invoice when None), as a revoked grant or a broken trigger would.
+async fn refuse_sent_updates(world: &World, invoice: Option<i64>) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION refuse_sent() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF NEW.status = 'sent' AND ({cond}) THEN
+             RAISE EXCEPTION 'recording refused for invoice %', NEW.invoice_id;
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_sent BEFORE UPDATE ON reminders FOR EACH ROW EXECUTE FUNCTION refuse_sent();",
+        cond = invoice.map_or("true".to_owned(), |id| format!("NEW.invoice_id = {id}"))
+    )))
+    .execute(world.pool())
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_record_stage_that_cannot_write_stops_sending_within_the_claim_bound() {
+    let mut world = World::new().await;
+    world
+        .set("reminders.batch_size", 20)
+        .set("reminders.send_concurrency", 4);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(2)));
+    common::insert_overdue(world.pool(), 300).await;
+    refuse_sent_updates(&world, None).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert!(
+        matches!(outcome, TickOutcome::RecordFailed(_)),
+        "{outcome:?}"
+    );
+    let mailed = world.sink.count();
+    assert!(
+        mailed <= 2 * 20,
+        "{mailed} mails started although results could not be written"
+    );
+    let sending = common::count_status(world.pool(), "sending").await;
+    assert!(sending <= 2 * 20, "{sending} rows claimed but not recorded");
+    let recorded_outcome: Option<String> =
+        sqlx::query_scalar("SELECT outcome FROM job_runs ORDER BY id DESC LIMIT 1")
+            .fetch_one(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(recorded_outcome.as_deref(), Some("record_failed"));
+}
+
+#[tokio::test]
+async fn one_bad_held_result_is_dropped_and_the_others_are_written() {
+    let mut world = World::new().await;
+    world.set("reminders.batch_size", 10);
+    let ids = common::insert_overdue(world.pool(), 10).await;
+    let bad = ids[3];
+    refuse_sent_updates(&world, Some(bad)).await;
+    let ctx = world.context().await;
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        common::count_status(world.pool(), "sent").await,
+        0,
+        "the chunk failed as a whole"
+    );
+
+    // The next tick writes what it held, row by row around the bad one.
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(common::count_status(world.pool(), "sent").await, 9);
+    let bad_status: String =
+        sqlx::query_scalar("SELECT status FROM reminders WHERE invoice_id = $1")
+            .bind(bad)
+            .fetch_one(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        bad_status, "sending",
+        "its result could not be written: unknown"
+    );
+    assert!(
+        ctx.deferred.is_empty(),
+        "the bad result no longer blocks the queue"
+    );
+    assert_eq!(world.sink.count(), 10);
+}
+
+#[tokio::test]
+async fn a_database_that_stops_answering_ends_the_tick_within_the_deadline_and_the_next_tick_recovers()
+ {
+    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let mut world = World::new().await;
+    world
+        .set("database.statement_timeout", "1s")
+        .set("database.connect_timeout", "1s")
+        .set("reminders.batch_size", 20)
+        .set("reminders.send_concurrency", 2);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(20)));
+    let via_proxy = world
+        .db
+        .url
+        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
+    common::insert_overdue(world.pool(), 200).await;
+    let settings = world.settings();
+    // As the worker builds its pool: acquiring waits database.connect_timeout.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(5)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy(&via_proxy)
+        .unwrap();
+    let ctx = invoice_reminder::context::Context::new(settings, pool).unwrap();
+    let ctx = std::sync::Arc::new(ctx);
+    let tick = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { run_tick(&ctx, &CancellationToken::new()).await })
+    };
+    world.wait_for_mails(10).await;
+
+    // Bytes are swallowed: no reset, no close, no answer.
+    proxy.set_mode(ProxyMode::Stall);
+    let ended = tokio::time::timeout(Duration::from_secs(15), tick).await;
+    proxy.set_mode(ProxyMode::Pass);
+
+    let ended = ended
+        .expect("the tick should end within the statement deadline")
+        .unwrap();
+    assert!(
+        ended.is_err() || matches!(ended, Ok(TickOutcome::RecordFailed(_))),
+        "{ended:?}"
+    );
+    for _ in 0..5 {
+        if common::count_status(world.pool(), "sent").await == 200 {
+            break;
+        }
+        let _ = run_tick(&ctx, &CancellationToken::new()).await;
+    }
+    assert_eq!(common::count_status(world.pool(), "sent").await, 200);
+    assert_eq!(
+        common::count_status(world.pool(), "sending").await,
+        0,
+        "nothing left unknown"
+    );
+    common::assert_no_duplicate_mail(&world.sink);
+}
+
+#[tokio::test]
+async fn a_token_drawn_but_never_used_to_claim_still_raises_the_fencing_floor() {
+    let mut world = World::new().await;
+    Backend::Redis.configure(&mut world);
+    let ctx = world.context().await;
+    let key = world.lock_key();
+    let mut drawn = 0;
+    for _ in 0..3 {
+        let Acquisition::Acquired(lease) = ctx
+            .lock
+            .try_acquire(common::fence_floor(&world).await)
+            .await
+            .unwrap()
+        else {
+            panic!("lock should be free");
+        };
+        drawn = lease.fence();
+        // A run records its token before its first claim; this one never claims.
+        db::runs::start_run(
+            &world.database(),
+            db::runs::NewRun {
+                replica_id: "quiet",
+                lock: Some((lease.token(), lease.fence(), &key)),
+                period: "2026-11-30",
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+        lease.release().await.unwrap();
+    }
+    // Redis loses its counter (restarted empty, or the key was evicted).
+    let mut redis = common::redis_conn().await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{key}:fence"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let floor = common::fence_floor(&world).await;
+    let Acquisition::Acquired(lease) = ctx.lock.try_acquire(floor).await.unwrap() else {
+        panic!("lock should be free");
+    };
+
+    assert!(
+        lease.fence() > drawn,
+        "new token {} must exceed every token drawn ({drawn})",
+        lease.fence()
+    );
+}
+
+#[tokio::test]
+async fn two_holders_carrying_one_fencing_number_cannot_both_write() {
+    let world = World::new().await;
+    let database = world.database();
+    let key = world.lock_key();
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let mut conn = world.pool().acquire().await.unwrap();
+    let write = |holder| Fence {
+        lock_key: &key,
+        token: 7,
+        holder,
+    };
+
+    let first = db::locks::advance_fence(&mut conn, &database, write(a))
+        .await
+        .unwrap();
+    let other = db::locks::advance_fence(&mut conn, &database, write(b))
+        .await
+        .unwrap();
+    let again = db::locks::advance_fence(&mut conn, &database, write(a))
+        .await
+        .unwrap();
+
+    assert!(first, "the first holder of 7 writes");
+    assert!(!other, "a second holder of the same number is refused");
+    assert!(again, "the first holder may keep writing");
+}
+
+#[tokio::test]
+async fn a_failed_reminder_waits_for_its_backoff_before_the_next_attempt() {
+    let mut world = World::new().await;
+    world
+        .set("reminders.retry_backoff", "1h")
+        .set("reminders.retry_backoff_max", "6h");
+    common::insert_overdue(world.pool(), 3).await;
+    let ctx = world.context().await;
+    world.sink.set_mode(SmtpMode::Refuse4xx);
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    world.sink.set_mode(SmtpMode::Accept);
+
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    let during_backoff = world.sink.count();
+    sqlx::query("UPDATE reminders SET last_attempt_at = last_attempt_at - interval '61 minutes'")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(during_backoff, 0, "retried before its backoff was over");
+    assert_eq!(world.sink.count(), 3);
+}
+
+#[tokio::test]
+async fn rows_out_of_attempts_after_max_attempts_is_lowered_are_discarded_with_the_reason() {
+    let mut world = World::new().await;
+    common::insert_overdue(world.pool(), 2).await;
+    world.sink.set_mode(SmtpMode::Refuse4xx);
+    for _ in 0..3 {
+        let ctx = world.context().await;
+        run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    }
+    world.set("reminders.max_attempts", 2);
+    let ctx = world.context().await;
+
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    let rows: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT status, last_error FROM reminders ORDER BY id")
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
+    for (status, error) in rows {
+        assert_eq!(status, "discarded");
+        assert!(
+            error
+                .as_deref()
+                .unwrap_or("")
+                .contains("reminders.max_attempts = 2"),
+            "{error:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn recording_one_unknown_result_twice_counts_the_attempt_once() {
+    let world = World::new().await;
+    common::insert_overdue(world.pool(), 1).await;
+    let ctx = world.context().await;
+    world.sink.set_mode(SmtpMode::Refuse4xx);
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    let (id, run, period, invoice): (i64, i64, String, i64) = sqlx::query_as(
+        "UPDATE reminders SET status = 'sending' RETURNING id, run_id, period, invoice_id",
+    )
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+    let unknown = Attempted {
+        id: ReminderId(id),
+        invoice: InvoiceId(invoice),
+        period,
+        attempts_before: 1,
+        delivery: Delivery::Unknown {
+            error: "no reply".into(),
+        },
+    };
+
+    for _ in 0..2 {
+        db::deliveries::record_deliveries(
+            &world.database(),
+            run,
+            5,
+            std::slice::from_ref(&unknown),
+        )
+        .await
+        .unwrap();
+    }
+
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM reminders")
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        attempts, 2,
+        "one earlier attempt plus this one, counted once"
+    );
+}
+
+#[tokio::test]
+async fn no_mail_starts_after_the_lease_is_lost_even_while_sends_wait_for_the_smtp_pool() {
+    let mut world = World::new().await;
+    Backend::Redis.configure(&mut world);
+    world
+        .set("reminders.send_concurrency", 8)
+        .set("smtp.pool_size", 1)
+        .set("lock.ttl", "1s")
+        .set("lock.renew_every", "100ms");
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(300)));
+    common::insert_overdue(world.pool(), 40).await;
+    let ctx = world.context().await;
+    let tick = common::spawn_tick(ctx);
+    world.wait_for_mails(2).await;
+
+    let _thief = Backend::Redis.steal(&world).await;
+    let stolen_at = std::time::Instant::now();
+    let outcome = tick.outcome().await;
+
+    assert!(matches!(outcome, TickOutcome::LockLost(_)), "{outcome:?}");
+    // Noticed within one renewal (100 ms); only the one message on the one
+    // connection may still finish (300 ms).
+    let late = world
+        .sink
+        .received()
+        .iter()
+        .filter(|m| m.received_at > stolen_at + Duration::from_millis(450))
+        .count();
+    assert_eq!(late, 0, "{late} mails started after the lease was lost");
+}
