@@ -198,9 +198,8 @@ pub async fn invoice_with_customer(
         String,
         Option<String>,
     );
-    let row: Option<Row> =
-        on_db!(db, |c| {
-            sqlx::query_as(
+    let row: Option<Row> = on_db!(db, |c| {
+        sqlx::query_as(
         "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email, c.locale
            FROM invoices i JOIN customers c ON c.id = i.customer_id WHERE i.id = $1",
     )
@@ -208,7 +207,7 @@ pub async fn invoice_with_customer(
     .bind(id)
     .fetch_optional(&mut *c)
     .await
-        })?;
+    })?;
     Ok(row.map(
         |(id, number, amount_cents, currency, due_date, name, email, locale)| {
             (

@@ -241,9 +241,22 @@ async fn within<T>(
     }
 }
 
-/// PostgreSQL refused the login (invalid password, no such role, pg_hba).
+/// PostgreSQL (or a PgBouncer in front of it) refused the login: invalid
+/// password, no such role, pg_hba.
 pub fn is_refused_login(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if d.code().is_some_and(|c| c == "28P01" || c == "28000"))
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    match d.code().as_deref() {
+        // PostgreSQL: invalid_password, invalid_authorization_specification.
+        Some("28P01" | "28000") => true,
+        // PgBouncer reports its own login failures as protocol_violation.
+        Some("08P01") => {
+            let m = d.message();
+            m.contains("authentication failed") || m.contains("no such user")
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

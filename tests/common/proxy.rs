@@ -88,6 +88,18 @@ impl Proxy {
         format!("redis://127.0.0.1:{}", self.port())
     }
 
+    /// A proxy in front of the test PostgreSQL, and `url` (a test database
+    /// URL on 127.0.0.1:5432) rewritten to go through it.
+    pub async fn for_postgres(url: &str) -> (Self, String) {
+        let proxy = Self::start("127.0.0.1:5432".parse().expect("address")).await;
+        let via = url.replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
+        assert_ne!(
+            via, url,
+            "TEST_POSTGRES_URL must point at 127.0.0.1:5432 for the proxy tests"
+        );
+        (proxy, via)
+    }
+
     fn serve(&self, listener: TcpListener) {
         let target = self.target;
         let control = self.control.subscribe();

@@ -6,6 +6,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[path = "../common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
+
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::domain::Counts;
 use invoice_reminder::metrics::Metrics;
@@ -18,29 +22,11 @@ fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).unwrap()
 }
 
-/// The fenced ```yaml blocks of the README, in order.
-fn yaml_blocks(text: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in text.lines() {
-        match (&mut current, line.trim_end()) {
-            (None, "```yaml") => current = Some(String::new()),
-            (Some(_), "```") => blocks.extend(current.take()),
-            (Some(block), _) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            (None, _) => {}
-        }
-    }
-    blocks
-}
-
 #[test]
 fn the_alert_rules_in_the_readme_are_the_file_ci_checks_with_promtool() {
     let file = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yml")).unwrap();
     assert!(
-        yaml_blocks(&readme()).contains(&file),
+        blocks("yaml").contains(&file),
         "README.md must show deploy/prometheus/alerts.yml verbatim in a ```yaml block"
     );
 }
@@ -93,7 +79,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
 
 #[test]
 fn the_kubernetes_probes_ask_the_endpoints_on_the_docker_port() {
-    let blocks = yaml_blocks(&readme());
+    let blocks = blocks("yaml");
     let probes = blocks
         .iter()
         .find(|b| b.contains("livenessProbe"))
@@ -115,7 +101,7 @@ fn the_kubernetes_probes_ask_the_endpoints_on_the_docker_port() {
 
 #[test]
 fn the_readme_scrape_snippet_is_the_demo_prometheus_configuration() {
-    let blocks = yaml_blocks(&readme());
+    let blocks = blocks("yaml");
     let snippet = blocks
         .iter()
         .find(|b| b.starts_with("scrape_configs:"))
@@ -206,4 +192,77 @@ fn every_template_variable_the_readme_lists_exists() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+}
+
+/// The README's SQL statement that follows the comment starting `comment`.
+fn readme_query(comment: &str) -> String {
+    let sql = blocks("sql").join("\n");
+    let start = sql
+        .find(comment)
+        .unwrap_or_else(|| panic!("no README query after {comment:?}"));
+    let rest = &sql[start..];
+    let body: String = rest
+        .lines()
+        .skip_while(|l| l.trim_start().starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    body.split(';').next().unwrap_or_default().trim().to_owned()
+}
+
+#[tokio::test]
+async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_rows_never_started()
+{
+    let db = common::TestDb::create().await;
+    let pool = &db.pool;
+    let invoices = common::insert_overdue(pool, 2).await;
+    // Run 1 was killed (never finished; its lease ran out 58 s ago); run 2
+    // started after that; run 3 overlapped run 2.
+    let runs: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO job_runs (replica_id, period, started_at, finished_at, lease_until)
+         VALUES ('killed', '2026-11-30', now() - interval '60 s', NULL, now() - interval '58 s'),
+                ('b', '2026-11-30', now() - interval '50 s', now() - interval '40 s', now() - interval '40 s'),
+                ('c', '2026-11-30', now() - interval '45 s', now() - interval '30 s', now() - interval '30 s')
+         RETURNING id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    // The killed run started one row and never started the other.
+    sqlx::query(
+        "INSERT INTO reminders (invoice_id, period, status, run_id, started_at)
+         VALUES ($1, 'overdue', 'sending', $3, now() - interval '59 s'),
+                ($2, 'overdue', 'sending', $3, NULL)",
+    )
+    .bind(invoices[0])
+    .bind(invoices[1])
+    .bind(runs[0])
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let overlaps: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(readme_query(
+        "-- Did two ticks ever run at once?",
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(overlaps, vec![(runs[1], runs[2])]);
+    let worker = invoice_reminder::db::runs::overlapping_runs(&invoice_reminder::db::Db::plain(
+        pool.clone(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        worker, overlaps,
+        "the README query is the one the worker uses"
+    );
+
+    let unknown: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT invoice_id FROM ({}) u",
+        readme_query("-- Unknown deliveries")
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(unknown, vec![invoices[0]]);
 }

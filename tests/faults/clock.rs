@@ -75,3 +75,90 @@ async fn without_min_hold_the_same_late_replica_runs_ticks_twice(backend: Backen
         "runs per cron slot: {per_slot:?}"
     );
 }
+
+/// Makes the test database's clock (the one "today" is read from) run
+/// `behind` behind a replica whose own clock starts at `replica_start`.
+async fn database_clock_behind(
+    world: &crate::common::World,
+    replica_start: chrono::DateTime<chrono::Utc>,
+    behind: Duration,
+) {
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+    let shift = (replica_start - now).num_milliseconds() - behind.as_millis() as i64;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE OR REPLACE FUNCTION invoice_reminder_clock() RETURNS timestamptz
+             LANGUAGE sql STABLE AS $$ SELECT now() + interval '{shift} milliseconds' $$"
+    )))
+    .execute(world.pool())
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_runs_ahead_works_the_midnight_slots_day_not_the_day_before() {
+    let mut world = harness::world_for(Backend::Redis).await;
+    world
+        .set("schedule.cron", "0 0 0 * * *")
+        .set("schedule.timezone", "UTC");
+    common::insert_overdue(world.pool(), 5).await;
+    // The replica's clock starts 3 s before midnight; the database's runs
+    // 2 s behind it, so at the replica's midnight the database still reads
+    // 23:59:58 of the day before.
+    let start = chrono::DateTime::parse_from_rfc3339("2027-01-10T23:59:57Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    database_clock_behind(&world, start, Duration::from_secs(2)).await;
+    let mut replica = Replica::spawn(
+        &world,
+        "fast",
+        ReplicaOptions {
+            faketime: Some("@2027-01-10 23:59:57".into()),
+            ..ReplicaOptions::default()
+        },
+    );
+    harness::wait_for_runs(&world, 1, Duration::from_secs(30)).await;
+    replica.stop_gracefully().await;
+
+    let periods: Vec<String> = sqlx::query_scalar("SELECT period FROM job_runs ORDER BY id")
+        .fetch_all(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(periods, vec!["2027-01-11".to_owned()], "{}", replica.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_before_the_spring_transition_fires_at_the_new_local_time() {
+    // Europe/Madrid, Sunday 2027-03-28: 02:00 CET becomes 03:00 CEST at
+    // 01:00 UTC. The replica starts at 01:59:50 CET; its 03:00 fire is
+    // 01:00:00 UTC, ten seconds later. A job that kept the offset it was
+    // created with (+01:00) would fire at 02:00 UTC, an hour late.
+    let mut world = harness::world_for(Backend::Redis).await;
+    world
+        .set("schedule.cron", "0 0 3 * * *")
+        .set("schedule.timezone", "Europe/Madrid");
+    common::insert_overdue(world.pool(), 5).await;
+    let start = chrono::DateTime::parse_from_rfc3339("2027-03-28T00:59:50Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    database_clock_behind(&world, start, Duration::ZERO).await;
+    let mut replica = Replica::spawn(
+        &world,
+        "madrid",
+        ReplicaOptions {
+            faketime: Some("@2027-03-28 00:59:50".into()),
+            ..ReplicaOptions::default()
+        },
+    );
+    harness::wait_for_runs(&world, 1, Duration::from_secs(40)).await;
+    replica.stop_gracefully().await;
+
+    let period: String = sqlx::query_scalar("SELECT period FROM job_runs")
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(period, "2027-03-28", "{}", replica.log());
+    assert!(replica.log().contains("tick finished"), "{}", replica.log());
+}

@@ -19,7 +19,7 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
 
 /// Makes the child die with the test process even if the test is killed
 /// (a timeout, Ctrl-C) before its handles' Drop can run.
-fn die_with_test(cmd: &mut Command) -> &mut Command {
+pub fn die_with_test(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only
     // calls prctl, which is async-signal-safe.
@@ -141,10 +141,13 @@ fn libfaketime() -> PathBuf {
 pub struct ReplicaOptions {
     /// Extra `INVOICE_REMINDER__...` variables (after the world's).
     pub env: Vec<(String, String)>,
-    /// Run with libfaketime at this offset, e.g. "-2s" (the clock 2 s behind).
+    /// Run with libfaketime at this offset, e.g. "-2s" (the clock 2 s
+    /// behind), or from this start date, e.g. "@2027-01-10 23:59:57" (UTC).
     pub faketime: Option<String>,
     /// Override the replica_id (default: the replica's name).
     pub replica_id: Option<String>,
+    /// The subcommand and its arguments (default: `run`).
+    pub command: Vec<String>,
 }
 
 impl Replica {
@@ -155,7 +158,11 @@ impl Replica {
         let mut cmd = Command::new(BINARY);
         cmd.arg("--config")
             .arg(common::default_config_path())
-            .arg("run")
+            .args(if options.command.is_empty() {
+                vec!["run".to_owned()]
+            } else {
+                options.command.clone()
+            })
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .envs(world.env())
@@ -173,7 +180,14 @@ impl Replica {
             // libfaketime preloaded into the replica itself (not the
             // `faketime` wrapper, which would stand between us and the
             // process we signal).
-            cmd.env("LD_PRELOAD", libfaketime()).env("FAKETIME", offset);
+            cmd.env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME", offset)
+                .env("TZ", "UTC");
+            if offset.starts_with('@') {
+                // A start date ("@2027-01-10 23:59:57"): fake the wall clock
+                // only; the runtime's timers keep the real monotonic clock.
+                cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            }
         }
         let child = die_with_test(&mut cmd)
             .spawn()

@@ -127,12 +127,8 @@ async fn a_tick_stuck_past_max_tick_duration_fails_healthz_and_the_replica_exits
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_fails_while_postgres_is_cut_and_recovers_after() {
-    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let mut world = harness::world_for(Backend::Redis).await;
-    let via_proxy = world
-        .db
-        .url
-        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
+    let (proxy, via_proxy) = Proxy::for_postgres(&world.db.url).await;
     world.set("database.url", via_proxy);
     let (mut replica, port) = spawn_listening(&world, &[]);
     wait_for_status(port, "/readyz", 200, Duration::from_secs(15)).await;

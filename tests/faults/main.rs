@@ -11,8 +11,10 @@ mod harness;
 
 mod bad_input;
 mod clock;
+mod exits;
 mod http;
 mod lock_failure;
+mod pgbouncer;
 mod postgres;
 mod redis_outage;
 mod replicas;

@@ -14,16 +14,8 @@ for_each_backend!(
 async fn postgres_unreachable_mid_tick_aborts_it_cleanly_and_the_next_tick_loses_and_doubles_nothing(
     backend: Backend,
 ) {
-    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let mut world = harness::world_for(backend).await;
-    let via_proxy = world
-        .db
-        .url
-        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
-    assert_ne!(
-        via_proxy, world.db.url,
-        "TEST_POSTGRES_URL must point at 127.0.0.1:5432 for this test"
-    );
+    let (proxy, via_proxy) = Proxy::for_postgres(&world.db.url).await;
     world.set("database.url", via_proxy);
     harness::slow_down(&mut world);
     let mut replicas = harness::start_mid_backlog(&world, 1200, 2, 100).await;

@@ -107,8 +107,8 @@ async fn one_bad_held_result_is_dropped_and_the_others_are_written() {
 #[tokio::test]
 async fn a_database_that_stops_answering_ends_the_tick_within_the_deadline_and_the_next_tick_recovers()
  {
-    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let mut world = World::new().await;
+    let (proxy, via_proxy) = Proxy::for_postgres(&world.db.url).await;
     world
         .set("database.statement_timeout", "1s")
         .set("database.connect_timeout", "1s")
@@ -117,10 +117,6 @@ async fn a_database_that_stops_answering_ends_the_tick_within_the_deadline_and_t
     world
         .sink
         .set_mode(SmtpMode::Delay(Duration::from_millis(20)));
-    let via_proxy = world
-        .db
-        .url
-        .replace("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port()));
     common::insert_overdue(world.pool(), 200).await;
     let settings = world.settings();
     // As the worker builds its pool: acquiring waits database.connect_timeout.
