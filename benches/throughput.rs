@@ -36,7 +36,9 @@ use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::db;
 use invoice_reminder::db::Db;
 use invoice_reminder::db::invoices::Owed;
-use invoice_reminder::domain::{Attempted, Customer, Delivery, Invoice, InvoiceId, ReminderId};
+use invoice_reminder::domain::{
+    Amount, Attempted, Customer, Delivery, Invoice, InvoiceId, ReminderId,
+};
 use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
 use lettre::transport::smtp::extension::ClientId;
@@ -144,6 +146,14 @@ async fn bench() {
     seed_overdue(pool, 1000, 1_000_000).await;
     let large = tick_and_scan(&bench_db.url, sink.port, pool, &settings).await;
 
+    // The source as a team has it: a view over a UUID-keyed table.
+    reset(pool).await;
+    let uuid = uuid_source_case(&bench_db.url, sink.port, pool, 10_000, 990_000).await;
+
+    // The same 10k backlog direct and through PgBouncer (transaction mode).
+    reset(pool).await;
+    let (direct, pooled) = pooler_case(&bench_db.url, sink.port, pool, 10_000).await;
+
     // Cancellation under full load.
     reset(pool).await;
     seed_overdue(pool, 100_000, 0).await;
@@ -162,6 +172,16 @@ async fn bench() {
     println!(
         "1k overdue among 1M paid:  tick {:>7.1} ms, overdue scan {:>6.2} ms",
         large.0, large.1
+    );
+    println!(
+        "view over a UUID-keyed table, 10k open among 1M: end-to-end {:.0}/s, tick {:.0} ms, \
+         scan {:.1} ms",
+        uuid.0, uuid.1, uuid.2
+    );
+    println!(
+        "10k backlog direct: {direct:.0}/s; through PgBouncer 1.18 (pool_mode = transaction, \
+         database.pooler = \"transaction\"): {pooled:.0}/s ({:+.0}%)",
+        100.0 * (pooled / direct - 1.0)
     );
     println!();
     summarize(&rows, small, large);
@@ -355,7 +375,8 @@ fn settings(db_url: &str, smtp_port: u16) -> Settings {
 
 async fn reset(pool: &PgPool) {
     sqlx::query(
-        "TRUNCATE reminders, job_runs, invoices, customers, lock_fences RESTART IDENTITY CASCADE",
+        "TRUNCATE invoice_reminder.reminders, invoice_reminder.job_runs, invoice_reminder.invoices,
+                  invoice_reminder.customers, invoice_reminder.lock_fences RESTART IDENTITY CASCADE",
     )
     .execute(pool)
     .await
@@ -363,7 +384,10 @@ async fn reset(pool: &PgPool) {
 }
 
 async fn reset_reminders(pool: &PgPool) {
-    sqlx::query("TRUNCATE reminders, job_runs, lock_fences RESTART IDENTITY CASCADE")
+    sqlx::query(
+        "TRUNCATE invoice_reminder.reminders, invoice_reminder.job_runs, invoice_reminder.lock_fences
+         RESTART IDENTITY CASCADE",
+    )
         .execute(pool)
         .await
         .expect("truncate reminders");
@@ -372,14 +396,14 @@ async fn reset_reminders(pool: &PgPool) {
 /// `overdue` unpaid invoices due ten days ago, and `paid` paid ones.
 async fn seed_overdue(pool: &PgPool, overdue: i64, paid: i64) {
     sqlx::query(
-        "INSERT INTO customers (name, email)
+        "INSERT INTO invoice_reminder.customers (name, email)
          SELECT 'Customer ' || g, 'customer' || g || '@example.test' FROM generate_series(1, 1000) g",
     )
     .execute(pool)
     .await
     .expect("customers");
     sqlx::query(
-        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+        "INSERT INTO invoice_reminder.invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
          SELECT 1 + g % 1000, 'INV-' || g, 10000 + g % 5000, 'EUR', current_date - 10 - (g % 30)::int,
                 CASE WHEN g > $1 THEN now() END
            FROM generate_series(1, $1 + $2) g",
@@ -389,7 +413,7 @@ async fn seed_overdue(pool: &PgPool, overdue: i64, paid: i64) {
     .execute(pool)
     .await
     .expect("invoices");
-    sqlx::query("ANALYZE invoices")
+    sqlx::query("ANALYZE invoice_reminder.invoices")
         .execute(pool)
         .await
         .expect("analyze");
@@ -398,7 +422,27 @@ async fn seed_overdue(pool: &PgPool, overdue: i64, paid: i64) {
 /// Runs the real binary once over the backlog; returns (reminders/s from
 /// the run's own timing, peak RSS in KiB).
 async fn end_to_end(db_url: &str, smtp_port: u16, expected: usize) -> (f64, i64) {
-    let (status, rss) = run_child(db_url, smtp_port);
+    end_to_end_with(db_url, smtp_port, expected, &[]).await
+}
+
+/// [`end_to_end`] with extra settings (`("source.relation", ...)`).
+async fn end_to_end_with(
+    db_url: &str,
+    smtp_port: u16,
+    expected: usize,
+    extra: &[(&str, String)],
+) -> (f64, i64) {
+    let mut env = worker_env(db_url, smtp_port);
+    env.extend(extra.iter().map(|(key, value)| {
+        (
+            format!(
+                "INVOICE_REMINDER__{}",
+                key.to_uppercase().replace('.', "__")
+            ),
+            value.clone(),
+        )
+    }));
+    let (status, rss) = reap(spawn_child(env));
     assert!(status == 0, "run-once failed with {status}");
     let pool = PgPoolOptions::new()
         .max_connections(1)
@@ -406,7 +450,8 @@ async fn end_to_end(db_url: &str, smtp_port: u16, expected: usize) -> (f64, i64)
         .await
         .expect("connect");
     let (sent, secs): (i32, f64) = sqlx::query_as(
-        "SELECT sent, extract(epoch FROM finished_at - started_at)::float8 FROM job_runs ORDER BY id DESC LIMIT 1",
+        "SELECT sent, extract(epoch FROM finished_at - started_at)::float8
+           FROM invoice_reminder.job_runs ORDER BY id DESC LIMIT 1",
     )
     .fetch_one(&pool)
     .await
@@ -450,6 +495,98 @@ fn reap(child: std::process::Child) -> (i32, i64) {
     (code, usage.ru_maxrss)
 }
 
+/// A view over a UUID-keyed billing table (the tests' example schema, with
+/// the README's index) holding `open` open invoices among `paid` paid ones:
+/// (end-to-end reminders/s, tick ms, one scan ms).
+async fn uuid_source_case(
+    db_url: &str,
+    smtp_port: u16,
+    pool: &PgPool,
+    open: i64,
+    paid: i64,
+) -> (f64, f64, f64) {
+    sqlx::raw_sql("DROP SCHEMA IF EXISTS billing CASCADE")
+        .execute(pool)
+        .await
+        .expect("drop billing");
+    sqlx::raw_sql(common::billing::UUID_SCHEMA)
+        .execute(pool)
+        .await
+        .expect("billing schema");
+    sqlx::query(
+        "INSERT INTO billing.accounts (name, email)
+         SELECT 'Account ' || g, 'account' || g || '@example.test' FROM generate_series(1, 1000) g",
+    )
+    .execute(pool)
+    .await
+    .expect("accounts");
+    sqlx::query(
+        "WITH a AS (SELECT id, (row_number() OVER ()) - 1 AS n FROM billing.accounts)
+         INSERT INTO billing.invoices (account_id, ref, total, currency, due_on, status)
+         SELECT a.id, 'B-' || g, (100 + g % 5000) / 100.0, 'EUR', current_date - 10 - (g % 30)::int,
+                CASE WHEN g <= $1 THEN 'open' ELSE 'paid' END
+           FROM generate_series(1, $1 + $2) g JOIN a ON a.n = g % 1000",
+    )
+    .bind(open)
+    .bind(paid)
+    .execute(pool)
+    .await
+    .expect("billing invoices");
+    sqlx::raw_sql("ANALYZE billing.invoices; ANALYZE billing.accounts")
+        .execute(pool)
+        .await
+        .expect("analyze");
+    let relation = ("source.relation", "billing.reminder_invoices".to_owned());
+    let mut settings = settings(db_url, smtp_port);
+    settings.source.relation =
+        invoice_reminder::config::RelationName::parse(&relation.1).expect("relation");
+    let db = Db::new(pool.clone(), &settings);
+    db::source::check(&db).await.expect("the billing view");
+    let today = db::today(&db, settings.schedule.timezone)
+        .await
+        .expect("today");
+    let owed = owed(&settings, today);
+    let started = Instant::now();
+    for window in settings.reminders.stages.windows(today) {
+        let mut after = None;
+        while let Some(last) = db::invoices::fetch_owed_page(&db, &window, owed, after, BATCH_SIZE)
+            .await
+            .expect("page")
+            .pop()
+        {
+            after = Some(last);
+        }
+    }
+    let scan_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let (rate, _) = end_to_end_with(db_url, smtp_port, open as usize, &[relation]).await;
+    let tick_ms = open as f64 / rate * 1000.0;
+    sqlx::raw_sql("DROP SCHEMA billing CASCADE")
+        .execute(pool)
+        .await
+        .expect("drop billing");
+    (rate, tick_ms, scan_ms)
+}
+
+/// The same backlog of `size`, worked direct and through a PgBouncer in
+/// transaction mode: (direct reminders/s, pooled reminders/s).
+async fn pooler_case(db_url: &str, smtp_port: u16, pool: &PgPool, size: i64) -> (f64, f64) {
+    seed_overdue(pool, size, 0).await;
+    let (direct, _) = end_to_end(db_url, smtp_port, size as usize).await;
+    reset_reminders(pool).await;
+    let bouncer = common::pgbouncer::PgBouncer::start(None).await;
+    let (pooled, _) = end_to_end_with(
+        db_url,
+        smtp_port,
+        size as usize,
+        &[
+            ("database.url", bouncer.url(db_url)),
+            ("database.pooler", "transaction".to_owned()),
+        ],
+    )
+    .await;
+    (direct, pooled)
+}
+
 /// A 100k tick whose lock is stolen once 20k reminders are recorded: how
 /// long until it stopped, and how many were recorded after the theft.
 async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f64, i64, String) {
@@ -463,10 +600,12 @@ async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f
     env.push(("INVOICE_REMINDER__LOCK__RENEW_EVERY".into(), "200ms".into()));
     let child = spawn_child(env);
     let sent = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM reminders WHERE status = 'sent'")
-            .fetch_one(pool)
-            .await
-            .expect("count")
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM invoice_reminder.reminders WHERE status = 'sent'",
+        )
+        .fetch_one(pool)
+        .await
+        .expect("count")
     };
     while sent().await < 20_000 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -482,15 +621,16 @@ async fn lock_loss_under_load(db_url: &str, smtp_port: u16, pool: &PgPool) -> (f
         .query_async(&mut redis)
         .await
         .expect("SET");
-    let (at_theft, stolen_at): (i64, chrono::DateTime<chrono::Utc>) =
-        sqlx::query_as("SELECT (SELECT count(*) FROM reminders WHERE status = 'sent'), now()")
-            .fetch_one(pool)
-            .await
-            .expect("theft time");
+    let (at_theft, stolen_at): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM invoice_reminder.reminders WHERE status = 'sent'), now()",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("theft time");
     let _ = tokio::task::spawn_blocking(move || reap(child)).await;
     let (total, stopped_ms, outcome): (i32, f64, Option<String>) = sqlx::query_as(
         "SELECT sent, extract(epoch FROM finished_at - $1)::float8 * 1000, outcome
-           FROM job_runs ORDER BY id DESC LIMIT 1",
+           FROM invoice_reminder.job_runs ORDER BY id DESC LIMIT 1",
     )
     .bind(stolen_at)
     .fetch_one(pool)
@@ -514,9 +654,10 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
     let started = Instant::now();
     for (invoice, customer) in &rows {
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO reminders (invoice_id, period, status) VALUES ($1, 'naive', 'sending') RETURNING id",
+            "INSERT INTO invoice_reminder.reminders (invoice_id, period, status)
+             VALUES ($1, 'naive', 'sending') RETURNING id",
         )
-        .bind(invoice.id)
+        .bind(&invoice.id)
         .fetch_one(pool)
         .await
         .expect("insert");
@@ -535,11 +676,13 @@ async fn naive_loop(pool: &PgPool, settings: &Settings, smtp_port: u16) -> f64 {
             .await
             .expect("send");
         conn.quit().await.expect("quit");
-        sqlx::query("UPDATE reminders SET status = 'sent', sent_at = now() WHERE id = $1")
-            .bind(id)
-            .execute(pool)
-            .await
-            .expect("update");
+        sqlx::query(
+            "UPDATE invoice_reminder.reminders SET status = 'sent', sent_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .expect("update");
     }
     rows.len() as f64 / started.elapsed().as_secs_f64()
 }
@@ -549,7 +692,7 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
     type Row = (i64, String, i64, String, NaiveDate, String, String);
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT i.id, i.number, i.amount_cents, i.currency, i.due_date, c.name, c.email
-           FROM invoices i JOIN customers c ON c.id = i.customer_id
+           FROM invoice_reminder.invoices i JOIN invoice_reminder.customers c ON c.id = i.customer_id
           WHERE i.paid_at IS NULL AND i.due_date < $1 - 3 ORDER BY i.id",
     )
     .bind(today)
@@ -561,11 +704,12 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
             |(id, number, amount_cents, currency, due_date, name, email)| {
                 (
                     Invoice {
-                        id: InvoiceId(id),
+                        id: InvoiceId::from(id),
                         number,
-                        amount_cents,
+                        amount: Amount::Minor(amount_cents),
                         currency,
                         due_date,
+                        payment_url: None,
                     },
                     Customer {
                         name,
@@ -581,7 +725,8 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
 /// The worker's database statements alone: page, claim, mark started (as
 /// many at a time as sends run at once), record as sent.
 async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
-    let db = Db::new(pool.clone(), &settings.database);
+    let db = Db::new(pool.clone(), settings);
+    db::source::check(&db).await.expect("source");
     let today = db::today(&db, settings.schedule.timezone)
         .await
         .expect("today");
@@ -605,11 +750,11 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             let page = db::invoices::fetch_owed_page(&db, &window, owed, after, BATCH_SIZE)
                 .await
                 .expect("page");
-            let Some(last) = page.last().copied() else {
+            let Some(last) = page.last().cloned() else {
                 break;
             };
             after = Some(last);
-            let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
+            let ids: Vec<InvoiceId> = page.into_iter().map(|k| k.id).collect();
             let claimed = db::reminders::claim_batch(&db, &ids, &window, owed, run, None)
                 .await
                 .expect("claim");
@@ -623,11 +768,11 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                 .iter()
                 .map(|c| Attempted {
                     id: c.id,
-                    invoice: c.invoice.id,
+                    invoice: c.invoice.id.clone(),
                     period: c.period.clone(),
                     attempts_before: c.attempts,
                     delivery: Delivery::Sent {
-                        message_id: mail::message_id(c.invoice.id, &c.period, "bench.test"),
+                        message_id: mail::message_id(&c.invoice.id, &c.period, "bench.test"),
                     },
                 })
                 .collect();
@@ -698,7 +843,7 @@ async fn tick_and_scan(
             )
             .await
             .expect("page");
-            let Some(last) = page.last().copied() else {
+            let Some(last) = page.last().cloned() else {
                 break;
             };
             after = Some(last);
@@ -708,7 +853,8 @@ async fn tick_and_scan(
     let (status, _) = run_child(db_url, smtp_port);
     assert_eq!(status, 0);
     let tick_ms: f64 = sqlx::query_scalar(
-        "SELECT extract(epoch FROM finished_at - started_at)::float8 * 1000 FROM job_runs ORDER BY id DESC LIMIT 1",
+        "SELECT extract(epoch FROM finished_at - started_at)::float8 * 1000
+           FROM invoice_reminder.job_runs ORDER BY id DESC LIMIT 1",
     )
     .fetch_one(pool)
     .await
@@ -773,11 +919,12 @@ fn rendering_cost(settings: &Settings, n: usize) -> Duration {
     let started = Instant::now();
     for i in 0..n {
         let invoice = Invoice {
-            id: InvoiceId(i as i64),
+            id: InvoiceId::from(i as i64),
             number: format!("INV-{i}"),
-            amount_cents: 12_345 + i as i64,
+            amount: Amount::Minor(12_345 + i as i64),
             currency: "EUR".into(),
             due_date: today - chrono::Days::new(10 + (i % 40) as u64),
+            payment_url: None,
         };
         std::hint::black_box(compose(settings, &templates, &invoice, &customer, today));
     }

@@ -212,7 +212,8 @@ SINK_PID=
 say "work done by each replica"
 psql -X -q -d "$DEMO_DB" -c "
   SELECT r.replica_id, count(DISTINCT r.id) AS ticks_worked, count(m.id) AS reminders_sent
-    FROM job_runs r LEFT JOIN reminders m ON m.run_id = r.id AND m.status = 'sent'
+    FROM invoice_reminder.job_runs r
+    LEFT JOIN invoice_reminder.reminders m ON m.run_id = r.id AND m.status = 'sent'
    GROUP BY r.replica_id ORDER BY r.replica_id" || true
 
 say "invoice-reminder audit"

@@ -129,6 +129,11 @@ pub enum Command {
         resend: Vec<i64>,
     },
 
+    /// Check source.relation against the source contract (exit 2 naming a
+    /// missing or mistyped column), and EXPLAIN the scan: warns when it
+    /// reads a large table sequentially, with the index to add.
+    CheckSource,
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.

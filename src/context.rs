@@ -48,7 +48,7 @@ impl Context {
         let metrics = Metrics::default();
         let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
         let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());
-        let db = Db::new(db, &settings.database);
+        let db = Db::new(db, &settings);
         Ok(Self {
             settings,
             db,

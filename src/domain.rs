@@ -7,13 +7,32 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
-/// `invoices.id`. Never interchangeable with a [`ReminderId`].
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize,
-)]
+/// The source's `invoice_id`: the billing system's own key, as text
+/// (`"42"`, a UUID, `"INV-2026-0042"`). Never interchangeable with a
+/// [`ReminderId`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize)]
 #[sqlx(transparent)]
 #[serde(transparent)]
-pub struct InvoiceId(pub i64);
+pub struct InvoiceId(pub String);
+
+impl InvoiceId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The demo tables' bigint ids, as the default source view exposes them.
+impl From<i64> for InvoiceId {
+    fn from(id: i64) -> Self {
+        Self(id.to_string())
+    }
+}
+
+impl From<&str> for InvoiceId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
 
 /// `reminders.id`: one claim of one (invoice, period).
 #[derive(
@@ -49,10 +68,38 @@ pub struct Customer {
 pub struct Invoice {
     pub id: InvoiceId,
     pub number: String,
-    /// In cents of `currency`.
-    pub amount_cents: i64,
+    pub amount: Amount,
+    /// ISO 4217 code, as the source has it.
     pub currency: String,
     pub due_date: NaiveDate,
+    /// The source's `payment_url`; wins over `company.payment_url`.
+    pub payment_url: Option<String>,
+}
+
+/// An invoice's amount as the source gives it (exactly one of its two
+/// amount columns). Turned into minor units when a message is rendered,
+/// with the currency data the `money` filter uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Amount {
+    /// `amount_minor`: in minor units of the currency (cents).
+    Minor(i64),
+    /// `amount`: in major units, as exact decimal text (`"1234.50"`).
+    Major(String),
+    /// The source's amount is NULL: such a reminder is never sent (it is
+    /// discarded with the reason).
+    Missing,
+}
+
+impl Amount {
+    /// From the two columns statements select (`amount_minor`,
+    /// `amount_major`).
+    pub fn from_columns(minor: Option<i64>, major: Option<String>) -> Self {
+        match (minor, major) {
+            (_, Some(major)) => Self::Major(major),
+            (Some(minor), None) => Self::Minor(minor),
+            (None, None) => Self::Missing,
+        }
+    }
 }
 
 /// A reminder this run has claimed and may now send.

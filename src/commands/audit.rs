@@ -66,7 +66,7 @@ pub async fn build_report(
                 // What the message carried: look it up in the server's log.
                 u.message_id.get_or_insert_with(|| {
                     crate::mail::message_id(
-                        crate::domain::InvoiceId(u.invoice_id),
+                        &u.invoice_id,
                         &u.period,
                         &settings.smtp.message_id_domain,
                     )
@@ -97,6 +97,7 @@ pub async fn audit(
     unknown_after: Duration,
 ) -> anyhow::Result<ExitCode> {
     let pool = super::connect(settings).await?;
+    super::check_source(&pool).await?;
     let report = build_report(&pool, settings, unknown_after).await?;
     if json {
         outln!(

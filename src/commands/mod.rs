@@ -12,6 +12,7 @@ macro_rules! outln {
 }
 
 mod audit;
+mod check_source;
 mod health;
 mod preview;
 mod resolve;
@@ -116,13 +117,25 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         Command::Resolve { sent, resend } => resolve::resolve(&settings, sent, resend).await,
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
+        Command::CheckSource => check_source::check_source(&settings).await,
     }
+}
+
+/// Checks `source.relation` against the source contract: a relation that
+/// does not satisfy it is a configuration error (exit 2) naming it.
+async fn check_source(db: &db::Db) -> anyhow::Result<()> {
+    db::source::check(db).await.map_err(|e| match e {
+        e @ db::source::SourceError::Contract(_) => UsageError(e.to_string()).into(),
+        db::source::SourceError::Database(e) => {
+            anyhow::Error::new(e).context("failed to check source.relation")
+        }
+    })
 }
 
 /// Connects now, so a command fails fast with the real cause.
 async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
     let pool = connect_pool(settings).await?;
-    Ok(db::Db::new(pool, &settings.database))
+    Ok(db::Db::new(pool, settings))
 }
 
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
@@ -147,7 +160,7 @@ async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
         .into());
     }
     let pool = connect_pool(settings).await?;
-    db::migrate(&pool)
+    db::migrate(&pool, &settings.database.schema)
         .await
         .context("failed to apply migrations")?;
     let applied = db::MIGRATOR.iter().count();

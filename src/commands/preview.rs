@@ -22,16 +22,19 @@ pub(super) struct Request {
 pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Result<ExitCode> {
     let stages = &settings.reminders.stages;
     let templates = Templates::load(&settings.templates, &settings.company, stages)?;
-    let id: i64 = request
-        .invoice
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("--invoice {:?} is not an invoice id", request.invoice))?;
+    let id = InvoiceId::from(request.invoice.trim());
     let pool = connect(settings).await?;
-    let (invoice, mut customer) = db::invoices::invoice_with_customer(&pool, InvoiceId(id))
+    super::check_source(&pool).await?;
+    let (invoice, mut customer) = db::invoices::invoice_with_customer(&pool, &id)
         .await
-        .context("failed to read the invoice (did you run `migrate`?)")?
-        .ok_or_else(|| anyhow!("there is no invoice {id}"))?;
+        .context("failed to read the invoice from source.relation")?
+        .ok_or_else(|| {
+            anyhow!(
+                "source.relation {} has no invoice_id {:?}",
+                settings.source.relation,
+                id.as_str()
+            )
+        })?;
     let today = db::today(&pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;

@@ -19,6 +19,7 @@ pub(super) async fn resolve(
     resend: Vec<i64>,
 ) -> anyhow::Result<ExitCode> {
     let database = connect(settings).await?;
+    super::check_source(&database).await?;
     let today = db::today(&database, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
@@ -72,7 +73,7 @@ pub(super) async fn resolve(
             .map(|r| {
                 (
                     r.id,
-                    mail::message_id(r.invoice_id, &r.period, &settings.smtp.message_id_domain),
+                    mail::message_id(&r.invoice_id, &r.period, &settings.smtp.message_id_domain),
                 )
             })
             .collect();

@@ -15,6 +15,7 @@
 
 mod env;
 mod error;
+mod names;
 mod types;
 mod validate;
 
@@ -31,6 +32,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::stages::Stages;
 pub use error::ConfigError;
+pub use names::{RelationName, SqlName};
 pub use types::{Cron, DatabaseUrl, RedisUrl, parse_cron, redact_url};
 
 /// The defaults: every key, with its comment. Compiled in.
@@ -98,6 +100,7 @@ pub struct Settings {
     )]
     pub replica_id: String,
     pub database: DatabaseSettings,
+    pub source: SourceSettings,
     pub redis: RedisSettings,
     pub schedule: ScheduleSettings,
     pub lock: LockSettings,
@@ -121,6 +124,18 @@ pub struct DatabaseSettings {
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
     pub pooler: Pooler,
+    /// Where our tables live (`reminders`, `job_runs`, ..., the demo tables
+    /// and the default source view); created by `migrate`.
+    pub schema: SqlName,
+}
+
+/// `[source]`: where the invoices that may owe a reminder come from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    /// The relation (usually a view) with the source contract's columns;
+    /// unqualified: in `database.schema`.
+    pub relation: RelationName,
 }
 
 /// What sits between the worker and PostgreSQL.

@@ -6,10 +6,11 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use crate::domain::InvoiceId;
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct DuplicateGroup {
-    pub invoice_id: i64,
+    pub invoice_id: InvoiceId,
     pub period: String,
     pub copies: i64,
 }
@@ -18,11 +19,11 @@ pub struct DuplicateGroup {
 /// the UNIQUE constraint stands; the check exists so operators can verify
 /// that claim themselves.
 pub async fn duplicates(db: &Db) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
+    on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT invoice_id, period, count(*) AS copies
-           FROM reminders GROUP BY invoice_id, period HAVING count(*) > 1
-          ORDER BY invoice_id, period",
-    )
+           FROM {ir}.reminders GROUP BY invoice_id, period HAVING count(*) > 1
+          ORDER BY invoice_id, period"
+    ),)
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)
@@ -31,7 +32,7 @@ pub async fn duplicates(db: &Db) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct UnknownRow {
     pub reminder_id: i64,
-    pub invoice_id: i64,
+    pub invoice_id: InvoiceId,
     pub period: String,
     pub attempts: i32,
     pub run_id: Option<i64>,
@@ -47,16 +48,16 @@ pub struct UnknownRow {
 /// longer than `older_than_secs` ago (the process that claimed them hangs).
 /// Rows never started are not unknown: the next tick returns them.
 pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
+    on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT r.id AS reminder_id, r.invoice_id, r.period, r.attempts, r.run_id,
                 jr.replica_id, r.claimed_at, r.message_id, r.last_error
-           FROM reminders r
-           LEFT JOIN job_runs jr ON jr.id = r.run_id
+           FROM {ir}.reminders r
+           LEFT JOIN {ir}.job_runs jr ON jr.id = r.run_id
           WHERE r.status = 'sending' AND r.started_at IS NOT NULL
             AND (jr.finished_at IS NOT NULL OR jr.lease_until < now()
                  OR r.claimed_at < now() - make_interval(secs => $1))
-          ORDER BY r.claimed_at, r.id",
-    )
+          ORDER BY r.claimed_at, r.id"
+    ),)
     .persistent(db.named())
     .bind(older_than_secs)
     .fetch_all(&mut *c)
@@ -66,7 +67,7 @@ pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, s
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct FailedRow {
     pub reminder_id: i64,
-    pub invoice_id: i64,
+    pub invoice_id: InvoiceId,
     pub period: String,
     pub status: String,
     pub attempts: i32,
@@ -76,13 +77,13 @@ pub struct FailedRow {
 /// `failed` rows (retried while their step is due) and rows `discarded`
 /// in the last 7 days (final).
 pub async fn failed(db: &Db) -> Result<Vec<FailedRow>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
+    on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT id AS reminder_id, invoice_id, period, status, attempts, last_error
-           FROM reminders
+           FROM {ir}.reminders
           WHERE status = 'failed'
              OR (status = 'discarded' AND claimed_at > now() - interval '7 days')
-          ORDER BY invoice_id, id",
-    )
+          ORDER BY invoice_id, id"
+    ),)
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)
@@ -90,9 +91,9 @@ pub async fn failed(db: &Db) -> Result<Vec<FailedRow>, sqlx::Error> {
 
 /// Row counts by status.
 pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
-        "SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status"
-    )
+    on_db!(db, |c| sqlx::query_as(db.sql(
+        "SELECT status, count(*) FROM {ir}.reminders GROUP BY status ORDER BY status"
+    ))
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)
@@ -100,10 +101,10 @@ pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error
 
 /// Reminders sent, by step (`period`).
 pub async fn sent_by_step(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
-        "SELECT period, count(*) FROM reminders WHERE status = 'sent'
-          GROUP BY period ORDER BY period",
-    )
+    on_db!(db, |c| sqlx::query_as(db.sql(
+        "SELECT period, count(*) FROM {ir}.reminders WHERE status = 'sent'
+          GROUP BY period ORDER BY period"
+    ),)
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)

@@ -19,7 +19,10 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
-use crate::config::{DatabaseSettings, Pooler};
+use std::sync::Arc;
+
+use super::sql::Names;
+use crate::config::{Pooler, Settings};
 
 /// The pool and how calls on it are made. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -28,11 +31,14 @@ pub struct Db {
     deadline: Duration,
     pooled: bool,
     /// How a transaction starts (see [`Db::begin_sql`]).
-    begin: std::sync::Arc<str>,
+    begin: Arc<str>,
+    names: Arc<Names>,
 }
 
 impl Db {
-    pub fn new(pool: PgPool, settings: &DatabaseSettings) -> Self {
+    pub fn new(pool: PgPool, settings: &Settings) -> Self {
+        let names = Arc::new(Names::from_settings(settings));
+        let settings = &settings.database;
         let pooled = settings.pooler == Pooler::Transaction;
         let begin = if pooled {
             format!(
@@ -48,17 +54,30 @@ impl Db {
             deadline: settings.statement_timeout,
             pooled,
             begin,
+            names,
         }
     }
 
-    /// A pool used as is: no pooler, a generous deadline (tests, tools).
+    /// A pool used as is: no pooler, a generous deadline, the default
+    /// schema and source (tests, tools).
     pub fn plain(pool: PgPool) -> Self {
         Self {
             pool,
             deadline: Duration::from_secs(60),
             pooled: false,
             begin: "BEGIN".into(),
+            names: Arc::new(Names::defaults()),
         }
+    }
+
+    /// Our schema and the source relation.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// `template` with our schema and the source put in (see [`Names::sql`]).
+    pub(crate) fn sql(&self, template: &str) -> sqlx::AssertSqlSafe<String> {
+        self.names.sql(template)
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -22,11 +22,11 @@ pub async fn mark_started(
     run_id: i64,
     ids: &[ReminderId],
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(
-        "UPDATE reminders SET started_at = now(), last_attempt_at = now()
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
+        "UPDATE {ir}.reminders SET started_at = now(), last_attempt_at = now()
           WHERE id = ANY($2) AND run_id = $1 AND status = 'sending' AND started_at IS NULL
-         RETURNING id",
-    )
+         RETURNING id"
+    ),)
     .persistent(db.named())
     .bind(run_id)
     .bind(ids)
@@ -76,13 +76,13 @@ pub async fn record_deliveries(
             }
         }
     }
-    let statuses: Vec<(String,)> = on_db!(db, |c| sqlx::query_as(
+    let statuses: Vec<(String,)> = on_db!(db, |c| sqlx::query_as(db.sql(
         "WITH u AS (
              SELECT u.*, CASE WHEN u.kind = 'deferred' THEN u.before ELSE u.before + 1 END AS after
                FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[], $5::text[])
                     AS u(id, before, kind, message_id, error)
          )
-         UPDATE reminders r
+         UPDATE {ir}.reminders r
             SET status = CASE
                     WHEN u.kind = 'unknown' THEN 'sending'
                     WHEN u.kind = 'deferred' THEN 'failed'
@@ -98,8 +98,8 @@ pub async fn record_deliveries(
                 sent_at = CASE WHEN u.kind = 'sent' THEN now() ELSE r.sent_at END
            FROM u
           WHERE r.id = u.id AND r.run_id = $7 AND r.status = 'sending'
-      RETURNING CASE WHEN u.kind = 'unknown' THEN 'unknown' ELSE r.status END",
-    )
+      RETURNING CASE WHEN u.kind = 'unknown' THEN 'unknown' ELSE r.status END"
+    ),)
     .persistent(db.named())
     .bind(&ids)
     .bind(&before)
@@ -131,20 +131,20 @@ pub async fn record_deliveries(
 /// whose claim committed but whose reply never reached us (the database
 /// connection broke mid-statement): we never saw them, so we never sent them.
 pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u64, sqlx::Error> {
-    let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(
+    let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(db.sql(
         "WITH deleted AS (
-             DELETE FROM reminders
+             DELETE FROM {ir}.reminders
               WHERE run_id = $1 AND status = 'sending' AND attempts = 0
                 AND (started_at IS NULL OR id = ANY($2))
              RETURNING id
          ), restored AS (
-             UPDATE reminders SET status = 'failed', started_at = NULL
+             UPDATE {ir}.reminders SET status = 'failed', started_at = NULL
               WHERE run_id = $1 AND status = 'sending' AND attempts > 0
                 AND (started_at IS NULL OR id = ANY($2))
              RETURNING id
          )
-         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
-    )
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)"
+    ),)
     .persistent(db.named())
     .bind(run_id)
     .bind(unsent)
@@ -159,24 +159,24 @@ pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u6
 pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = on_db!(db, |c| {
         sqlx::query_as(
-        "WITH over AS (
+        db.sql("WITH over AS (
              SELECT r.id, r.attempts
-               FROM reminders r
-               JOIN job_runs j ON j.id = r.run_id
+               FROM {ir}.reminders r
+               JOIN {ir}.job_runs j ON j.id = r.run_id
               WHERE r.status = 'sending' AND r.started_at IS NULL
                 AND (j.finished_at IS NOT NULL OR j.lease_until < now())
                 FOR UPDATE OF r SKIP LOCKED
          ), deleted AS (
-             DELETE FROM reminders r USING over
+             DELETE FROM {ir}.reminders r USING over
               WHERE r.id = over.id AND over.attempts = 0 AND r.status = 'sending' AND r.started_at IS NULL
              RETURNING r.id
          ), restored AS (
-             UPDATE reminders r SET status = 'failed'
+             UPDATE {ir}.reminders r SET status = 'failed'
                FROM over
               WHERE r.id = over.id AND over.attempts > 0 AND r.status = 'sending' AND r.started_at IS NULL
              RETURNING r.id
          )
-         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)",
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)"),
     )
     .persistent(db.named())
     .fetch_one(&mut *c)
@@ -195,15 +195,15 @@ pub async fn retire_failed(
     max_attempts: u32,
 ) -> Result<u64, sqlx::Error> {
     let (keys, froms, tos) = window_arrays(windows);
-    let superseded = on_db!(db, |c| sqlx::query(
-        "UPDATE reminders r
+    let superseded = on_db!(db, |c| sqlx::query(db.sql(
+        "UPDATE {ir}.reminders r
             SET status = 'discarded', last_error = 'superseded by ' || w.key
-           FROM invoices i, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+           FROM {src} s, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
           WHERE r.status = 'failed'
-            AND i.id = r.invoice_id
-            AND i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
-            AND r.period <> w.key",
-    )
+            AND s.invoice_id::text = r.invoice_id
+            AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
+            AND r.period <> w.key"
+    ),)
     .persistent(db.named())
     .bind(&keys)
     .bind(&froms)
@@ -212,11 +212,11 @@ pub async fn retire_failed(
     .await)?;
     let exhausted = on_db!(db, |c| {
         sqlx::query(
-        "UPDATE reminders
+        db.sql("UPDATE {ir}.reminders
             SET status = 'discarded',
                 last_error = 'gave up: ' || attempts || ' attempts reach reminders.max_attempts = ' || $1
                              || COALESCE(' (last error: ' || last_error || ')', '')
-          WHERE status = 'failed' AND attempts >= $1",
+          WHERE status = 'failed' AND attempts >= $1"),
     )
     .persistent(db.named())
     .bind(i64::from(max_attempts))
@@ -233,13 +233,13 @@ pub async fn retire_failed(
 pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error> {
     on_db!(db, |c| {
         sqlx::query(
-        "UPDATE reminders r
+        db.sql("UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL,
                 last_error = 'delivery unknown; returned for resending by reminders.resend_unknown_after'
-           FROM job_runs j
+           FROM {ir}.job_runs j
           WHERE j.id = r.run_id AND r.status = 'sending' AND r.started_at IS NOT NULL
             AND (j.finished_at IS NOT NULL OR j.lease_until < now())
-            AND r.claimed_at < now() - make_interval(secs => $1)",
+            AND r.claimed_at < now() - make_interval(secs => $1)"),
     )
     .persistent(db.named())
     .bind(after.as_secs_f64())

@@ -6,6 +6,7 @@ use sqlx::PgConnection;
 use super::Db;
 use super::conn::on_db;
 use super::reminders::Fence;
+use crate::config::SqlName;
 
 /// `pg_try_advisory_lock`: session-level, held until unlocked or until the
 /// connection closes.
@@ -33,14 +34,21 @@ pub async fn ping(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 
 /// The next fencing token, above `floor`. The sequence never goes back, so
 /// the floor only matters if someone reset it.
-pub async fn next_fence(conn: &mut PgConnection, floor: i64) -> Result<i64, sqlx::Error> {
-    let next: i64 = sqlx::query_scalar("SELECT nextval('lock_fence_seq')")
+pub async fn next_fence(
+    conn: &mut PgConnection,
+    schema: &SqlName,
+    floor: i64,
+) -> Result<i64, sqlx::Error> {
+    let seq = format!("{}.lock_fence_seq", schema.quoted());
+    let next: i64 = sqlx::query_scalar("SELECT nextval($1::regclass)")
+        .bind(&seq)
         .fetch_one(&mut *conn)
         .await?;
     if next > floor {
         return Ok(next);
     }
-    sqlx::query_scalar("SELECT setval('lock_fence_seq', $1 + 1)")
+    sqlx::query_scalar("SELECT setval($1::regclass, $2 + 1)")
+        .bind(&seq)
         .bind(floor)
         .fetch_one(conn)
         .await
@@ -76,12 +84,12 @@ pub async fn advisory_holder(
 /// backend that lost its counter can never hand out a token a holder
 /// already has.
 pub async fn fence_high_water(db: &Db, lock_key: &str) -> Result<i64, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
         "SELECT GREATEST(
-                    (SELECT token FROM lock_fences WHERE lock_key = $1),
-                    (SELECT max(fence_token) FROM job_runs WHERE lock_key = $1),
-                    0)",
-    )
+                    (SELECT token FROM {ir}.lock_fences WHERE lock_key = $1),
+                    (SELECT max(fence_token) FROM {ir}.job_runs WHERE lock_key = $1),
+                    0)"
+    ),)
     .persistent(db.named())
     .bind(lock_key)
     .fetch_one(&mut *c)
@@ -99,14 +107,14 @@ pub async fn advance_fence(
     db: &Db,
     fence: Fence<'_>,
 ) -> Result<bool, sqlx::Error> {
-    let advanced: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO lock_fences (lock_key, token, holder) VALUES ($1, $2, $3)
+    let advanced: Option<i64> = sqlx::query_scalar(db.sql(
+        "INSERT INTO {ir}.lock_fences (lock_key, token, holder) VALUES ($1, $2, $3)
          ON CONFLICT (lock_key) DO UPDATE SET token = EXCLUDED.token, holder = EXCLUDED.holder
           WHERE lock_fences.token < EXCLUDED.token
              OR (lock_fences.token = EXCLUDED.token
                  AND lock_fences.holder IS NOT DISTINCT FROM EXCLUDED.holder)
          RETURNING token",
-    )
+    ))
     .persistent(db.named())
     .bind(fence.lock_key)
     .bind(fence.token)

@@ -11,10 +11,13 @@ pub mod conn;
 pub mod deliveries;
 pub mod invoices;
 pub mod locks;
+pub mod migrate;
 pub mod reminders;
 pub mod resolve;
 pub mod runs;
 pub mod seed;
+pub mod source;
+pub mod sql;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use chrono_tz::Tz;
@@ -48,10 +51,13 @@ pub fn connect_lazy(settings: &Settings) -> PgPool {
     pool_options(settings).connect_lazy_with(settings.pg_connect_options())
 }
 
-/// Applies pending migrations. Safe to run from several replicas at once:
-/// sqlx serialises them with an advisory lock.
-pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+/// Applies pending migrations into `database.schema` (see [`migrate`]).
+/// Safe to run from several replicas at once: they take turns.
+pub async fn migrate(
+    pool: &PgPool,
+    schema: &crate::config::SqlName,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    migrate::migrate(pool, schema).await
 }
 
 /// One round trip: the database answers.
@@ -68,13 +74,15 @@ pub async fn ping(db: &Db) -> Result<(), sqlx::Error> {
 /// drift. Read through `invoice_reminder_clock()` (a migration defines it
 /// as `now()`) so tests can move it.
 pub async fn clock(db: &Db, tz: Tz) -> Result<(DateTime<Utc>, NaiveDate), sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
-        "SELECT invoice_reminder_clock(), (invoice_reminder_clock() AT TIME ZONE $1)::date"
-    )
+    on_db!(db, |c| {
+        sqlx::query_as(db.sql(
+        "SELECT {ir}.invoice_reminder_clock(), ({ir}.invoice_reminder_clock() AT TIME ZONE $1)::date"
+    ))
     .persistent(db.named())
     .bind(tz.name())
     .fetch_one(&mut *c)
-    .await)
+    .await
+    })
 }
 
 /// Today's date by the database clock in `tz`.

@@ -39,15 +39,14 @@
 //! overlapping batches take the unique-index locks in the same order and
 //! cannot deadlock.
 
-use chrono::NaiveDate;
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{Owed, owed_conditions, window_arrays};
+use super::invoices::{Owed, SourceRow, owed_conditions, source_columns, window_arrays};
 use super::locks::advance_fence;
-use crate::domain::{Claimed, Customer, Invoice, InvoiceId, ReminderId};
+use crate::domain::{Claimed, InvoiceId, ReminderId};
 use crate::stages::Window;
 
 /// The fencing token a claim presents: the number drawn with the lock,
@@ -93,54 +92,28 @@ pub struct Backoff {
     pub max: std::time::Duration,
 }
 
-/// A claimed row joined with its invoice and customer.
+/// A claimed row with its source row.
 #[derive(FromRow)]
 struct ClaimedRow {
     reminder_id: ReminderId,
-    invoice_id: InvoiceId,
     attempts: i32,
     period: String,
-    number: String,
-    amount_cents: i64,
-    currency: String,
-    due_date: NaiveDate,
-    customer_name: String,
-    customer_email: String,
-    customer_locale: Option<String>,
+    #[sqlx(flatten)]
+    source: SourceRow,
 }
 
 impl From<ClaimedRow> for Claimed {
     fn from(r: ClaimedRow) -> Self {
+        let (invoice, customer) = r.source.into_parts();
         Claimed {
             id: r.reminder_id,
             attempts: r.attempts,
             period: r.period,
-            invoice: Invoice {
-                id: r.invoice_id,
-                number: r.number,
-                amount_cents: r.amount_cents,
-                currency: r.currency,
-                due_date: r.due_date,
-            },
-            customer: Customer {
-                name: r.customer_name,
-                email: r.customer_email,
-                locale: r.customer_locale,
-            },
+            invoice,
+            customer,
         }
     }
 }
-
-/// The columns every claim returns, from `claimed c` joined with the
-/// invoice and customer.
-const CLAIMED_COLUMNS: &str = "
-         SELECT c.id AS reminder_id, c.invoice_id, c.attempts, c.period,
-                i.number, i.amount_cents, i.currency, i.due_date,
-                cu.name AS customer_name, cu.email AS customer_email, cu.locale AS customer_locale
-           FROM claimed c
-           JOIN invoices i ON i.id = c.invoice_id
-           JOIN customers cu ON cu.id = i.customer_id
-          ORDER BY c.invoice_id";
 
 /// Claims the step of `window` for `invoice_ids` for run `run_id`,
 /// re-checking in the same statement that each invoice is still unpaid,
@@ -155,23 +128,34 @@ pub async fn claim_batch(
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<Vec<Claimed>, ClaimError> {
-    let sql = format!(
-        "WITH claimed AS (
-             INSERT INTO reminders (invoice_id, period, status, run_id, fence_token)
-             SELECT i.id, $2, 'sending', $3, $4
-               FROM invoices i
-              WHERE i.id = ANY($1)
-                AND i.due_date >= COALESCE($8, '-infinity'::date) AND i.due_date <= $9
-                {}
-              ORDER BY i.id
+    // The source is read once (`owed`), in the same statement as the
+    // INSERT: an invoice paid, paused or claimed by someone else since the
+    // scan is not claimed. Inserting in key order keeps two claimers of
+    // overlapping batches from deadlocking on the unique index.
+    let sql = db.sql(concat!(
+        "WITH owed AS MATERIALIZED (
+             SELECT ",
+        source_columns!(),
+        " FROM {src} s
+              WHERE s.invoice_id::text COLLATE \"C\" = ANY($1)
+                AND s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9",
+        owed_conditions!("5", "6", "7"),
+        "
+         ), claimed AS (
+             INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token)
+             SELECT o.invoice_id, $2, 'sending', $3, $4
+               FROM owed o
+              ORDER BY o.invoice_id
              ON CONFLICT (invoice_id, period) DO NOTHING
              RETURNING id, invoice_id, attempts, period
-         ){CLAIMED_COLUMNS}",
-        owed_conditions!("5", "6", "7")
-    );
+         )
+         SELECT c.id AS reminder_id, c.attempts, c.period, o.*
+           FROM claimed c JOIN owed o ON o.invoice_id = c.invoice_id
+          ORDER BY c.invoice_id"
+    ));
     let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        sqlx::query_as(sql)
             .persistent(db.named())
             .bind(invoice_ids)
             .bind(&window.step.key)
@@ -205,37 +189,41 @@ pub async fn reclaim_failed(
     fence: Option<Fence<'_>>,
 ) -> Result<Vec<Claimed>, ClaimError> {
     let (keys, froms, tos) = window_arrays(windows);
-    let sql = format!(
+    let sql = db.sql(concat!(
         "WITH picked AS (
              SELECT r.id
-               FROM reminders r
-               JOIN invoices i ON i.id = r.invoice_id
+               FROM {ir}.reminders r
+               JOIN {src} s ON s.invoice_id::text = r.invoice_id
                JOIN unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
                  ON w.key = r.period
-                AND i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
+                AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
               WHERE r.status = 'failed'
                 AND r.attempts < $4
                 AND r.run_id IS DISTINCT FROM $5
                 AND (r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - LEAST(
                         make_interval(secs => $11 * power(2, greatest(r.attempts - 1, 0))),
-                        make_interval(secs => $12)))
-                {}
+                        make_interval(secs => $12)))",
+        owed_conditions!("8", "9", "10"),
+        "
               ORDER BY r.id
               LIMIT $6
                 FOR UPDATE OF r SKIP LOCKED
          ), claimed AS (
-             UPDATE reminders r
+             UPDATE {ir}.reminders r
                 SET status = 'sending', run_id = $5, claimed_at = now(), fence_token = $7,
                     started_at = NULL
                FROM picked
               WHERE r.id = picked.id AND r.status = 'failed'
              RETURNING r.id, r.invoice_id, r.attempts, r.period
-         ){CLAIMED_COLUMNS}",
-        owed_conditions!("8", "9", "10")
-    );
+         )
+         SELECT c.id AS reminder_id, c.attempts, c.period, ",
+        source_columns!(),
+        " FROM claimed c JOIN {src} s ON s.invoice_id::text = c.invoice_id
+          ORDER BY c.invoice_id"
+    ));
     let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+        sqlx::query_as(sql)
             .persistent(db.named())
             .bind(&keys)
             .bind(&froms)

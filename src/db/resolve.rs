@@ -23,7 +23,8 @@ pub struct NamedRow {
     pub unknown: bool,
     /// The invoice's due step today, if it owes one.
     pub due_step: Option<String>,
-    pub due_date: NaiveDate,
+    /// None when the source no longer has the invoice.
+    pub due_date: Option<NaiveDate>,
 }
 
 /// The rows `ids` (those that exist), with what `resolve` needs to decide.
@@ -35,17 +36,17 @@ pub async fn named_rows(
     let (keys, froms, tos) = window_arrays(windows);
     on_db!(db, |c| {
         sqlx::query_as(
-        "SELECT r.id, r.invoice_id, r.period, r.status, i.due_date,
+        db.sql("SELECT r.id, r.invoice_id, r.period, r.status, s.due_date,
                 (r.status = 'sending' AND r.started_at IS NOT NULL
                  AND (j.finished_at IS NOT NULL OR j.lease_until < now())) AS unknown,
                 (SELECT w.key FROM unnest($2::text[], $3::date[], $4::date[]) AS w(key, due_from, due_to)
-                  WHERE i.due_date >= COALESCE(w.due_from, '-infinity'::date) AND i.due_date <= w.due_to
+                  WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
                   LIMIT 1) AS due_step
-           FROM reminders r
-           JOIN invoices i ON i.id = r.invoice_id
-           LEFT JOIN job_runs j ON j.id = r.run_id
+           FROM {ir}.reminders r
+           LEFT JOIN {src} s ON s.invoice_id::text = r.invoice_id
+           LEFT JOIN {ir}.job_runs j ON j.id = r.run_id
           WHERE r.id = ANY($1)
-          ORDER BY r.id",
+          ORDER BY r.id"),
     )
     .persistent(db.named())
     .bind(ids)
@@ -65,16 +66,16 @@ pub async fn mark_sent(
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
     let ids: Vec<ReminderId> = rows.iter().map(|r| r.0).collect();
     let message_ids: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
-    on_db!(db, |c| sqlx::query_scalar(
-        "UPDATE reminders r
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
+        "UPDATE {ir}.reminders r
             SET status = 'sent', sent_at = now(), message_id = u.message_id,
                 last_error = 'delivery was unknown; an operator confirmed it was sent'
-           FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id), job_runs j
+           FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id), {ir}.job_runs j
           WHERE r.id = u.id AND j.id = r.run_id
             AND r.status = 'sending' AND r.started_at IS NOT NULL
             AND (j.finished_at IS NOT NULL OR j.lease_until < now())
-         RETURNING r.id",
-    )
+         RETURNING r.id"
+    ),)
     .persistent(db.named())
     .bind(&ids)
     .bind(&message_ids)
@@ -86,16 +87,16 @@ pub async fn mark_sent(
 /// sends it (with the same Message-ID) while its step is due. Only a row
 /// still unknown is changed; returns the ids changed.
 pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(
-        "UPDATE reminders r
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
+        "UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL, last_attempt_at = NULL,
                 last_error = 'delivery was unknown; an operator asked to resend it'
-           FROM job_runs j
+           FROM {ir}.job_runs j
           WHERE r.id = ANY($1) AND j.id = r.run_id
             AND r.status = 'sending' AND r.started_at IS NOT NULL
             AND (j.finished_at IS NOT NULL OR j.lease_until < now())
-         RETURNING r.id",
-    )
+         RETURNING r.id"
+    ),)
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)

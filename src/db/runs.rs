@@ -61,10 +61,11 @@ pub struct NewRun<'a> {
 /// Records a run and returns its id. The fencing token is recorded before
 /// any claim can present it, so the fencing floor covers every token drawn.
 pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(
-        "INSERT INTO job_runs (replica_id, lock_token, fence_token, lock_key, period, lease_until)
+    on_db!(db, |c| {
+        sqlx::query_scalar(
+        db.sql("INSERT INTO {ir}.job_runs (replica_id, lock_token, fence_token, lock_key, period, lease_until)
          VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
-         RETURNING id",
+         RETURNING id"),
     )
     .persistent(db.named())
     .bind(run.replica_id)
@@ -74,15 +75,16 @@ pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
     .bind(run.period)
     .bind(run.lease.map(|d| d.as_secs_f64()))
     .fetch_one(&mut *c)
-    .await)
+    .await
+    })
 }
 
 /// Keeps the run's lease ahead of the database clock by `lease`.
 pub async fn extend_lease(db: &Db, run_id: i64, lease: Duration) -> Result<(), sqlx::Error> {
-    on_db!(db, |c| sqlx::query(
-        "UPDATE job_runs SET lease_until = now() + make_interval(secs => $2)
-          WHERE id = $1 AND finished_at IS NULL",
-    )
+    on_db!(db, |c| sqlx::query(db.sql(
+        "UPDATE {ir}.job_runs SET lease_until = now() + make_interval(secs => $2)
+          WHERE id = $1 AND finished_at IS NULL"
+    ),)
     .persistent(db.named())
     .bind(run_id)
     .bind(lease.as_secs_f64())
@@ -98,11 +100,11 @@ pub async fn finish_run(
     counts: &Counts,
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    on_db!(db, |c| sqlx::query(
-        "UPDATE job_runs
+    on_db!(db, |c| sqlx::query(db.sql(
+        "UPDATE {ir}.job_runs
             SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6
-          WHERE id = $1",
-    )
+          WHERE id = $1"
+    ),)
     .persistent(db.named())
     .bind(run_id)
     .bind(outcome.as_str())
@@ -133,15 +135,21 @@ pub struct RunRow {
     pub error: Option<String>,
 }
 
-const RUN_COLUMNS: &str =
-    "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
-                lease_until, outcome, claimed, sent, failed, error";
+macro_rules! run_columns {
+    () => {
+        "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
+         lease_until, outcome, claimed, sent, failed, error"
+    };
+}
 
 /// The most recent runs, newest first.
 pub async fn recent_runs(db: &Db, limit: u32) -> Result<Vec<RunRow>, sqlx::Error> {
-    let sql =
-        format!("SELECT {RUN_COLUMNS} FROM job_runs ORDER BY started_at DESC, id DESC LIMIT $1");
-    on_db!(db, |c| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+    let sql = db.sql(concat!(
+        "SELECT ",
+        run_columns!(),
+        " FROM {ir}.job_runs ORDER BY started_at DESC, id DESC LIMIT $1"
+    ));
+    on_db!(db, |c| sqlx::query_as(sql)
         .persistent(db.named())
         .bind(i64::from(limit))
         .fetch_all(&mut *c)
@@ -150,10 +158,12 @@ pub async fn recent_runs(db: &Db, limit: u32) -> Result<Vec<RunRow>, sqlx::Error
 
 /// The run that took the lock with `token`, if any (to name a holder).
 pub async fn run_by_token(db: &Db, token: Uuid) -> Result<Option<RunRow>, sqlx::Error> {
-    let sql = format!(
-        "SELECT {RUN_COLUMNS} FROM job_runs WHERE lock_token = $1 ORDER BY id DESC LIMIT 1"
-    );
-    on_db!(db, |c| sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+    let sql = db.sql(concat!(
+        "SELECT ",
+        run_columns!(),
+        " FROM {ir}.job_runs WHERE lock_token = $1 ORDER BY id DESC LIMIT 1"
+    ));
+    on_db!(db, |c| sqlx::query_as(sql)
         .persistent(db.named())
         .bind(token)
         .fetch_optional(&mut *c)
@@ -164,14 +174,14 @@ pub async fn run_by_token(db: &Db, token: Uuid) -> Result<Option<RunRow>, sqlx::
 /// ends when it finished or, if it never did (its process died), when its
 /// lease ran out. With a working lock there are none.
 pub async fn overlapping_runs(db: &Db) -> Result<Vec<(i64, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(
+    on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT a.id, b.id
-           FROM job_runs a
-           JOIN job_runs b ON a.id < b.id
+           FROM {ir}.job_runs a
+           JOIN {ir}.job_runs b ON a.id < b.id
           WHERE a.started_at < COALESCE(b.finished_at, b.lease_until, 'infinity')
             AND b.started_at < COALESCE(a.finished_at, a.lease_until, 'infinity')
-          ORDER BY a.id, b.id",
-    )
+          ORDER BY a.id, b.id"
+    ),)
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)

@@ -43,23 +43,23 @@ pub async fn seed(
     let rest = invoices - owed;
     let paid = rest / 2;
     let created = on_db!(db, tx, |tx| {
-        let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(
+        let (first_customer, created): (Option<i64>, i64) = sqlx::query_as(db.sql(
             "WITH created AS (
-             INSERT INTO customers (name, email, locale)
+             INSERT INTO {ir}.customers (name, email, locale)
              SELECT 'Customer ' || g, 'customer' || g || '@example.com',
                     CASE WHEN g % 4 = 0 THEN 'de' END
                FROM generate_series(1, $1::bigint) AS g
              RETURNING id
          )
          SELECT min(id), count(*) FROM created",
-        )
+        ))
         .persistent(db.named())
         .bind(customers)
         .fetch_one(&mut *tx)
         .await?;
         let first_customer = first_customer.unwrap_or(0);
         sqlx::query(
-            "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+            db.sql("INSERT INTO {ir}.invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
          SELECT $1 + (g % $2),
                 'INV-' || to_char($4::date, 'YYYYMMDD') || '-' || lpad(g::text, 7, '0'),
                 1000 + (g * 7919) % 250000,
@@ -71,7 +71,7 @@ pub async fn seed(
                     ELSE $9::date + 1 + (g % 30)::int
                 END,
                 CASE WHEN g > $5 AND g <= $5 + $8 THEN now() - ((g % 30) || ' days')::interval END
-           FROM generate_series(1, $3::bigint) AS g",
+           FROM generate_series(1, $3::bigint) AS g"),
         )
         .persistent(db.named())
         .bind(first_customer)
@@ -98,8 +98,10 @@ pub async fn seed(
 
 /// How many invoices exist (for `seed --if-empty`).
 pub async fn count_invoices(db: &Db) -> Result<i64, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar("SELECT count(*) FROM invoices")
-        .persistent(db.named())
-        .fetch_one(&mut *c)
-        .await)
+    on_db!(db, |c| sqlx::query_scalar(
+        db.sql("SELECT count(*) FROM {ir}.invoices")
+    )
+    .persistent(db.named())
+    .fetch_one(&mut *c)
+    .await)
 }

@@ -64,6 +64,8 @@ pub struct PostgresLock {
     connect_timeout: Duration,
     /// `database.statement_timeout`: every call on the lock's connection.
     deadline: Duration,
+    /// `database.schema`, where the fencing sequence is.
+    schema: crate::config::SqlName,
     /// Background tasks keeping a lock until `min_hold`.
     holds: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -83,6 +85,7 @@ impl PostgresLock {
             options: settings.pg_connect_options(),
             connect_timeout: settings.database.connect_timeout,
             deadline: settings.database.statement_timeout,
+            schema: settings.database.schema.clone(),
             holds: Arc::default(),
         }
     }
@@ -115,7 +118,12 @@ impl PostgresLock {
             let _ = conn.close().await;
             return Ok(AcquireResult::Held);
         }
-        match within(self.deadline, db::locks::next_fence(&mut conn, fence_floor)).await {
+        match within(
+            self.deadline,
+            db::locks::next_fence(&mut conn, &self.schema, fence_floor),
+        )
+        .await
+        {
             Ok(fence) => Ok(AcquireResult::Won {
                 handle: Handle::Postgres(Session {
                     conn: Arc::new(Mutex::new(Some(conn))),

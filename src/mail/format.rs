@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{Datelike, NaiveDate};
+use fixed_decimal::{SignedRoundingMode, UnsignedRoundingMode};
 use icu_datetime::DateTimeFormatter;
 use icu_datetime::fieldsets::YMD;
 use icu_decimal::DecimalFormatter;
@@ -28,6 +29,25 @@ pub fn minor_units(currency: &str) -> Result<u16, String> {
     iso_currency::Currency::from_code(currency.trim())
         .and_then(|c| c.exponent())
         .ok_or_else(|| format!("unknown currency {currency:?} (an ISO 4217 code such as EUR)"))
+}
+
+/// An amount in major units (`"1234.5"`, the source's numeric `amount`)
+/// in minor units of `currency` (`123450` for EUR, `1235` for JPY `1234.5`):
+/// exact decimal arithmetic, rounding half away from zero when the amount
+/// has more decimals than the currency.
+pub fn major_to_minor(amount: &str, currency: &str) -> Result<i64, String> {
+    let exponent = minor_units(currency)?;
+    let mut decimal = Decimal::try_from_str(amount.trim())
+        .map_err(|_| format!("amount {amount:?} is not a decimal number"))?;
+    decimal.multiply_pow10(i16::try_from(exponent).unwrap_or(0));
+    decimal.round_with_mode(
+        0,
+        SignedRoundingMode::Unsigned(UnsignedRoundingMode::HalfExpand),
+    );
+    decimal
+        .to_string()
+        .parse()
+        .map_err(|_| format!("amount {amount} {currency} is out of range"))
 }
 
 /// Parses a BCP 47 tag; `de_CH` is accepted as `de-CH`.
@@ -105,6 +125,20 @@ mod tests {
         assert_eq!(money(1_234_567, "KWD", "de"), "1.234,567 KWD");
         assert_eq!(money(5, "USD", "en"), "0.05 USD");
         assert!(money(5, "XXQ", "en").contains("unknown currency"));
+    }
+
+    #[test]
+    fn major_amounts_become_minor_units_by_the_currencys_exponent() {
+        assert_eq!(major_to_minor("1234.50", "EUR"), Ok(123_450));
+        assert_eq!(major_to_minor("1234.5", "eur"), Ok(123_450));
+        assert_eq!(major_to_minor("1000", "JPY"), Ok(1000));
+        assert_eq!(major_to_minor("1234.5", "JPY"), Ok(1235));
+        assert_eq!(major_to_minor("1.2345", "KWD"), Ok(1235));
+        assert_eq!(major_to_minor("0.005", "USD"), Ok(1));
+        assert_eq!(major_to_minor("-2.005", "USD"), Ok(-201));
+        assert!(major_to_minor("12,50", "EUR").is_err());
+        assert!(major_to_minor("12.50", "XXQ").is_err_and(|e| e.contains("unknown currency")));
+        assert!(major_to_minor("1e30", "EUR").is_err());
     }
 
     #[test]

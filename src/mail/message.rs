@@ -63,9 +63,29 @@ impl OutgoingMail {
     }
 }
 
-/// `invoice-{id}.{period}@{domain}`: the same reminder, the same id.
-pub fn message_id(invoice_id: InvoiceId, period: &str, domain: &str) -> String {
-    format!("invoice-{invoice_id}.{period}@{domain}")
+/// `invoice-{id}.{period}@{domain}`, the id as [`id_token`] writes it:
+/// the same reminder, the same Message-ID.
+pub fn message_id(invoice_id: &InvoiceId, period: &str, domain: &str) -> String {
+    format!("invoice-{}.{period}@{domain}", id_token(invoice_id))
+}
+
+/// An invoice id as it appears in the Message-ID and the `X-Invoice-Id`
+/// header: as is when it is made only of ASCII letters, digits and `-`
+/// (`42`, a UUID, `INV-2026-0042`); otherwise `_` followed by the lowercase
+/// hex of its UTF-8 bytes (`INV/7` becomes `_494e562f37`). `_` never starts
+/// an id used as is, so the two forms cannot collide, and either form is
+/// valid in a Message-ID and safe in a header whatever the id holds.
+pub fn id_token(invoice_id: &InvoiceId) -> String {
+    let id = invoice_id.as_str();
+    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return id.to_owned();
+    }
+    let mut token = String::with_capacity(1 + 2 * id.len());
+    token.push('_');
+    for b in id.bytes() {
+        token.push_str(&format!("{b:02x}"));
+    }
+    token
 }
 
 /// Removes control characters (CR, LF, TAB, ...), collapses whitespace and
@@ -128,12 +148,12 @@ pub fn build_message(
     period: &str,
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
-    let invoice_id = invoice.id;
+    let invoice_id = &invoice.id;
     let email = customer.email.trim();
     let address: Address =
         email.parse().map_err(
             |e: lettre::address::AddressError| MessageError::InvalidAddress {
-                invoice_id,
+                invoice_id: invoice_id.clone(),
                 reason: if email.is_empty() {
                     "the customer has no email address".to_owned()
                 } else {
@@ -149,7 +169,7 @@ pub fn build_message(
         .to(to)
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
-        .header(XInvoiceId(invoice_id.to_string()))
+        .header(XInvoiceId(id_token(invoice_id)))
         .header(XReminderPeriod(period.to_owned()));
     if let Some(reply_to) = reply_to {
         builder = builder.reply_to(reply_to.clone());
@@ -160,11 +180,11 @@ pub fn build_message(
         None => builder.header(ContentType::TEXT_PLAIN).body(rendered.text),
     };
     let message = built.map_err(|e| MessageError::Build {
-        invoice_id,
+        invoice_id: invoice_id.clone(),
         reason: e.to_string(),
     })?;
     Ok(OutgoingMail {
-        invoice_id,
+        invoice_id: invoice_id.clone(),
         message_id: id,
         envelope: message.envelope().clone(),
         bytes: message.formatted(),
@@ -189,11 +209,12 @@ mod tests {
 
     fn invoice() -> Invoice {
         Invoice {
-            id: InvoiceId(42),
+            id: InvoiceId("42".into()),
             number: "INV-7".into(),
-            amount_cents: 123_456,
+            amount: crate::domain::Amount::Minor(123_456),
             currency: "EUR".into(),
             due_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
+            payment_url: None,
         }
     }
 

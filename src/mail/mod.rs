@@ -37,7 +37,7 @@ pub fn compose(
     let rendered = templates
         .render(&stage.template, step, &stage.name, invoice, customer, today)
         .map_err(|e| MessageError::Render {
-            invoice_id: invoice.id,
+            invoice_id: invoice.id.clone(),
             reason: e.to_string(),
         })?;
     build_message(

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::format::{Formats, parse_locale};
 use crate::config::{CompanySettings, TemplateSettings};
-use crate::domain::{Customer, Invoice, InvoiceId};
+use crate::domain::{Amount, Customer, Invoice, InvoiceId};
 use crate::stages::{Stages, Step};
 
 /// Longest customer name we put in a header or greeting.
@@ -251,7 +251,7 @@ impl Templates {
                 RenderError::Template { file, line, reason } => {
                     TemplateError::Broken { file, line, reason }
                 }
-                RenderError::Missing(reason) => TemplateError::Broken {
+                RenderError::Missing(reason) | RenderError::Data(reason) => TemplateError::Broken {
                     file: format!("{locale}/{template}"),
                     line: None,
                     reason,
@@ -312,7 +312,7 @@ impl Templates {
             invoice: InvoiceVars {
                 id: invoice.id.to_string(),
                 number: super::message::sanitize(&invoice.number, MAX_NUMBER_CHARS),
-                amount: invoice.amount_cents,
+                amount: self.minor_units(invoice)?,
                 currency: invoice.currency.clone(),
                 due_date: invoice.due_date.to_string(),
                 days_overdue: (today - invoice.due_date).num_days(),
@@ -336,7 +336,10 @@ impl Templates {
             today: today.to_string(),
             locale: format_locale.to_string(),
         };
-        if self.company.payment_url.is_some() {
+        if let Some(url) = &invoice.payment_url {
+            // The source's own link for this invoice wins.
+            vars.company.payment_url = url.trim().to_owned();
+        } else if self.company.payment_url.is_some() {
             vars.company.payment_url = self.render_one(PAYMENT_URL, &vars)?.trim().to_owned();
         }
         let name = |part: &str| format!("{locale}/{template}.{part}.j2");
@@ -351,6 +354,17 @@ impl Templates {
             text,
             html,
         })
+    }
+
+    /// The invoice's amount in minor units of its currency.
+    fn minor_units(&self, invoice: &Invoice) -> Result<i64, RenderError> {
+        match &invoice.amount {
+            Amount::Minor(minor) => Ok(*minor),
+            Amount::Major(major) => {
+                super::format::major_to_minor(major, &invoice.currency).map_err(RenderError::Data)
+            }
+            Amount::Missing => Err(RenderError::Data("the source's amount is NULL".to_owned())),
+        }
     }
 
     fn render_one(&self, name: &str, vars: &Vars<'_>) -> Result<String, RenderError> {
@@ -379,6 +393,9 @@ pub enum RenderError {
     },
     #[error("{0}")]
     Missing(String),
+    /// The invoice's data cannot make a reminder (its amount).
+    #[error("{0}")]
+    Data(String),
 }
 
 fn broken(origin: &str, e: &minijinja::Error) -> TemplateError {
@@ -474,11 +491,12 @@ fn locale_of(state: &State) -> Locale {
 fn sample(today: NaiveDate) -> (Invoice, Customer) {
     (
         Invoice {
-            id: InvoiceId(1),
+            id: InvoiceId("1".into()),
             number: "INV-0001".into(),
-            amount_cents: 123_456,
+            amount: crate::domain::Amount::Minor(123_456),
             currency: "EUR".into(),
             due_date: today - chrono::Days::new(10),
+            payment_url: None,
         },
         Customer {
             name: "Ada Lovelace".into(),

@@ -61,7 +61,7 @@ impl SendError {
 
 /// What a failed send means for its row: retried later, dropped for good,
 /// or unknown. An unreachable server is `Deferred` (no attempt used).
-pub fn classify(invoice_id: InvoiceId, e: SendError) -> Delivery {
+pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
     let error = e.to_string();
     match e {
         SendError::NotDelivered { connect: true, .. }

@@ -116,14 +116,15 @@ impl Pipeline<'_> {
             let page = db::invoices::fetch_owed_page(&self.ctx.db, window, self.owed, after, limit)
                 .await
                 .map_err(db_err("reading the invoices that owe a reminder"))?;
-            let Some(last) = page.last().copied() else {
+            let Some(last) = page.last().cloned() else {
                 return Ok(true);
             };
             after = Some(last);
             if !self.reserve(limit).await {
                 return Ok(false);
             }
-            let ids: Vec<InvoiceId> = page.iter().map(|k| k.id).collect();
+            let full_page = page.len() >= limit as usize;
+            let ids: Vec<InvoiceId> = page.into_iter().map(|k| k.id).collect();
             let claimed = db::reminders::claim_batch(
                 &self.ctx.db,
                 &ids,
@@ -144,7 +145,7 @@ impl Pipeline<'_> {
             if !self.hand_on(batches, claimed).await {
                 return Ok(false);
             }
-            if page.len() < limit as usize {
+            if !full_page {
                 return Ok(true);
             }
         }

@@ -175,7 +175,7 @@ impl Deferred {
                 unwritten += 1;
                 let message_id = match &row.delivery {
                     Delivery::Sent { message_id } => message_id.clone(),
-                    _ => mail::message_id(row.invoice, &row.period, message_id_domain),
+                    _ => mail::message_id(&row.invoice, &row.period, message_id_domain),
                 };
                 tracing::error!(
                     run_id = d.run_id,

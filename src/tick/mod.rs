@@ -113,6 +113,9 @@ pub enum TickError {
         #[source]
         source: sqlx::Error,
     },
+    /// `source.relation` does not satisfy the source contract.
+    #[error("{0}")]
+    Source(String),
 }
 
 impl TickError {
@@ -121,6 +124,7 @@ impl TickError {
     pub fn configuration_problem(&self) -> Option<String> {
         match self {
             Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
+            Self::Source(problem) => Some(problem.clone()),
             Self::Database { source, .. } if crate::lock::is_refused_login(source) => {
                 Some(format!(
                     "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
@@ -185,6 +189,15 @@ async fn lock_and_work(
     slot: Option<DateTime<Utc>>,
 ) -> Result<TickOutcome, TickError> {
     ctx.deferred.flush(&ctx.db).await;
+    // Once per process, when the database first answers: the source has
+    // the contract's columns (see `db::source`).
+    db::source::check(&ctx.db).await.map_err(|e| match e {
+        e @ db::source::SourceError::Contract(_) => TickError::Source(e.to_string()),
+        db::source::SourceError::Database(source) => TickError::Database {
+            doing: "checking source.relation",
+            source,
+        },
+    })?;
     // Fencing tokens must stay above every token any holder has drawn, even
     // if the lock backend lost its counter.
     let fence_floor = db::locks::fence_high_water(&ctx.db, ctx.lock.key())

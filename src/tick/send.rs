@@ -22,7 +22,7 @@ use crate::mail::{self, SendError};
 /// What the marker hands the senders.
 enum Next {
     /// Marked started; sends while holding its `started` permit.
-    Send(Claimed, OwnedSemaphorePermit),
+    Send(Box<Claimed>, OwnedSemaphorePermit),
     /// This many claimed rows will not be sent this tick.
     Skip(usize),
 }
@@ -99,7 +99,7 @@ impl Pipeline<'_> {
 
     async fn handle(&self, next: Next) -> Attempt {
         match next {
-            Next::Send(reminder, permit) => self.attempt(reminder, permit).await,
+            Next::Send(reminder, permit) => self.attempt(*reminder, permit).await,
             Next::Skip(n) => {
                 self.unrecorded.add_permits(n);
                 Attempt::NotSent
@@ -143,7 +143,7 @@ impl Pipeline<'_> {
                 let mut skipped = 0;
                 for (row, permit) in rows.into_iter().zip(singles) {
                     if marked.contains(&row.id) {
-                        m.ready.push_back(Next::Send(row, permit));
+                        m.ready.push_back(Next::Send(Box::new(row), permit));
                     } else {
                         // Returned by another run's sweep: not ours to send.
                         skipped += 1;
@@ -175,7 +175,7 @@ impl Pipeline<'_> {
     /// One marked reminder: wait for a rate slot, check we may still send,
     /// build, send, classify.
     async fn attempt(&self, reminder: Claimed, _started: OwnedSemaphorePermit) -> Attempt {
-        let (id, invoice_id) = (reminder.id, reminder.invoice.id);
+        let (id, invoice_id) = (reminder.id, reminder.invoice.id.clone());
         self.ctx.mailer.pace().await;
         if let Some(stop) = self.stop_reason() {
             tracing::debug!(%invoice_id, ?stop, "not sending");
@@ -194,7 +194,7 @@ impl Pipeline<'_> {
                 self.today,
             ),
             None => Err(mail::MessageError::Render {
-                invoice_id,
+                invoice_id: invoice_id.clone(),
                 reason: format!(
                     "step {:?} is not one of reminders.stages (was the configuration changed?)",
                     reminder.period
@@ -204,7 +204,7 @@ impl Pipeline<'_> {
         let finished = |delivery| {
             Attempt::Finished(Attempted {
                 id,
-                invoice: invoice_id,
+                invoice: invoice_id.clone(),
                 period: reminder.period.clone(),
                 attempts_before: reminder.attempts,
                 delivery,
@@ -237,7 +237,7 @@ impl Pipeline<'_> {
                 if e.is_unreachable() && self.stop(Stop::SmtpDown) {
                     tracing::error!(%invoice_id, error = %e, "SMTP server unreachable; handing back the rest of this tick");
                 }
-                finished(mail::classify(invoice_id, e))
+                finished(mail::classify(&invoice_id, e))
             }
         }
     }

@@ -200,3 +200,31 @@ macro_rules! for_each_backend {
         }
     )*};
 }
+
+/// Like [`for_each_backend!`], plus a third run, `redis_user_view`, reading
+/// invoices through a view of the user's own (`Source::UserView`), for the
+/// scenarios that must hold whatever the source is.
+#[macro_export]
+macro_rules! for_each_backend_and_source {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            use $crate::common::Backend;
+            use $crate::harness::Source;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$name(Backend::Redis, Source::Demo).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(Backend::Postgres, Source::Demo).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_user_view() {
+                super::$name(Backend::Redis, Source::UserView).await
+            }
+        }
+    )*};
+}

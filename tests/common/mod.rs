@@ -8,6 +8,8 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod billing;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod relay;
 pub mod smtp;
@@ -53,6 +55,16 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn create() -> Self {
+        let db = Self::create_empty().await;
+        let schema = invoice_reminder::config::SqlName::parse("invoice_reminder").expect("schema");
+        invoice_reminder::db::migrate(&db.pool, &schema)
+            .await
+            .expect("migrate test database");
+        db
+    }
+
+    /// A new database with nothing in it (not migrated).
+    pub async fn create_empty() -> Self {
         let admin = postgres_admin_url();
         let name = format!("ir_test_{}", Uuid::new_v4().simple());
         let admin_pool = PgPoolOptions::new()
@@ -66,14 +78,17 @@ impl TestDb {
             .expect("create test database");
         admin_pool.close().await;
         let url = url_for_database(&admin, &name);
+        // The tests' own SQL names our tables unqualified; the worker's
+        // never does (it is given the plain URL).
+        let options = url
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .expect("test database URL")
+            .options([("search_path", "invoice_reminder,public")]);
         let pool = PgPoolOptions::new()
             .max_connections(5)
-            .connect(&url)
+            .connect_with(options)
             .await
             .expect("connect to test database");
-        invoice_reminder::db::migrate(&pool)
-            .await
-            .expect("migrate test database");
         Self { name, url, pool }
     }
 }
@@ -156,8 +171,13 @@ pub struct World {
 
 impl World {
     pub async fn new() -> Self {
+        Self::on(TestDb::create().await).await
+    }
+
+    /// A world on `db` as it is (e.g. not migrated yet).
+    pub async fn on(db: TestDb) -> Self {
         Self {
-            db: TestDb::create().await,
+            db,
             redis: RedisPrefix::new(),
             sink: SmtpSink::start(),
             overrides: Vec::new(),
@@ -427,7 +447,7 @@ pub async fn insert_invoice_in(
 
 /// Reminder statuses by invoice id.
 pub async fn statuses(pool: &PgPool) -> Vec<(i64, String)> {
-    sqlx::query_as("SELECT invoice_id, status FROM reminders ORDER BY invoice_id")
+    sqlx::query_as("SELECT invoice_id::bigint, status FROM reminders ORDER BY invoice_id::bigint")
         .fetch_all(pool)
         .await
         .expect("read reminders")

@@ -150,15 +150,12 @@ async fn serve(
     {
         return;
     }
-    match session(&mut plain, &state, &options, false).await {
-        Some(Upgrade) => {
-            let Ok(tls) = acceptor.accept(plain.into_inner()).await else {
-                return;
-            };
-            let mut tls = BufReader::new(tls);
-            let _ = session(&mut tls, &state, &options, true).await;
-        }
-        None => {}
+    if let Some(Upgrade) = session(&mut plain, &state, &options, false).await {
+        let Ok(tls) = acceptor.accept(plain.into_inner()).await else {
+            return;
+        };
+        let mut tls = BufReader::new(tls);
+        let _ = session(&mut tls, &state, &options, true).await;
     }
 }
 

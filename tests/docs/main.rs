@@ -258,7 +258,7 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     );
 
     let unknown: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT invoice_id FROM ({}) u",
+        "SELECT invoice_id::bigint FROM ({}) u",
         readme_query("-- Unknown deliveries")
     )))
     .fetch_all(pool)

@@ -60,14 +60,14 @@ async fn bad_rows_each_become_one_final_failure_with_a_reason_and_the_rest_go_ou
     let failed = report["failed"].as_array().unwrap();
     let mut discarded: Vec<i64> = failed
         .iter()
-        .filter_map(|f| f["invoice_id"].as_i64())
+        .filter_map(|f| f["invoice_id"].as_str().and_then(|s| s.parse::<i64>().ok()))
         .collect();
     discarded.sort();
     assert_eq!(discarded, vec![empty, invalid]);
     for f in failed {
         let reason = f["last_error"].as_str().unwrap();
         assert!(
-            reason.contains(&format!("invoice {}", f["invoice_id"])),
+            reason.contains(&format!("invoice {}", f["invoice_id"].as_str().unwrap())),
             "{reason}"
         );
         assert_eq!(f["status"], "discarded");

@@ -49,7 +49,7 @@ async fn lose_the_database_mid_tick(world: &World, proxy: &Proxy, replica: &Repl
 /// The (invoice, period) of every received mail whose row is not `sent`.
 async fn received_but_not_sent(world: &World) -> Vec<(i64, String)> {
     let sent: HashSet<(i64, String)> = sqlx::query_as::<_, (i64, String)>(
-        "SELECT invoice_id, period::text FROM reminders WHERE status = 'sent'",
+        "SELECT invoice_id::bigint, period::text FROM reminders WHERE status = 'sent'",
     )
     .fetch_all(world.pool())
     .await

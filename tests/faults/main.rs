@@ -21,3 +21,4 @@ mod replicas;
 mod shutdown;
 mod smtp;
 mod soak;
+mod source;

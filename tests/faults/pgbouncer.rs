@@ -4,97 +4,11 @@
 //! (`ignore_startup_parameters = extra_float_digits`); `migrate` refuses;
 //! a refused login is one configuration error naming `database.url`.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::pgbouncer::PgBouncer;
 use crate::common::{self, World};
 use crate::harness::{self, Replica, ReplicaOptions};
-
-/// A pgbouncer of the test's own, in transaction mode, in front of the
-/// test PostgreSQL.
-struct PgBouncer {
-    port: u16,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl PgBouncer {
-    /// `password`: None lets every user in (`auth_type = trust`); Some
-    /// requires it for the user `postgres` (`auth_type = plain`), and then
-    /// also ignores `options`, so a worker without `pooler = "transaction"`
-    /// (the PostgreSQL lock backend) gets as far as the login.
-    async fn start(password: Option<&str>) -> Self {
-        let port = harness::free_port();
-        let dir = std::env::temp_dir().join(format!("invoice-reminder-pgbouncer-{port}"));
-        std::fs::create_dir_all(&dir).expect("pgbouncer dir");
-        let auth = match password {
-            None => "trust",
-            Some(_) => "plain",
-        };
-        let ini = format!(
-            "[databases]\n* = host=127.0.0.1 port=5432\n\
-             [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
-             auth_type = {auth}\nauth_file = {users}\npool_mode = transaction\n\
-             default_pool_size = 4\nmax_client_conn = 200\n\
-             ignore_startup_parameters = extra_float_digits{more}\n",
-            users = dir.join("users.txt").display(),
-            more = if password.is_some() { ",options" } else { "" },
-        );
-        std::fs::write(dir.join("pgbouncer.ini"), ini).expect("pgbouncer.ini");
-        std::fs::write(
-            dir.join("users.txt"),
-            format!("\"postgres\" \"{}\"\n", password.unwrap_or("")),
-        )
-        .expect("users.txt");
-        let mut cmd = Command::new(pgbouncer_binary());
-        // PgBouncer refuses to run as root; as root, tell it whom to become.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.arg("-u").arg("postgres");
-        }
-        cmd.arg(dir.join("pgbouncer.ini"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("pgbouncer.log")).expect("pgbouncer log"),
-            ));
-        let child = harness::die_with_test(&mut cmd)
-            .spawn()
-            .expect("start pgbouncer (apt-get install pgbouncer; see README)");
-        let bouncer = Self { port, dir, child };
-        common::wait_until("pgbouncer listens", Duration::from_secs(10), || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        })
-        .await;
-        bouncer
-    }
-
-    /// `url` (a test database on 127.0.0.1:5432) through this pgbouncer.
-    fn url(&self, url: &str) -> String {
-        url.replace("127.0.0.1:5432", &format!("127.0.0.1:{}", self.port))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PgBouncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn pgbouncer_binary() -> PathBuf {
-    ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("pgbouncer"))
-}
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -137,7 +137,7 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
     .await
     .unwrap();
 
-    let ids = [InvoiceId(owed), InvoiceId(paid)];
+    let ids = [InvoiceId::from(owed), InvoiceId::from(paid)];
     let (window, today) = common::window(world.pool(), "overdue").await;
     let first = db::reminders::claim_batch(&world.database(), &ids, &window, today, run, None)
         .await
@@ -147,8 +147,11 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
         .unwrap();
 
     assert_eq!(
-        first.iter().map(|c| c.invoice.id).collect::<Vec<_>>(),
-        vec![InvoiceId(owed)]
+        first
+            .iter()
+            .map(|c| c.invoice.id.clone())
+            .collect::<Vec<_>>(),
+        vec![InvoiceId::from(owed)]
     );
     assert!(second.is_empty());
 }
@@ -210,7 +213,11 @@ async fn a_dry_run_lists_what_would_be_sent_and_claims_nothing() {
         .await
         .unwrap();
 
-    let mut listed: Vec<i64> = plan.would_send.iter().map(|r| r.invoice_id.0).collect();
+    let mut listed: Vec<i64> = plan
+        .would_send
+        .iter()
+        .map(|r| r.invoice_id.0.parse().unwrap())
+        .collect();
     listed.sort();
     assert_eq!(listed, ids);
     assert!(common::statuses(world.pool()).await.is_empty());

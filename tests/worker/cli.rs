@@ -102,7 +102,7 @@ async fn audit_exits_1_and_names_the_pairs_when_duplicates_exist() {
     );
     assert_eq!(json.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(report["duplicates"][0]["invoice_id"], invoice);
+    assert_eq!(report["duplicates"][0]["invoice_id"], invoice.to_string());
     assert_eq!(report["duplicates"][0]["copies"], 2);
 }
 
@@ -114,7 +114,7 @@ async fn audit_reports_unknown_failed_and_missing_reminders() {
     world.sink.set_mode(SmtpMode::Refuse5xx);
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
     // One reminder left `sending` by a run that ended: delivery unknown.
-    sqlx::query("UPDATE reminders SET status = 'sending' WHERE invoice_id = $1")
+    sqlx::query("UPDATE reminders SET status = 'sending' WHERE invoice_id = $1::text")
         .bind(ids[0])
         .execute(world.pool())
         .await
@@ -126,10 +126,10 @@ async fn audit_reports_unknown_failed_and_missing_reminders() {
     assert_eq!(out.status.code(), Some(0), "no duplicates");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["unknown"].as_array().unwrap().len(), 1);
-    assert_eq!(report["unknown"][0]["invoice_id"], ids[0]);
+    assert_eq!(report["unknown"][0]["invoice_id"], ids[0].to_string());
     assert_eq!(report["failed"].as_array().unwrap().len(), 3);
     assert_eq!(report["missing_count"], 1);
-    assert_eq!(report["missing"][0]["invoice_id"], missing);
+    assert_eq!(report["missing"][0]["invoice_id"], missing.to_string());
     assert_eq!(report["counts"]["discarded"], 3);
 }
 

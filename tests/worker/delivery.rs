@@ -35,7 +35,7 @@ async fn each_reminder_carries_a_deterministic_message_id_and_invoice_headers() 
     assert!(mail.body.contains("50.00 EUR"), "{}", mail.body);
     assert!(mail.body.contains("12 days overdue"), "{}", mail.body);
     let stored: Option<String> =
-        sqlx::query_scalar("SELECT message_id FROM reminders WHERE invoice_id = $1")
+        sqlx::query_scalar("SELECT message_id FROM reminders WHERE invoice_id = $1::text")
             .bind(id)
             .fetch_one(world.pool())
             .await
@@ -82,11 +82,12 @@ async fn an_invalid_address_is_discarded_with_its_reason_and_the_others_still_go
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
     assert_eq!(world.sink.invoice_ids(), vec![good]);
-    let rows: Vec<(i64, String, Option<String>)> =
-        sqlx::query_as("SELECT invoice_id, status, last_error FROM reminders ORDER BY invoice_id")
-            .fetch_all(world.pool())
-            .await
-            .unwrap();
+    let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+        "SELECT invoice_id::bigint, status, last_error FROM reminders ORDER BY invoice_id::bigint",
+    )
+    .fetch_all(world.pool())
+    .await
+    .unwrap();
     assert_eq!(rows.len(), 3);
     for (invoice, status, error) in &rows[..2] {
         assert_eq!(status, "discarded");

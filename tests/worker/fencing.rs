@@ -165,5 +165,5 @@ async fn fencing_tokens_grow_with_every_acquisition(backend: Backend) {
 }
 
 fn ids(invoices: &[i64]) -> Vec<InvoiceId> {
-    invoices.iter().copied().map(InvoiceId).collect()
+    invoices.iter().copied().map(InvoiceId::from).collect()
 }

@@ -14,5 +14,6 @@ mod locking;
 mod operator;
 mod relays;
 mod reliability;
+mod source;
 mod stages;
 mod templates;

@@ -62,7 +62,7 @@ async fn next_prints_the_schedules_fires_across_daylight_saving_from_the_code_ru
 async fn make_unknown(world: &World, invoice: i64) -> i64 {
     sqlx::query_scalar(
         "UPDATE reminders SET status = 'sending', sent_at = NULL, message_id = NULL
-          WHERE invoice_id = $1 RETURNING id",
+          WHERE invoice_id = $1::text RETURNING id",
     )
     .bind(invoice)
     .fetch_one(world.pool())
@@ -86,7 +86,7 @@ async fn resolve_settles_unknown_deliveries_and_refuses_everything_else() {
     let went_out = make_unknown(&world, ids[0]).await;
     let lost = make_unknown(&world, ids[1]).await;
     let superseded = make_unknown(&world, ids[2]).await;
-    let delivered: i64 = sqlx::query_scalar("SELECT id FROM reminders WHERE invoice_id = $1")
+    let delivered: i64 = sqlx::query_scalar("SELECT id FROM reminders WHERE invoice_id = $1::text")
         .bind(ids[3])
         .fetch_one(world.pool())
         .await
@@ -113,7 +113,13 @@ async fn resolve_settles_unknown_deliveries_and_refuses_everything_else() {
     .await;
     tick(&world).await;
 
-    assert_eq!(sent.status.code(), Some(0), "{}", common::stdout(&sent));
+    assert_eq!(
+        sent.status.code(),
+        Some(0),
+        "{}{}",
+        common::stdout(&sent),
+        String::from_utf8_lossy(&sent.stderr)
+    );
     assert!(common::stdout(&sent).contains("unknown -> sent"));
     assert_eq!(status_of(&world, went_out).await, "sent");
     assert_eq!(resend.status.code(), Some(0), "{}", common::stdout(&resend));

@@ -27,7 +27,7 @@ async fn refuse_sent_updates(world: &World, invoice: Option<i64>) {
            RETURN NEW;
          END $$;
          CREATE TRIGGER refuse_sent BEFORE UPDATE ON reminders FOR EACH ROW EXECUTE FUNCTION refuse_sent();",
-        cond = invoice.map_or("true".to_owned(), |id| format!("NEW.invoice_id = {id}"))
+        cond = invoice.map_or("true".to_owned(), |id| format!("NEW.invoice_id = '{id}'"))
     )))
     .execute(world.pool())
     .await
@@ -88,7 +88,7 @@ async fn one_bad_held_result_is_dropped_and_the_others_are_written() {
 
     assert_eq!(common::count_status(world.pool(), "sent").await, 9);
     let bad_status: String =
-        sqlx::query_scalar("SELECT status FROM reminders WHERE invoice_id = $1")
+        sqlx::query_scalar("SELECT status FROM reminders WHERE invoice_id = $1::text")
             .bind(bad)
             .fetch_one(world.pool())
             .await
@@ -302,14 +302,14 @@ async fn recording_one_unknown_result_twice_counts_the_attempt_once() {
     world.sink.set_mode(SmtpMode::Refuse4xx);
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
     let (id, run, period, invoice): (i64, i64, String, i64) = sqlx::query_as(
-        "UPDATE reminders SET status = 'sending' RETURNING id, run_id, period, invoice_id",
+        "UPDATE reminders SET status = 'sending' RETURNING id, run_id, period, invoice_id::bigint",
     )
     .fetch_one(world.pool())
     .await
     .unwrap();
     let unknown = Attempted {
         id: ReminderId(id),
-        invoice: InvoiceId(invoice),
+        invoice: InvoiceId::from(invoice),
         period,
         attempts_before: 1,
         delivery: Delivery::Unknown {

@@ -160,7 +160,7 @@ async fn min_days_between_delays_the_next_step_until_the_gap_has_passed() {
     let while_in_gap = steps(&world);
     // Two days later by the reminder's date: the gap has passed.
     sqlx::query(
-        "UPDATE reminders SET created_at = created_at - interval '2 days' WHERE invoice_id = $1",
+        "UPDATE reminders SET created_at = created_at - interval '2 days' WHERE invoice_id = $1::text",
     )
     .bind(id)
     .execute(world.pool())
@@ -217,7 +217,7 @@ async fn audit_counts_as_missing_the_invoices_whose_due_step_has_no_reminder() {
         .iter()
         .map(|m| {
             (
-                m["invoice_id"].as_i64().unwrap(),
+                m["invoice_id"].as_str().unwrap().parse::<i64>().unwrap(),
                 m["step"].as_str().unwrap().to_owned(),
             )
         })

@@ -1,0 +1,128 @@
+//! Statement text with the configured names put in.
+//!
+//! Statements name our tables `{ir}.reminders`, `{ir}.job_runs`, ... and
+//! the invoice source `{src}` (aliased `s`); [`Names::sql`] replaces them
+//! with the quoted `database.schema` and the quoted, schema-qualified
+//! `source.relation`. Nothing goes through `search_path`, so statements
+//! mean the same through a transaction pooler (which carries no session
+//! settings) and in a database whose `public` schema has tables of the same
+//! names. `{amount}` becomes the source's amount column, whichever of the
+//! two the contract allows it has ([`AmountColumn`], learned by the
+//! start-up check in `source`).
+
+use std::sync::OnceLock;
+
+use crate::config::{RelationName, Settings, SqlName};
+
+/// Which amount column the source has (exactly one of the two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmountColumn {
+    /// `amount_minor`: an integer in the currency's minor units.
+    Minor,
+    /// `amount`: a numeric in major units, converted by the worker.
+    Major,
+}
+
+impl AmountColumn {
+    /// Two columns every statement that reads amounts selects: the minor
+    /// units, or the major amount as exact decimal text.
+    fn select(self) -> &'static str {
+        match self {
+            Self::Minor => "s.amount_minor::bigint AS amount_minor, NULL::text AS amount_major",
+            Self::Major => "NULL::bigint AS amount_minor, s.amount::text AS amount_major",
+        }
+    }
+}
+
+/// Our schema and the source relation, quoted once.
+#[derive(Debug)]
+pub struct Names {
+    schema: SqlName,
+    schema_sql: String,
+    source: RelationName,
+    source_sql: String,
+    amount: OnceLock<AmountColumn>,
+}
+
+impl Names {
+    pub fn new(schema: &SqlName, source: &RelationName) -> Self {
+        Self {
+            schema: schema.clone(),
+            schema_sql: schema.quoted(),
+            source: source.clone(),
+            source_sql: source.qualified(schema),
+            amount: OnceLock::new(),
+        }
+    }
+
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self::new(&settings.database.schema, &settings.source.relation)
+    }
+
+    /// The defaults (`invoice_reminder`, `reminder_source`, `amount_minor`),
+    /// for tools and tests that use the demo tables.
+    pub fn defaults() -> Self {
+        let names = Self::new(
+            &SqlName::parse("invoice_reminder").unwrap_or_else(|_| unreachable!()),
+            &RelationName::parse("reminder_source").unwrap_or_else(|_| unreachable!()),
+        );
+        names.set_amount(AmountColumn::Minor);
+        names
+    }
+
+    pub fn schema(&self) -> &SqlName {
+        &self.schema
+    }
+
+    pub fn source(&self) -> &RelationName {
+        &self.source
+    }
+
+    /// `"schema"."relation"`, quoted.
+    pub fn source_sql(&self) -> &str {
+        &self.source_sql
+    }
+
+    /// Records what the start-up check found; later calls are ignored
+    /// (the shape of a running source does not change under us).
+    pub fn set_amount(&self, amount: AmountColumn) {
+        let _ = self.amount.set(amount);
+    }
+
+    /// Whether the start-up check has run.
+    pub fn source_checked(&self) -> bool {
+        self.amount.get().is_some()
+    }
+
+    /// `template` with `{ir}`, `{src}` and `{amount}` filled in.
+    pub fn sql(&self, template: &str) -> sqlx::AssertSqlSafe<String> {
+        let amount = self.amount.get().copied().unwrap_or(AmountColumn::Minor);
+        // Only quoted identifiers from the settings and fixed text go in.
+        sqlx::AssertSqlSafe(
+            template
+                .replace("{ir}", &self.schema_sql)
+                .replace("{src}", &self.source_sql)
+                .replace("{amount}", amount.select()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_the_schema_and_the_source_quoted() {
+        let names = Names::new(
+            &SqlName::parse("Billing Ops").unwrap_or_else(|e| panic!("{e}")),
+            &RelationName::parse("erp.due").unwrap_or_else(|e| panic!("{e}")),
+        );
+        names.set_amount(AmountColumn::Major);
+        let sqlx::AssertSqlSafe(sql) = names.sql("SELECT {amount} FROM {src} s, {ir}.reminders r");
+        assert_eq!(
+            sql,
+            "SELECT NULL::bigint AS amount_minor, s.amount::text AS amount_major \
+             FROM \"erp\".\"due\" s, \"Billing Ops\".reminders r"
+        );
+    }
+}
