@@ -26,7 +26,7 @@ pub struct Formats {
 
 /// The number of decimals ISO 4217 gives `currency`.
 pub fn minor_units(currency: &str) -> Result<u16, String> {
-    iso_currency::Currency::from_code(currency.trim())
+    iso_currency::Currency::from_code(&currency.trim().to_ascii_uppercase())
         .and_then(|c| c.exponent())
         .ok_or_else(|| format!("unknown currency {currency:?} (an ISO 4217 code such as EUR)"))
 }

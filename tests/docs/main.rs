@@ -266,3 +266,73 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     .unwrap();
     assert_eq!(unknown, vec![invoices[0]]);
 }
+
+/// The README's source contract table: (column, listed types).
+fn contract_table() -> Vec<(String, Vec<String>)> {
+    readme()
+        .lines()
+        .skip_while(|l| !l.starts_with("| column | type | meaning |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`').to_owned();
+            let types = cells[2]
+                .split(", ")
+                .filter(|t| *t != "nullable")
+                .map(|t| if t == "char(3)" { "character" } else { t })
+                .map(|t| if t == "varchar" { "character varying" } else { t })
+                .map(str::to_owned)
+                .collect();
+            (name, types)
+        })
+        .collect()
+}
+
+#[test]
+fn the_readmes_source_contract_is_the_one_the_worker_checks() {
+    use invoice_reminder::db::source::{AMOUNT_COLUMNS, CONTRACT};
+    let table = contract_table();
+    let listed: BTreeSet<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
+    let checked: BTreeSet<&str> = CONTRACT.iter().chain(AMOUNT_COLUMNS).map(|c| c.name).collect();
+    assert_eq!(listed, checked);
+    for (name, types) in &table {
+        let column = CONTRACT
+            .iter()
+            .chain(AMOUNT_COLUMNS)
+            .find(|c| c.name == name)
+            .unwrap();
+        for t in types {
+            assert!(column.types.contains(&t.as_str()), "{name}: README lists {t}, the check refuses it");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_readmes_example_views_pass_the_source_check() {
+    let examples: Vec<String> = blocks("sql")
+        .into_iter()
+        .filter(|b| b.contains("CREATE VIEW"))
+        .collect();
+    assert_eq!(examples.len(), 2, "the Rails-style and the UUID example");
+    for (example, relation) in examples.iter().zip(["public.billing_reminders", "billing.reminder_invoices"]) {
+        assert!(example.contains(&format!("CREATE VIEW {relation}")), "{example}");
+        let db = common::TestDb::create().await;
+        // As a user's session would run it: their own search_path.
+        let mut conn = db.pool.acquire().await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET search_path TO public; {example}")))
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{relation}: {e}"));
+        drop(conn);
+        let settings = Settings::load(&ConfigSource {
+            path: None,
+            env: vec![("INVOICE_REMINDER__SOURCE__RELATION".into(), relation.into())],
+        })
+        .unwrap();
+        let database = invoice_reminder::db::Db::new(db.pool.clone(), &settings);
+        invoice_reminder::db::source::check(&database)
+            .await
+            .unwrap_or_else(|e| panic!("{relation}: {e}"));
+    }
+}
