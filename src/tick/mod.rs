@@ -352,8 +352,14 @@ async fn finish(
             RunOutcome::RecordFailed,
             result.as_ref().err().map(ToString::to_string),
         ),
+        // A lost lease usually causes the error beside it (a replica
+        // resumed after a pause finds its statements past their deadline):
+        // the run ended because the lock was lost; the error is kept.
+        (_, Some(Stop::Lost(_))) => (
+            RunOutcome::LostLock,
+            result.as_ref().err().map(ToString::to_string),
+        ),
         (Err(e), _) => (RunOutcome::Error, Some(e.to_string())),
-        (Ok(()), Some(Stop::Lost(_))) => (RunOutcome::LostLock, None),
         (Ok(()), Some(Stop::Shutdown)) => (RunOutcome::Shutdown, None),
         (Ok(()), Some(Stop::SmtpDown)) => (RunOutcome::SmtpUnavailable, None),
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
@@ -389,10 +395,10 @@ async fn finish(
     );
     Ok(match outcome {
         RunOutcome::RecordFailed => TickOutcome::RecordFailed(summary),
+        RunOutcome::LostLock => TickOutcome::LockLost(summary),
         _ => {
             result?;
             match outcome {
-                RunOutcome::LostLock => TickOutcome::LockLost(summary),
                 RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
                 RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
                 RunOutcome::SmtpAuthFailed => TickOutcome::SmtpAuthFailed(summary),
