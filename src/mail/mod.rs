@@ -5,11 +5,13 @@
 //! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
 //! it never reads the database and never decides what is owed.
 
+mod filters;
 pub mod format;
 pub mod message;
 pub mod smtp;
 pub mod templates;
 pub mod transaction;
+mod vars;
 
 use chrono::NaiveDate;
 

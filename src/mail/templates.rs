@@ -18,13 +18,13 @@ use std::path::Path;
 
 use chrono::NaiveDate;
 use icu_locale_core::Locale;
-use minijinja::value::Value;
-use minijinja::{AutoEscape, Environment, State, UndefinedBehavior};
-use serde::Serialize;
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
+use super::filters::add_filters;
 use super::format::{Formats, parse_locale};
+use super::vars::{Vars, sample};
 use crate::config::{CompanySettings, TemplateSettings};
-use crate::domain::{Amount, Customer, Invoice, InvoiceId};
+use crate::domain::{Amount, Customer, Invoice};
 use crate::stages::{Stages, Step};
 
 /// Longest customer name we put in a header or greeting.
@@ -89,51 +89,6 @@ pub struct Templates {
     origins: BTreeMap<String, String>,
     default_locale: String,
     company: CompanySettings,
-}
-
-#[derive(Serialize)]
-struct Vars<'a> {
-    customer: CustomerVars<'a>,
-    invoice: InvoiceVars,
-    stage: StageVars<'a>,
-    company: CompanyVars<'a>,
-    today: String,
-    /// The locale amounts and dates are formatted in.
-    locale: String,
-}
-
-#[derive(Serialize)]
-struct CustomerVars<'a> {
-    name: String,
-    email: &'a str,
-    locale: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct InvoiceVars {
-    id: String,
-    number: String,
-    /// Minor units of `currency`; `{{ invoice.amount | money(invoice.currency) }}`.
-    amount: i64,
-    currency: String,
-    due_date: String,
-    /// Negative before the due date.
-    days_overdue: i64,
-}
-
-#[derive(Serialize)]
-struct StageVars<'a> {
-    name: &'a str,
-    key: &'a str,
-    occurrence: u32,
-}
-
-#[derive(Serialize)]
-struct CompanyVars<'a> {
-    name: &'a str,
-    reply_to: String,
-    support_email: &'a str,
-    payment_url: String,
 }
 
 impl Templates {
@@ -303,43 +258,12 @@ impl Templates {
         today: NaiveDate,
     ) -> Result<Rendered, RenderError> {
         let (locale, format_locale) = self.resolve(template, customer.locale.as_deref());
-        let mut vars = Vars {
-            customer: CustomerVars {
-                name: super::message::sanitize(&customer.name, MAX_NAME_CHARS),
-                email: customer.email.trim(),
-                locale: customer.locale.as_deref(),
-            },
-            invoice: InvoiceVars {
-                id: invoice.id.to_string(),
-                number: super::message::sanitize(&invoice.number, MAX_NUMBER_CHARS),
-                amount: self.minor_units(invoice)?,
-                currency: invoice.currency.clone(),
-                due_date: invoice.due_date.to_string(),
-                days_overdue: (today - invoice.due_date).num_days(),
-            },
-            stage: StageVars {
-                name: stage_name,
-                key: &step.key,
-                occurrence: step.occurrence,
-            },
-            company: CompanyVars {
-                name: &self.company.name,
-                reply_to: self
-                    .company
-                    .reply_to
-                    .as_ref()
-                    .map(|m| m.to_string())
-                    .unwrap_or_default(),
-                support_email: self.company.support_email.as_deref().unwrap_or_default(),
-                payment_url: String::new(),
-            },
-            today: today.to_string(),
-            locale: format_locale.to_string(),
-        };
-        if let Some(url) = &invoice.payment_url {
-            // The source's own link for this invoice wins.
-            vars.company.payment_url = url.trim().to_owned();
-        } else if self.company.payment_url.is_some() {
+        let amount = self.minor_units(invoice)?;
+        let mut vars = Vars::new(invoice, customer, step, stage_name, &self.company, today);
+        vars.invoice.amount = amount;
+        vars.locale = format_locale.to_string();
+        // The source's own link for this invoice (set by `Vars::new`) wins.
+        if invoice.payment_url.is_none() && self.company.payment_url.is_some() {
             vars.company.payment_url = self.render_one(PAYMENT_URL, &vars)?.trim().to_owned();
         }
         let name = |part: &str| format!("{locale}/{template}.{part}.j2");
@@ -442,66 +366,4 @@ fn read_dir(dir: &Path) -> Result<BTreeMap<String, (String, String)>, TemplateEr
         }
     }
     Ok(sources)
-}
-
-fn add_filters(env: &mut Environment<'static>, formats: Formats) {
-    let money_formats = formats.clone();
-    env.add_filter(
-        "money",
-        move |state: &State, amount: i64, currency: String| -> Result<String, minijinja::Error> {
-            money_formats
-                .money(amount, &currency, &locale_of(state))
-                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e))
-        },
-    );
-    env.add_filter(
-        "date",
-        move |state: &State,
-              value: String,
-              pattern: Option<String>|
-              -> Result<String, minijinja::Error> {
-            let invalid =
-                |e: String| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e);
-            let date: NaiveDate = value
-                .parse()
-                .map_err(|_| invalid(format!("{value:?} is not a date (YYYY-MM-DD)")))?;
-            match pattern {
-                None => formats.long_date(date, &locale_of(state)).map_err(invalid),
-                Some(pattern) => {
-                    use std::fmt::Write as _;
-                    let mut out = String::new();
-                    write!(out, "{}", date.format(&pattern))
-                        .map_err(|_| invalid(format!("{pattern:?} is not a strftime pattern")))?;
-                    Ok(out)
-                }
-            }
-        },
-    );
-}
-
-/// The `locale` variable of the render context.
-fn locale_of(state: &State) -> Locale {
-    state
-        .lookup("locale")
-        .and_then(|v: Value| v.as_str().and_then(parse_locale))
-        .unwrap_or(Locale::UNKNOWN)
-}
-
-/// The reminder templates are checked against.
-fn sample(today: NaiveDate) -> (Invoice, Customer) {
-    (
-        Invoice {
-            id: InvoiceId("1".into()),
-            number: "INV-0001".into(),
-            amount: crate::domain::Amount::Minor(123_456),
-            currency: "EUR".into(),
-            due_date: today - chrono::Days::new(10),
-            payment_url: None,
-        },
-        Customer {
-            name: "Ada Lovelace".into(),
-            email: "ada@example.com".into(),
-            locale: None,
-        },
-    )
 }

@@ -20,6 +20,7 @@
 
 mod claim;
 pub mod deferred;
+mod error;
 mod pipeline;
 mod send;
 
@@ -37,7 +38,9 @@ use crate::db;
 use crate::db::reminders::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
 use crate::domain::Counts;
-use crate::lock::{Acquisition, LeaseGuard, LockError, Released};
+use crate::lock::{Acquisition, LeaseGuard, Released};
+pub use error::TickError;
+pub(crate) use error::db_err;
 use pipeline::{Pipeline, Stop};
 
 /// The longest a fire waits for the database clock to reach its slot.
@@ -100,54 +103,6 @@ pub struct Summary {
     #[serde(flatten)]
     pub counts: Counts,
     pub duration_ms: u64,
-}
-
-/// Errors that end a tick early. The lock is released in every case.
-#[derive(Debug, thiserror::Error)]
-pub enum TickError {
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error("database error while {doing}: {}", describe_db_error(source))]
-    Database {
-        doing: &'static str,
-        #[source]
-        source: sqlx::Error,
-    },
-    /// `source.relation` does not satisfy the source contract.
-    #[error("{0}")]
-    Source(String),
-}
-
-impl TickError {
-    /// Credentials or permissions refused: retrying cannot help, the
-    /// configuration must change. The message names the key.
-    pub fn configuration_problem(&self) -> Option<String> {
-        match self {
-            Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
-            Self::Source(problem) => Some(problem.clone()),
-            Self::Database { source, .. } if crate::lock::is_refused_login(source) => {
-                Some(format!(
-                    "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
-                ))
-            }
-            _ => None,
-        }
-    }
-}
-
-/// sqlx's pool timeout hides its cause; say what it usually means.
-fn describe_db_error(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::PoolTimedOut => {
-            "no connection to PostgreSQL within database.connect_timeout (is it reachable?)"
-                .to_owned()
-        }
-        other => other.to_string(),
-    }
-}
-
-pub(crate) fn db_err(doing: &'static str) -> impl FnOnce(sqlx::Error) -> TickError {
-    move |source| TickError::Database { doing, source }
 }
 
 /// The lock a tick works under: its token is recorded in `job_runs`, its

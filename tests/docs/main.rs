@@ -281,7 +281,13 @@ fn contract_table() -> Vec<(String, Vec<String>)> {
                 .split(", ")
                 .filter(|t| *t != "nullable")
                 .map(|t| if t == "char(3)" { "character" } else { t })
-                .map(|t| if t == "varchar" { "character varying" } else { t })
+                .map(|t| {
+                    if t == "varchar" {
+                        "character varying"
+                    } else {
+                        t
+                    }
+                })
                 .map(str::to_owned)
                 .collect();
             (name, types)
@@ -294,7 +300,11 @@ fn the_readmes_source_contract_is_the_one_the_worker_checks() {
     use invoice_reminder::db::source::{AMOUNT_COLUMNS, CONTRACT};
     let table = contract_table();
     let listed: BTreeSet<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
-    let checked: BTreeSet<&str> = CONTRACT.iter().chain(AMOUNT_COLUMNS).map(|c| c.name).collect();
+    let checked: BTreeSet<&str> = CONTRACT
+        .iter()
+        .chain(AMOUNT_COLUMNS)
+        .map(|c| c.name)
+        .collect();
     assert_eq!(listed, checked);
     for (name, types) in &table {
         let column = CONTRACT
@@ -303,7 +313,10 @@ fn the_readmes_source_contract_is_the_one_the_worker_checks() {
             .find(|c| c.name == name)
             .unwrap();
         for t in types {
-            assert!(column.types.contains(&t.as_str()), "{name}: README lists {t}, the check refuses it");
+            assert!(
+                column.types.contains(&t.as_str()),
+                "{name}: README lists {t}, the check refuses it"
+            );
         }
     }
 }
@@ -315,15 +328,23 @@ async fn the_readmes_example_views_pass_the_source_check() {
         .filter(|b| b.contains("CREATE VIEW"))
         .collect();
     assert_eq!(examples.len(), 2, "the Rails-style and the UUID example");
-    for (example, relation) in examples.iter().zip(["public.billing_reminders", "billing.reminder_invoices"]) {
-        assert!(example.contains(&format!("CREATE VIEW {relation}")), "{example}");
+    for (example, relation) in examples
+        .iter()
+        .zip(["public.billing_reminders", "billing.reminder_invoices"])
+    {
+        assert!(
+            example.contains(&format!("CREATE VIEW {relation}")),
+            "{example}"
+        );
         let db = common::TestDb::create().await;
         // As a user's session would run it: their own search_path.
         let mut conn = db.pool.acquire().await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET search_path TO public; {example}")))
-            .execute(&mut *conn)
-            .await
-            .unwrap_or_else(|e| panic!("{relation}: {e}"));
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET search_path TO public; {example}"
+        )))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{relation}: {e}"));
         drop(conn);
         let settings = Settings::load(&ConfigSource {
             path: None,

@@ -1,0 +1,248 @@
+//! The sections of [`Settings`](super::Settings), one struct per TOML table.
+//! Every field is required here: its default is in `config/default.toml`,
+//! the only place a default is written, so a value can never silently come
+//! from two places.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono_tz::Tz;
+use lettre::message::Mailbox;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+
+use super::names::{RelationName, SqlName};
+use super::types::{self, Cron, DatabaseUrl, RedisUrl, redact_url};
+use crate::stages::Stages;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    pub url: DatabaseUrl,
+    pub max_connections: u32,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Client-side deadline of every database call (see `db::conn`).
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+    pub pooler: Pooler,
+    /// Where our tables live (`reminders`, `job_runs`, ..., the demo tables
+    /// and the default source view); created by `migrate`.
+    pub schema: SqlName,
+}
+
+/// `[source]`: where the invoices that may owe a reminder come from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSettings {
+    /// The relation (usually a view) with the source contract's columns;
+    /// unqualified: in `database.schema`.
+    pub relation: RelationName,
+}
+
+/// What sits between the worker and PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// A direct connection (or a session-mode pooler).
+    None,
+    /// A transaction-mode pooler (PgBouncer `pool_mode = transaction`,
+    /// Supabase, Neon, Heroku): no session state between transactions.
+    Transaction,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    pub url: RedisUrl,
+    /// Connect and response timeout; a reply that takes longer is treated as
+    /// lost (an ambiguous result for `SET NX`).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSettings {
+    pub cron: Cron,
+    #[serde(deserialize_with = "types::timezone")]
+    pub timezone: Tz,
+    /// See [`Settings::max_tick_duration`].
+    pub max_tick_duration: MaxTickDuration,
+}
+
+/// `schedule.max_tick_duration`: a duration, or `"auto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaxTickDuration {
+    Auto,
+    Fixed(Duration),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served; None: off.
+    #[serde(deserialize_with = "types::optional_socket_addr")]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockSettings {
+    pub backend: LockBackendKind,
+    /// The exact Redis key (its value is the holder's token), or what the
+    /// PostgreSQL advisory lock id is hashed from.
+    #[serde(deserialize_with = "types::string_like")]
+    pub key: String,
+    #[serde(with = "humantime_serde")]
+    pub ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub renew_every: Duration,
+    #[serde(with = "humantime_serde")]
+    pub min_hold: Duration,
+    pub on_backend_error: OnBackendError,
+}
+
+/// Which service holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockBackendKind {
+    Redis,
+    Postgres,
+}
+
+/// What a tick does when the lock backend cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnBackendError {
+    /// Log one error and skip the tick (send nothing) until it is back.
+    Skip,
+    /// Work anyway, protected by the database's UNIQUE claim alone.
+    DatabaseOnly,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReminderSettings {
+    /// `[[reminders.stages]]`: what is sent when (see `crate::stages`).
+    #[serde(deserialize_with = "types::stages")]
+    pub stages: Stages,
+    /// No step is claimed within this many days of a reminder `sent` or
+    /// `sending` for the same invoice; 0: no gap.
+    pub min_days_between: u32,
+    /// First wait before a failed reminder is retried; doubles per attempt.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff: Duration,
+    /// The longest wait between attempts.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff_max: Duration,
+    /// Unknown deliveries older than this are sent again (same Message-ID);
+    /// None (`""`): never, the default.
+    #[serde(deserialize_with = "types::optional_duration")]
+    pub resend_unknown_after: Option<Duration>,
+    pub batch_size: u32,
+    pub max_attempts: u32,
+    pub send_concurrency: u32,
+    /// At most this many reminders claimed per tick; None: no limit (0).
+    #[serde(deserialize_with = "types::zero_is_none")]
+    pub max_per_tick: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateSettings {
+    /// Your templates, over the built-in ones; None: built-in only.
+    #[serde(deserialize_with = "types::optional_path")]
+    pub dir: Option<PathBuf>,
+    /// Used when a customer's locale (or its language) has no template.
+    #[serde(deserialize_with = "types::string_like")]
+    pub default_locale: String,
+}
+
+/// `[company]`: who the reminders come from, for templates and headers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompanySettings {
+    #[serde(deserialize_with = "types::string_like")]
+    pub name: String,
+    /// The Reply-To header; None: replies go to `smtp.from`.
+    #[serde(deserialize_with = "types::optional_mailbox")]
+    pub reply_to: Option<Mailbox>,
+    #[serde(deserialize_with = "types::optional_string")]
+    pub support_email: Option<String>,
+    /// A template (`https://pay.example.com/i/{{ invoice.number }}`).
+    #[serde(deserialize_with = "types::optional_string")]
+    pub payment_url: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SmtpTls {
+    None,
+    Starttls,
+    Tls,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmtpSettings {
+    #[serde(deserialize_with = "types::string_like")]
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    /// Empty in the file: None.
+    #[serde(deserialize_with = "types::optional_string")]
+    pub username: Option<String>,
+    #[serde(deserialize_with = "types::optional_secret")]
+    pub password: Option<SecretString>,
+    #[serde(deserialize_with = "types::mailbox")]
+    pub from: Mailbox,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(deserialize_with = "types::domain")]
+    pub message_id_domain: String,
+    /// PEM certificates trusted for TLS in addition to the public roots.
+    #[serde(deserialize_with = "types::optional_path")]
+    pub ca_file: Option<PathBuf>,
+    pub pool_size: u32,
+    /// At most this many messages started per second per replica; None: no limit (0).
+    #[serde(deserialize_with = "types::zero_is_none")]
+    pub max_per_second: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// An `EnvFilter` directive, e.g. `info` or `invoice_reminder=debug,info`.
+    #[serde(deserialize_with = "types::string_like")]
+    pub level: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSettings {
+    /// How long SIGTERM waits for the tick in flight before giving up.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl DatabaseSettings {
+    /// The URL with any password replaced by `***`, safe to print.
+    pub fn redacted_url(&self) -> String {
+        redact_url(self.url.expose_secret())
+    }
+}
+
+impl RedisSettings {
+    pub fn redacted_url(&self) -> String {
+        redact_url(self.url.expose_secret())
+    }
+}

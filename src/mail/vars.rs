@@ -1,0 +1,129 @@
+//! The variables a reminder template sees: `customer`, `invoice`, `stage`,
+//! `company`, `today` and `locale` (the README's "Writing your reminders"
+//! lists them; a docs test checks the list). Customer-supplied text is
+//! sanitized here (control characters, length) before any template sees it.
+
+use chrono::NaiveDate;
+use serde::Serialize;
+
+use super::message::sanitize;
+use super::templates::{MAX_NAME_CHARS, MAX_NUMBER_CHARS};
+use crate::config::CompanySettings;
+use crate::domain::{Amount, Customer, Invoice, InvoiceId};
+use crate::stages::Step;
+
+#[derive(Serialize)]
+pub(super) struct Vars<'a> {
+    pub(super) customer: CustomerVars<'a>,
+    pub(super) invoice: InvoiceVars,
+    pub(super) stage: StageVars<'a>,
+    pub(super) company: CompanyVars<'a>,
+    pub(super) today: String,
+    /// The locale amounts and dates are formatted in.
+    pub(super) locale: String,
+}
+
+#[derive(Serialize)]
+pub(super) struct CustomerVars<'a> {
+    pub(super) name: String,
+    pub(super) email: &'a str,
+    pub(super) locale: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub(super) struct InvoiceVars {
+    pub(super) id: String,
+    pub(super) number: String,
+    /// Minor units of `currency`; `{{ invoice.amount | money(invoice.currency) }}`.
+    pub(super) amount: i64,
+    pub(super) currency: String,
+    pub(super) due_date: String,
+    /// Negative before the due date.
+    pub(super) days_overdue: i64,
+}
+
+#[derive(Serialize)]
+pub(super) struct StageVars<'a> {
+    pub(super) name: &'a str,
+    pub(super) key: &'a str,
+    pub(super) occurrence: u32,
+}
+
+#[derive(Serialize)]
+pub(super) struct CompanyVars<'a> {
+    pub(super) name: &'a str,
+    pub(super) reply_to: String,
+    pub(super) support_email: &'a str,
+    pub(super) payment_url: String,
+}
+
+impl<'a> Vars<'a> {
+    /// The context for one reminder. `invoice.amount` starts at 0 and
+    /// `locale` empty: the caller sets them (converting the amount can fail,
+    /// and the locale follows the template chosen). `company.payment_url`
+    /// is the source's own link when it has one.
+    pub(super) fn new(
+        invoice: &'a Invoice,
+        customer: &'a Customer,
+        step: &'a Step,
+        stage_name: &'a str,
+        company: &'a CompanySettings,
+        today: NaiveDate,
+    ) -> Self {
+        Vars {
+            customer: CustomerVars {
+                name: sanitize(&customer.name, MAX_NAME_CHARS),
+                email: customer.email.trim(),
+                locale: customer.locale.as_deref(),
+            },
+            invoice: InvoiceVars {
+                id: invoice.id.to_string(),
+                number: sanitize(&invoice.number, MAX_NUMBER_CHARS),
+                amount: 0,
+                currency: invoice.currency.clone(),
+                due_date: invoice.due_date.to_string(),
+                days_overdue: (today - invoice.due_date).num_days(),
+            },
+            stage: StageVars {
+                name: stage_name,
+                key: &step.key,
+                occurrence: step.occurrence,
+            },
+            company: CompanyVars {
+                name: &company.name,
+                reply_to: company
+                    .reply_to
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+                support_email: company.support_email.as_deref().unwrap_or_default(),
+                payment_url: invoice
+                    .payment_url
+                    .as_deref()
+                    .map(|url| url.trim().to_owned())
+                    .unwrap_or_default(),
+            },
+            today: today.to_string(),
+            locale: String::new(),
+        }
+    }
+}
+
+/// The reminder templates are checked against.
+pub(super) fn sample(today: NaiveDate) -> (Invoice, Customer) {
+    (
+        Invoice {
+            id: InvoiceId("1".into()),
+            number: "INV-0001".into(),
+            amount: Amount::Minor(123_456),
+            currency: "EUR".into(),
+            due_date: today - chrono::Days::new(10),
+            payment_url: None,
+        },
+        Customer {
+            name: "Ada Lovelace".into(),
+            email: "ada@example.com".into(),
+            locale: None,
+        },
+    )
+}
