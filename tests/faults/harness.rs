@@ -411,6 +411,13 @@ pub struct Tally {
 }
 
 pub async fn tally(world: &World) -> Tally {
+    let mut conn = world.pool().acquire().await.expect("a connection");
+    tally_on(&mut conn).await
+}
+
+/// [`tally`] on one connection: inside a REPEATABLE READ transaction all
+/// its counts come from one snapshot.
+async fn tally_on(conn: &mut sqlx::PgConnection) -> Tally {
     let (sent, sending, failed, discarded): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status = 'sent'),
                 count(*) FILTER (WHERE status = 'sending'),
@@ -418,7 +425,7 @@ pub async fn tally(world: &World) -> Tally {
                 count(*) FILTER (WHERE status = 'discarded')
            FROM reminders",
     )
-    .fetch_one(world.pool())
+    .fetch_one(&mut *conn)
     .await
     .expect("tally reminders");
     let missing: i64 = sqlx::query_scalar(
@@ -426,12 +433,12 @@ pub async fn tally(world: &World) -> Tally {
           WHERE i.paid_at IS NULL AND i.due_date < current_date - 3
             AND NOT EXISTS (SELECT 1 FROM reminders r WHERE r.invoice_id = i.id::text)",
     )
-    .fetch_one(world.pool())
+    .fetch_one(&mut *conn)
     .await
     .expect("count missing");
     let open_runs: i64 =
         sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE finished_at IS NULL")
-            .fetch_one(world.pool())
+            .fetch_one(&mut *conn)
             .await
             .expect("count open runs");
     Tally {
@@ -451,7 +458,16 @@ pub async fn wait_until_settled(world: &World, dead: &[&str], timeout: Duration)
     let dead: Vec<String> = dead.iter().map(|s| s.to_string()).collect();
     let deadline = Instant::now() + timeout;
     loop {
-        let t = tally(world).await;
+        // One snapshot for every count: read separately, a row returned
+        // (deleted) by a live replica between the "missing" count and the
+        // "sending" count would be in neither, and the world would look
+        // settled while that invoice still waits to be re-claimed.
+        let mut tx = world.pool().begin().await.expect("begin");
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut *tx)
+            .await
+            .expect("repeatable read");
+        let t = tally_on(&mut tx).await;
         // A dead replica's rows count as settled only if it started them
         // (unknown); rows it never started must be returned and sent.
         let live_sending: i64 = sqlx::query_scalar(
@@ -461,9 +477,10 @@ pub async fn wait_until_settled(world: &World, dead: &[&str], timeout: Duration)
                      OR r.started_at IS NULL)",
         )
         .bind(&dead)
-        .fetch_one(world.pool())
+        .fetch_one(&mut *tx)
         .await
         .expect("count live sending");
+        drop(tx);
         if t.missing == 0 && t.failed == 0 && live_sending == 0 {
             return t;
         }
