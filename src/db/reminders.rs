@@ -131,13 +131,17 @@ pub async fn claim_batch(
     // The source is read once (`owed`), in the same statement as the
     // INSERT: an invoice paid, paused or claimed by someone else since the
     // scan is not claimed. Inserting in key order keeps two claimers of
-    // overlapping batches from deadlocking on the unique index.
+    // overlapping batches from deadlocking on the unique index. The key is
+    // matched in the database's own collation (no COLLATE "C"): the lookup
+    // index the README asks for is on `(key::text)`, and one in another
+    // collation cannot serve it (measured: a sequential scan of the
+    // invoices per claim, 1.3 s at 100k).
     let sql = db.sql(concat!(
         "WITH owed AS MATERIALIZED (
              SELECT ",
         source_columns!(),
         " FROM {src} s
-              WHERE s.invoice_id::text COLLATE \"C\" = ANY($1)
+              WHERE s.invoice_id::text = ANY($1)
                 AND s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9",
         owed_conditions!("5", "6", "7"),
         "

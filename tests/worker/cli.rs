@@ -53,6 +53,19 @@ async fn seed_makes_the_share_of_overdue_invoices_asked_for() {
         .await
         .unwrap();
     assert_eq!(plan.would_send.len(), 10);
+    // The compose demo relies on this: mailpit shows every kind of reminder.
+    let steps: Vec<&str> = plan
+        .per_step
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(step, _)| step.as_str())
+        .collect();
+    assert_eq!(
+        steps,
+        ["upcoming", "overdue", "final", "final-2", "final-3"],
+        "{:?}",
+        plan.per_step
+    );
 }
 
 #[tokio::test]
