@@ -559,7 +559,7 @@ async fn uuid_source_case(
         while let Some(last) = db::invoices::fetch_owed_page(&db, &window, owed, after, BATCH_SIZE)
             .await
             .expect("page")
-            .pop()
+            .last
         {
             after = Some(last);
         }
@@ -757,11 +757,11 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             let page = db::invoices::fetch_owed_page(&db, &window, owed, after, BATCH_SIZE)
                 .await
                 .expect("page");
-            let Some(last) = page.last().cloned() else {
+            let Some(last) = page.last else {
                 break;
             };
             after = Some(last);
-            let ids: Vec<InvoiceId> = page.into_iter().map(|k| k.id).collect();
+            let ids: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
             let claimed = db::reminders::claim_batch(&db, &ids, &window, owed, run, None)
                 .await
                 .expect("claim");
@@ -850,7 +850,7 @@ async fn tick_and_scan(
             )
             .await
             .expect("page");
-            let Some(last) = page.last().cloned() else {
+            let Some(last) = page.last else {
                 break;
             };
             after = Some(last);

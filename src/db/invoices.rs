@@ -119,33 +119,67 @@ impl SourceRow {
 
 /// The scan's page statement: the first page, or (with the keyset
 /// condition as `$after`) a page after `($8, $9)`.
+///
+/// The inner query takes the next `$7` unpaid keys of the window in index
+/// order and nothing else; whether each one owes the step is decided only
+/// for those rows, in the outer query. The `LIMIT` keeps PostgreSQL from
+/// pushing the per-row probes into the scan, where a misestimate of their
+/// cost (stale `reminders` statistics mid-backlog) made it prefer driving
+/// the view from `customers` and sorting the whole window: 0.5-0.8 s a page
+/// at 100k, measured. A page therefore costs the same whether its rows owe
+/// a reminder or not, and may return fewer owed rows than it examined.
 macro_rules! page {
     ($after:literal) => {
         concat!(
-            "SELECT s.due_date, s.invoice_id::text AS id FROM {src} s",
+            "SELECT s.due_date, s.invoice_id AS id, (s.paused IS NOT TRUE",
+            owed_conditions!("4", "5", "6"),
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
+            " WHERE r.invoice_id = s.invoice_id AND r.period = $3 OFFSET 0)) AS owes",
+            " FROM (SELECT s.due_date, s.invoice_id::text AS invoice_id, s.is_paid, s.paused, s.paused_until",
+            " FROM {src} s",
             " WHERE s.due_date >= COALESCE($1, '-infinity'::date) AND s.due_date <= $2",
             $after,
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-            " WHERE r.invoice_id = s.invoice_id::text AND r.period = $3 OFFSET 0)",
-            owed_conditions!("4", "5", "6"),
-            " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7"
+            " AND NOT s.is_paid",
+            " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7) s",
+            " ORDER BY s.due_date, s.invoice_id COLLATE \"C\""
         )
     };
 }
 
-/// One page of invoices in `window` that owe its step, in `(due_date, id)`
-/// order, starting after `after`.
+/// One page of the scan: the keys that owe the window's step, and where
+/// the next page starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwedPage {
+    /// The examined keys that owe the step, in `(due_date, id)` order.
+    pub owed: Vec<OverdueKey>,
+    /// The last key examined: the next page starts after it. None: the
+    /// window has no unpaid invoice after `after`.
+    pub last: Option<OverdueKey>,
+    /// How many keys were examined; fewer than the limit means the window
+    /// is done.
+    pub examined: usize,
+}
+
+#[derive(FromRow)]
+struct PageRow {
+    due_date: NaiveDate,
+    id: InvoiceId,
+    owes: Option<bool>,
+}
+
+/// The next `limit` unpaid invoices of `window` after `after`, in
+/// `(due_date, id)` order, and which of them owe its step.
 pub async fn fetch_owed_page(
     db: &Db,
     window: &Window,
     owed: Owed<'_>,
     after: Option<OverdueKey>,
     limit: u32,
-) -> Result<Vec<OverdueKey>, sqlx::Error> {
+) -> Result<OwedPage, sqlx::Error> {
     // Two statements rather than `$7 IS NULL OR (due_date, id) > ...`: the
     // row comparison must be a plain index condition, or every page would
     // scan the window from its start (quadratic over a backlog).
-    on_db!(db, |c| {
+    let rows: Vec<PageRow> = on_db!(db, |c| {
         let query = match &after {
             None => sqlx::query_as(db.sql(page!(""))),
             Some(_) => sqlx::query_as(db.sql(page!(
@@ -166,6 +200,24 @@ pub async fn fetch_owed_page(
             Some(key) => query.bind(key.due_date).bind(key.id.clone()),
         };
         query.fetch_all(&mut *c).await
+    })?;
+    let examined = rows.len();
+    let last = rows.last().map(|r| OverdueKey {
+        due_date: r.due_date,
+        id: r.id.clone(),
+    });
+    let owed = rows
+        .into_iter()
+        .filter(|r| r.owes == Some(true))
+        .map(|r| OverdueKey {
+            due_date: r.due_date,
+            id: r.id,
+        })
+        .collect();
+    Ok(OwedPage {
+        owed,
+        last,
+        examined,
     })
 }
 

@@ -135,14 +135,16 @@ pub async fn claim_batch(
     // matched in the database's own collation (no COLLATE "C"): the lookup
     // index the README asks for is on `(key::text)`, and one in another
     // collation cannot serve it (measured: a sequential scan of the
-    // invoices per claim, 1.3 s at 100k).
+    // invoices per claim, 1.3 s at 100k). `OFFSET 0` keeps the other
+    // conditions out of that lookup: pushed into it, PostgreSQL combined
+    // the key index with the due-date index (a bitmap AND reading the whole
+    // window, 40-65 ms a claim at 100k, measured) instead of 500 lookups.
     let sql = db.sql(concat!(
         "WITH owed AS MATERIALIZED (
              SELECT ",
         source_columns!(),
-        " FROM {src} s
-              WHERE s.invoice_id::text = ANY($1)
-                AND s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9",
+        " FROM (SELECT * FROM {src} s WHERE s.invoice_id::text = ANY($1) OFFSET 0) s
+              WHERE s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9",
         owed_conditions!("5", "6", "7"),
         "
          ), claimed AS (

@@ -116,15 +116,21 @@ impl Pipeline<'_> {
             let page = db::invoices::fetch_owed_page(&self.ctx.db, window, self.owed, after, limit)
                 .await
                 .map_err(db_err("reading the invoices that owe a reminder"))?;
-            let Some(last) = page.last().cloned() else {
+            let Some(last) = page.last else {
                 return Ok(true);
             };
             after = Some(last);
-            if !self.reserve(limit).await {
+            let full_page = page.examined >= limit as usize;
+            if page.owed.is_empty() {
+                if !full_page {
+                    return Ok(true);
+                }
+                continue;
+            }
+            let ids: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
+            if !self.reserve(ids.len() as u32).await {
                 return Ok(false);
             }
-            let full_page = page.len() >= limit as usize;
-            let ids: Vec<InvoiceId> = page.into_iter().map(|k| k.id).collect();
             let claimed = db::reminders::claim_batch(
                 &self.ctx.db,
                 &ids,
@@ -137,7 +143,7 @@ impl Pipeline<'_> {
             let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
                 return Ok(false);
             };
-            self.unrecorded.add_permits(limit as usize - claimed.len());
+            self.unrecorded.add_permits(ids.len() - claimed.len());
             self.add(&Counts {
                 skipped: (ids.len() - claimed.len()) as u32,
                 ..Counts::default()

@@ -87,7 +87,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
     let page = db::invoices::fetch_owed_page(&ctx.db, &window, owed, None, 100)
         .await
         .unwrap();
-    assert_eq!(page.len(), 3, "the scan saw all three unpaid");
+    assert_eq!(page.owed.len(), 3, "the scan saw all three unpaid");
 
     // Paid in the billing system between the scan and the claim.
     sqlx::query("UPDATE billing.invoices SET status = 'paid' WHERE id = $1")
@@ -106,7 +106,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
     )
     .await
     .unwrap();
-    let keys: Vec<InvoiceId> = page.into_iter().map(|k| k.id).collect();
+    let keys: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
     let claimed = db::reminders::claim_batch(&ctx.db, &keys, &window, owed, run, None)
         .await
         .unwrap();
