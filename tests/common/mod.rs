@@ -390,6 +390,22 @@ pub async fn window(
     (window, owed)
 }
 
+/// A run started without a lock (no fencing token): what a direct
+/// `claim_batch` call in a test claims under.
+pub async fn start_unlocked_run(db: &invoice_reminder::db::Db) -> i64 {
+    invoice_reminder::db::runs::start_run(
+        db,
+        invoice_reminder::db::runs::NewRun {
+            replica_id: "test",
+            lock: None,
+            period: "2026-11-30",
+            lease: None,
+        },
+    )
+    .await
+    .expect("start run")
+}
+
 /// `invoice-reminder <args>` with the world's configuration.
 pub async fn cli(world: &World, args: &[&str]) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))

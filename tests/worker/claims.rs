@@ -125,17 +125,7 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
     let world = World::new().await;
     let owed = common::insert_invoice(world.pool(), "A", "a@example.test", 10, false).await;
     let paid = common::insert_invoice(world.pool(), "B", "b@example.test", 10, true).await;
-    let run = db::runs::start_run(
-        &world.database(),
-        db::runs::NewRun {
-            replica_id: "test",
-            lock: None,
-            period: "2026-11-30",
-            lease: None,
-        },
-    )
-    .await
-    .unwrap();
+    let run = common::start_unlocked_run(&world.database()).await;
 
     let ids = [InvoiceId::from(owed), InvoiceId::from(paid)];
     let (window, today) = common::window(world.pool(), "overdue").await;

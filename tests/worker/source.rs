@@ -95,17 +95,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
         .execute(world.pool())
         .await
         .unwrap();
-    let run = db::runs::start_run(
-        &ctx.db,
-        db::runs::NewRun {
-            replica_id: "test",
-            lock: None,
-            period: "2026-11-30",
-            lease: None,
-        },
-    )
-    .await
-    .unwrap();
+    let run = common::start_unlocked_run(&ctx.db).await;
     let keys: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
     let claimed = db::reminders::claim_batch(&ctx.db, &keys, &window, owed, run, None)
         .await
