@@ -2,10 +2,11 @@
 //! owed invoices, page by page, at most one batch ahead of the sender),
 //! **send** (`send.rs`: claimed reminders, started a few at a time,
 //! `send_concurrency` at a time over the SMTP pool) and **record** (here:
-//! results written in one statement per `batch_size` results or per
-//! [`RECORD_EVERY`], whichever comes first). A backlog moves at the pace of
-//! the slower of the database and SMTP; per message the order never
-//! changes: claim committed, start recorded, send, status written.
+//! results written as soon as they arrive, one statement for everything
+//! that arrived while the previous one ran, at most `batch_size` each). A
+//! backlog moves at the pace of the slower of the database and SMTP; per
+//! message the order never changes: claim committed, start recorded, send,
+//! status written.
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
@@ -16,7 +17,6 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use chrono::NaiveDate;
 use tokio::sync::{Semaphore, mpsc};
@@ -30,9 +30,6 @@ use crate::db::reminders::Fence;
 use crate::domain::{Attempted, Claimed, Counts, ReminderId};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::stages::Window;
-
-/// How long a delivery result may wait before it is written with others.
-pub(super) const RECORD_EVERY: Duration = Duration::from_millis(200);
 
 /// Why a tick stopped starting new mail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +173,9 @@ impl<'a> Pipeline<'a> {
     /// keeps the run's lease ahead of the database clock.
     pub async fn claim_send_record(&self) -> Result<(), TickError> {
         let (batches, claimed) = mpsc::channel::<Vec<Claimed>>(1);
-        let (results, to_record) = mpsc::channel::<Vec<Attempted>>(1);
+        // Never full: rows in flight are bounded by `unrecorded`.
+        let bound = 2 * self.ctx.settings.reminders.batch_size as usize;
+        let (results, to_record) = mpsc::channel::<Attempted>(bound);
         let claiming = async move {
             let claimed = self.claim_all(&batches).await;
             drop(batches);
@@ -206,30 +205,45 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// The record stage: one statement per chunk of results. A chunk that
-    /// cannot be written is kept for later (`tick::deferred`) and stops
-    /// new sends.
-    async fn record_all(
-        &self,
-        mut to_record: mpsc::Receiver<Vec<Attempted>>,
-    ) -> Result<(), TickError> {
+    /// The record stage: one statement for whatever results are waiting (at
+    /// least one, at most `batch_size`), so results are written as soon as
+    /// the previous write ends and claim permits come back without delay:
+    /// with `2 × batch_size` rows in flight, a wait here would idle the
+    /// senders. A set that cannot be written is kept for later
+    /// (`tick::deferred`) and stops new sends.
+    async fn record_all(&self, mut to_record: mpsc::Receiver<Attempted>) -> Result<(), TickError> {
         let max_attempts = self.ctx.settings.reminders.max_attempts;
+        let limit = self.ctx.settings.reminders.batch_size as usize;
         let mut failure = None;
-        while let Some(deliveries) = to_record.recv().await {
+        loop {
+            let mut deliveries = Vec::with_capacity(limit);
+            if to_record.recv_many(&mut deliveries, limit).await == 0 {
+                break;
+            }
             // Written or kept for later: either way no longer in flight here.
             let _written = PermitsBack(&self.unrecorded, deliveries.len());
-            match db::deliveries::record_deliveries(
-                &self.ctx.db,
-                self.run_id,
-                max_attempts,
-                &deliveries,
-            )
-            .await
-            {
+            // After one failed write the rest of the tick's results (at most
+            // the sends already under way) go straight to the deferred queue:
+            // each new attempt could wait out a whole statement deadline.
+            let written = match failure {
+                None => db::deliveries::record_deliveries(
+                    &self.ctx.db,
+                    self.run_id,
+                    max_attempts,
+                    &deliveries,
+                )
+                .await
+                .map_err(Some),
+                Some(_) => Err(None),
+            };
+            match written {
                 Ok(recorded) => self.add(&recorded),
                 Err(e) => {
-                    if self.stop(Stop::RecordFailed) {
-                        tracing::error!(error = %e, "delivery results cannot be written; no more mail is started this tick");
+                    if let Some(e) = e {
+                        if self.stop(Stop::RecordFailed) {
+                            tracing::error!(error = %e, "delivery results cannot be written; no more mail is started this tick");
+                        }
+                        failure.get_or_insert(e);
                     }
                     // The mail went out (or not) regardless; count it from
                     // what we know and write the rows when the database allows.
@@ -239,7 +253,6 @@ impl<'a> Pipeline<'a> {
                     self.ctx
                         .deferred
                         .deliveries(self.run_id, max_attempts, deliveries);
-                    failure.get_or_insert(e);
                 }
             }
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
-use super::pipeline::{Pipeline, RECORD_EVERY, Stop};
+use super::pipeline::{Pipeline, Stop};
 use crate::db;
 use crate::domain::{Attempted, Claimed, Counts, Delivery, ReminderId};
 use crate::mail::{self, SendError};
@@ -43,29 +43,19 @@ impl Pipeline<'_> {
     pub(super) async fn send_all(
         &self,
         claimed: mpsc::Receiver<Vec<Claimed>>,
-        results: mpsc::Sender<Vec<Attempted>>,
+        results: mpsc::Sender<Attempted>,
     ) {
         let settings = &self.ctx.settings.reminders;
         let (ready, next) = mpsc::channel::<Next>(1);
         let marking = self.mark_all(claimed, ready);
         let sending = async {
-            let outcomes = tokio_stream::wrappers::ReceiverStream::new(next)
+            let mut outcomes = tokio_stream::wrappers::ReceiverStream::new(next)
                 .map(|next| self.handle(next))
-                .buffer_unordered(settings.send_concurrency as usize)
-                .filter_map(|attempt| {
-                    futures::future::ready(match attempt {
-                        Attempt::Finished(attempted) => Some(attempted),
-                        Attempt::NotSent => None,
-                    })
-                });
-            let chunks = tokio_stream::StreamExt::chunks_timeout(
-                outcomes,
-                settings.batch_size as usize,
-                RECORD_EVERY,
-            );
-            let mut chunks = std::pin::pin!(chunks);
-            while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
-                if results.send(chunk).await.is_err() {
+                .buffer_unordered(settings.send_concurrency as usize);
+            while let Some(attempt) = outcomes.next().await {
+                if let Attempt::Finished(attempted) = attempt
+                    && results.send(attempted).await.is_err()
+                {
                     break;
                 }
             }

@@ -71,19 +71,35 @@ async fn a_record_stage_that_cannot_write_stops_sending_within_the_claim_bound()
 #[tokio::test]
 async fn one_bad_held_result_is_dropped_and_the_others_are_written() {
     let mut world = World::new().await;
-    world.set("reminders.batch_size", 10);
+    // All ten started at once and held at the server, so every send is
+    // under way before the first result comes back and fails.
+    world
+        .set("reminders.batch_size", 10)
+        .set("reminders.send_concurrency", 10)
+        .set("smtp.pool_size", 10);
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(200)));
     let ids = common::insert_overdue(world.pool(), 10).await;
     let bad = ids[3];
-    refuse_sent_updates(&world, Some(bad)).await;
+    refuse_sent_updates(&world, None).await;
     let ctx = world.context().await;
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    assert_eq!(world.sink.count(), 10);
     assert_eq!(
         common::count_status(world.pool(), "sent").await,
         0,
-        "the chunk failed as a whole"
+        "no result could be written"
     );
 
-    // The next tick writes what it held, row by row around the bad one.
+    // Now only the bad one is refused: the next tick writes what it held,
+    // row by row around it.
+    sqlx::raw_sql("DROP TRIGGER refuse_sent ON reminders; DROP FUNCTION refuse_sent()")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    refuse_sent_updates(&world, Some(bad)).await;
+    world.sink.set_mode(SmtpMode::Accept);
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
     assert_eq!(common::count_status(world.pool(), "sent").await, 9);
