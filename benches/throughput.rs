@@ -4,6 +4,8 @@
 //! cargo bench --bench throughput
 //! BENCH_SIZES=1000,10000 BENCH_NAIVE_MAX=10000 cargo bench --bench throughput   # quicker
 //! BENCH_EXTRAS=0 ...   # the backlog table only: no 1M ledger, UUID view, PgBouncer or lock theft
+//! BENCH_BINARY=/path/to/invoice-reminder ...   # end-to-end with another build
+//! BENCH_ROUNDS=1 ...   # measure each rate once (default 3, interleaved, medians shown)
 //! ```
 //!
 //! Needs PostgreSQL and Redis (the same defaults and `TEST_POSTGRES_URL` /
@@ -20,6 +22,9 @@
 //! * db-only: the worker's claim and status statements alone (no mail);
 //! * smtp-only: the worker's mailer alone, same pool and concurrency (no
 //!   database);
+//!
+//! end-to-end, db-only and smtp-only each `BENCH_ROUNDS` times (default 3),
+//! interleaved, reported as medians (peak RSS: the highest);
 //!
 //! and the overdue index: a tick over 1k overdue invoices among 1M paid
 //! ones versus among 1k paid ones.
@@ -46,7 +51,14 @@ use lettre::transport::smtp::extension::ClientId;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_invoice-reminder");
+/// The worker binary the end-to-end cases run; `BENCH_BINARY` names another
+/// build (say, of an older commit) to compare two in one run.
+fn binary() -> std::path::PathBuf {
+    std::env::var_os("BENCH_BINARY").map_or_else(
+        || env!("CARGO_BIN_EXE_invoice-reminder").into(),
+        std::path::PathBuf::from,
+    )
+}
 const BATCH_SIZE: u32 = 500;
 const CONCURRENCY: u32 = 16;
 
@@ -111,12 +123,18 @@ async fn bench() {
         per_message.as_secs_f64() * 1e6
     );
 
+    // The three rates of a row are each measured `rounds` times,
+    // interleaved, and the row shows their medians: on a shared 2-core VM a
+    // neighbour's burst during one measurement moved the ratio by ±20 points.
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(3)
+        .max(1);
     let mut rows = Vec::new();
     for &size in &sizes {
         reset(pool).await;
         seed_overdue(pool, size as i64, 0).await;
-        let (e2e, rss_kib) = end_to_end(&bench_db.url, sink.port, size).await;
-        reset_reminders(pool).await;
         let naive = if size <= naive_max {
             let r = naive_loop(pool, &settings, sink.port).await;
             reset_reminders(pool).await;
@@ -124,18 +142,34 @@ async fn bench() {
         } else {
             None
         };
-        let db_only = db_only(pool, &settings).await;
-        reset_reminders(pool).await;
-        let smtp_only = smtp_only(pool, &settings, size).await;
+        let (mut e2e, mut db, mut smtp, mut rss_kib) = (Vec::new(), Vec::new(), Vec::new(), 0);
+        for _ in 0..rounds {
+            let (rate, rss) = end_to_end(&bench_db.url, sink.port, size).await;
+            reset_reminders(pool).await;
+            e2e.push(rate);
+            rss_kib = rss_kib.max(rss);
+            db.push(db_only(pool, &settings).await);
+            reset_reminders(pool).await;
+            smtp.push(smtp_only(pool, &settings, size).await);
+        }
         let row = Row {
             size,
-            e2e,
+            e2e: median(&e2e),
             naive,
-            db_only,
-            smtp_only,
+            db_only: median(&db),
+            smtp_only: median(&smtp),
             rss_kib,
         };
         print_row(&row);
+        if rounds > 1 {
+            println!(
+                "{:>8}  runs: end-to-end {}; db-only {}; smtp-only {}",
+                "",
+                list(&e2e),
+                list(&db),
+                list(&smtp)
+            );
+        }
         rows.push(row);
     }
 
@@ -170,7 +204,7 @@ async fn bench() {
     println!(
         "lock stolen at 20k of a 100k tick (renew_every 200ms): the run ended {stopped_ms:.0} ms \
          later, outcome {outcome}; {after} reminders recorded after the theft (an upper bound: \
-         it includes up to 200 ms of results sent before the theft and recorded late)"
+         it includes results of mail sent before the theft and written after it)"
     );
     println!(
         "1k overdue among 1k paid:  tick {:>7.1} ms, overdue scan {:>6.2} ms",
@@ -265,6 +299,26 @@ fn summarize(rows: &[Row], small: (f64, f64), large: (f64, f64)) {
         "  1k-among-1M tick <= 2x 1k-among-1k:        {ratio:.2}x  {}",
         verdict(ratio <= 2.0)
     );
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn list(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.0}"))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -476,7 +530,7 @@ fn run_child(db_url: &str, smtp_port: u16) -> (i32, i64) {
 }
 
 fn spawn_child(env: Vec<(String, String)>) -> std::process::Child {
-    Command::new(BINARY)
+    Command::new(binary())
         .arg("--config")
         .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/default.toml"))
         .arg("run-once")

@@ -2,11 +2,10 @@
 //! owed invoices, page by page, at most one batch ahead of the sender),
 //! **send** (`send.rs`: claimed reminders, started a few at a time,
 //! `send_concurrency` at a time over the SMTP pool) and **record** (here:
-//! results written as soon as they arrive, one statement for everything
-//! that arrived while the previous one ran, at most `batch_size` each). A
-//! backlog moves at the pace of the slower of the database and SMTP; per
-//! message the order never changes: claim committed, start recorded, send,
-//! status written.
+//! results written in one statement per quarter of `batch_size`, or per
+//! [`RECORD_EVERY`], whichever comes first). A backlog moves at the pace of
+//! the slower of the database and SMTP; per message the order never
+//! changes: claim committed, start recorded, send, status written.
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
@@ -17,6 +16,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::NaiveDate;
 use tokio::sync::{Semaphore, mpsc};
@@ -30,6 +30,17 @@ use crate::db::reminders::Fence;
 use crate::domain::{Attempted, Claimed, Counts, ReminderId};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::stages::Window;
+
+/// How long a delivery result may wait before it is written with others.
+pub(super) const RECORD_EVERY: Duration = Duration::from_millis(200);
+
+/// Results are written in chunks of `batch_size / RECORD_CHUNKS_PER_BATCH`.
+/// Claim permits come back only once results are written, and the claimer
+/// needs a whole page of them: written per `batch_size`, the results waiting
+/// took most of the `2 × batch_size` bound and the senders idled while the
+/// next page was claimed. A statement per result instead cost more than it
+/// saved on small backlogs. BENCHMARKS.md, "Fifth session", has the numbers.
+const RECORD_CHUNKS_PER_BATCH: usize = 4;
 
 /// Why a tick stopped starting new mail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,20 +216,29 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// The record stage: one statement for whatever results are waiting (at
-    /// least one, at most `batch_size`), so results are written as soon as
-    /// the previous write ends and claim permits come back without delay:
-    /// with `2 × batch_size` rows in flight, a wait here would idle the
-    /// senders. A set that cannot be written is kept for later
-    /// (`tick::deferred`) and stops new sends.
+    /// The record stage: one statement per chunk of results (see
+    /// [`RECORD_CHUNKS_PER_BATCH`] and [`RECORD_EVERY`]). A chunk that cannot
+    /// be written is kept for later (`tick::deferred`) and stops new sends.
     async fn record_all(&self, mut to_record: mpsc::Receiver<Attempted>) -> Result<(), TickError> {
         let max_attempts = self.ctx.settings.reminders.max_attempts;
-        let limit = self.ctx.settings.reminders.batch_size as usize;
+        let chunk =
+            (self.ctx.settings.reminders.batch_size as usize / RECORD_CHUNKS_PER_BATCH).max(1);
         let mut failure = None;
         loop {
-            let mut deliveries = Vec::with_capacity(limit);
-            if to_record.recv_many(&mut deliveries, limit).await == 0 {
+            let mut deliveries = Vec::with_capacity(chunk);
+            if to_record.recv_many(&mut deliveries, chunk).await == 0 {
                 break;
+            }
+            let deadline = tokio::time::Instant::now() + RECORD_EVERY;
+            while deliveries.len() < chunk {
+                let more = chunk - deliveries.len();
+                // `recv_many` is cancel-safe: nothing is lost at the deadline.
+                match tokio::time::timeout_at(deadline, to_record.recv_many(&mut deliveries, more))
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
             }
             // Written or kept for later: either way no longer in flight here.
             let _written = PermitsBack(&self.unrecorded, deliveries.len());
