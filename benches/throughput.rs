@@ -165,13 +165,10 @@ async fn bench() {
             println!(
                 "{:>8}  runs: end-to-end {}; db-only {}; smtp-only {}; peak RSS {} MiB",
                 "",
-                list(&e2e),
-                list(&db),
-                list(&smtp),
-                rss.iter()
-                    .map(|m| format!("{m:.1}"))
-                    .collect::<Vec<_>>()
-                    .join("/")
+                list(&e2e, 0),
+                list(&db, 0),
+                list(&smtp, 0),
+                list(&rss, 1)
             );
         }
         rows.push(row);
@@ -317,10 +314,11 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-fn list(values: &[f64]) -> String {
+/// `values` joined with "/", each with `decimals` decimals.
+fn list(values: &[f64], decimals: usize) -> String {
     values
         .iter()
-        .map(|v| format!("{v:.0}"))
+        .map(|v| format!("{v:.decimals$}"))
         .collect::<Vec<_>>()
         .join("/")
 }
