@@ -843,10 +843,11 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                 break;
             };
             after = Some(last);
-            let ids: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
+            let ids: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
             let claimed = db::reminders::claim_batch(&db, &ids, &window, owed, run, None)
                 .await
-                .expect("claim");
+                .expect("claim")
+                .claimed;
             for chunk in claimed.chunks(CONCURRENCY as usize) {
                 let ids: Vec<ReminderId> = chunk.iter().map(|c| c.id).collect();
                 db::deliveries::mark_started(&db, run, &ids)
@@ -855,14 +856,17 @@ async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             }
             let deliveries: Vec<Attempted> = claimed
                 .iter()
-                .map(|c| Attempted {
-                    id: c.id,
-                    invoice: c.invoice.id.clone(),
-                    period: c.period.clone(),
-                    attempts_before: c.attempts,
-                    delivery: Delivery::Sent {
-                        message_id: mail::message_id(&c.invoice.id, &c.period, "bench.test"),
-                    },
+                .map(|c| {
+                    let invoice = c.source.invoice_id.clone().unwrap_or_default();
+                    Attempted {
+                        id: c.id,
+                        period: c.period.clone(),
+                        attempts_before: c.attempts,
+                        delivery: Delivery::Sent {
+                            message_id: mail::message_id(&invoice, &c.period, "bench.test"),
+                        },
+                        invoice,
+                    }
                 })
                 .collect();
             db::deliveries::record_deliveries(&db, run, 5, &deliveries)
@@ -918,7 +922,7 @@ async fn tick_and_scan(
     let owed = owed(settings, today);
     let windows = settings.reminders.stages.windows(today);
     // Warm the cache the way a running system would be.
-    let _ = db::invoices::owed_now(&Db::plain(pool.clone()), &windows, owed, None, 1).await;
+    let _ = db::owed::owed_now(&Db::plain(pool.clone()), &windows, owed, None, 1).await;
     let started = Instant::now();
     for window in &windows {
         let mut after = None;

@@ -10,7 +10,9 @@ use chrono::NaiveDate;
 /// The source's `invoice_id`: the billing system's own key, as text
 /// (`"42"`, a UUID, `"INV-2026-0042"`). Never interchangeable with a
 /// [`ReminderId`].
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize,
+)]
 #[sqlx(transparent)]
 #[serde(transparent)]
 pub struct InvoiceId(pub String);
@@ -160,6 +162,7 @@ pub struct Attempted {
 
 /// What a tick did, or one part of it: the summary line, `job_runs` and
 /// the result of recording a chunk of deliveries all use this one type.
+/// Additions saturate: a count never wraps, whatever a source returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     /// Rows claimed (new claims and retries).
@@ -176,27 +179,112 @@ pub struct Counts {
     pub skipped: u32,
     /// Claimed rows returned unstarted (lost lease, shutdown, SMTP down).
     pub handed_back: u32,
+    /// Source rows skipped because they cannot make a reminder (a repeated
+    /// key, a NULL, a bad currency or address): see [`Problem`].
+    pub source_problems: u32,
 }
 
 impl Counts {
     /// Adds `other` field by field.
     pub fn add(&mut self, other: &Counts) {
-        self.claimed += other.claimed;
-        self.sent += other.sent;
-        self.failed += other.failed;
-        self.discarded += other.discarded;
-        self.unknown += other.unknown;
-        self.skipped += other.skipped;
-        self.handed_back += other.handed_back;
+        self.claimed = self.claimed.saturating_add(other.claimed);
+        self.sent = self.sent.saturating_add(other.sent);
+        self.failed = self.failed.saturating_add(other.failed);
+        self.discarded = self.discarded.saturating_add(other.discarded);
+        self.unknown = self.unknown.saturating_add(other.unknown);
+        self.skipped = self.skipped.saturating_add(other.skipped);
+        self.handed_back = self.handed_back.saturating_add(other.handed_back);
+        self.source_problems = self.source_problems.saturating_add(other.source_problems);
     }
 
     /// Counts one delivery by what it ended in, as recording it would.
     pub fn count(&mut self, delivery: &Delivery) {
-        match delivery {
-            Delivery::Sent { .. } => self.sent += 1,
-            Delivery::Failed { .. } | Delivery::Deferred { .. } => self.failed += 1,
-            Delivery::Discarded { .. } => self.discarded += 1,
-            Delivery::Unknown { .. } => self.unknown += 1,
+        let field = match delivery {
+            Delivery::Sent { .. } => &mut self.sent,
+            Delivery::Failed { .. } | Delivery::Deferred { .. } => &mut self.failed,
+            Delivery::Discarded { .. } => &mut self.discarded,
+            Delivery::Unknown { .. } => &mut self.unknown,
+        };
+        *field = field.saturating_add(1);
+    }
+}
+
+/// A count of items as a `u32` count field, saturating (a page never holds
+/// 4 billion rows, but a count must not wrap if it did).
+pub fn count_of(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Why a source row cannot make a reminder. Such a row is skipped (never
+/// claimed, never mailed) and reported under its [`Problem::label`]; the
+/// other rows go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Problem {
+    /// The key is on more than one row: the rows may disagree (address,
+    /// amount, currency), and which one to believe is not ours to guess.
+    RepeatedKey,
+    /// `invoice_id` is NULL: the row cannot be claimed.
+    NullKey,
+    /// `email`, `due_date`, `currency` or the amount is NULL.
+    MissingField,
+    /// `currency` is not an ISO 4217 code.
+    BadCurrency,
+    /// An address in `email` does not parse (or there is none).
+    BadAddress,
+    /// The amount does not fit the currency's minor units (out of range).
+    BadAmount,
+}
+
+impl Problem {
+    pub const ALL: [Problem; 6] = [
+        Self::RepeatedKey,
+        Self::NullKey,
+        Self::MissingField,
+        Self::BadCurrency,
+        Self::BadAddress,
+        Self::BadAmount,
+    ];
+
+    /// The `problem` label of `invoice_reminder_source_problems_total`, as
+    /// `audit` and `check-source` print it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::RepeatedKey => "repeated_key",
+            Self::NullKey => "null_key",
+            Self::MissingField => "missing_field",
+            Self::BadCurrency => "bad_currency",
+            Self::BadAddress => "bad_address",
+            Self::BadAmount => "bad_amount",
         }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One source row that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SourceProblem {
+    /// None for a NULL key.
+    pub invoice_id: Option<InvoiceId>,
+    /// The row's `invoice_number`, which names a row whose key is NULL.
+    pub invoice_number: Option<String>,
+    pub problem: Problem,
+    /// What exactly is wrong ("email is NULL", "unknown currency \"XYZ\"").
+    pub detail: String,
+}
+
+impl fmt::Display for SourceProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.invoice_id, &self.invoice_number) {
+            (Some(id), _) => write!(f, "invoice {id}")?,
+            (None, Some(number)) => write!(f, "invoice with a NULL key (number {number:?})")?,
+            (None, None) => write!(f, "invoice with a NULL key and number")?,
+        }
+        write!(f, ": {} ({})", self.problem, self.detail)
     }
 }

@@ -45,6 +45,7 @@ pub mod liveness;
 pub mod lock;
 pub mod mail;
 pub mod metrics;
+pub mod problems;
 pub mod schedule;
 pub mod shutdown;
 pub mod stages;

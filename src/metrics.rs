@@ -32,6 +32,12 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// `{problem="repeated_key"}` and the like.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProblemLabel {
+    pub problem: &'static str,
+}
+
 /// Lock renewals by result (`renewed`, `gone`, `stolen`, `error`, `expired`).
 pub type RenewalCounter = Family<ResultLabel, Counter>;
 
@@ -53,6 +59,7 @@ struct Inner {
     last_success: Gauge<f64, AtomicU64>,
     deferred_writes: Gauge,
     claim_skipped: Counter,
+    source_problems: Family<ProblemLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -118,6 +125,12 @@ impl Default for Metrics {
             "Owed invoices a claim skipped because another claim already had them (or they were paid)",
             claim_skipped.clone(),
         );
+        let source_problems = Family::<ProblemLabel, Counter>::default();
+        registry.register(
+            "source_problems",
+            "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount",
+            source_problems.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -131,6 +144,7 @@ impl Default for Metrics {
                 last_success,
                 deferred_writes,
                 claim_skipped,
+                source_problems,
             }),
         }
     }
@@ -174,6 +188,14 @@ impl Metrics {
                 .unwrap_or_default();
             m.last_success.set(now.as_secs_f64());
         }
+    }
+
+    /// A tick skipped `n` source rows for `problem`.
+    pub fn source_problems(&self, problem: &'static str, n: u32) {
+        self.inner
+            .source_problems
+            .get_or_create(&ProblemLabel { problem })
+            .inc_by(u64::from(n));
     }
 
     pub fn lock_acquisition(&self, result: &'static str) {

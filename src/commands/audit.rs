@@ -12,7 +12,8 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
-use crate::db::invoices::{Owed, OwedReminder};
+use crate::db::invoices::Owed;
+use crate::db::owed::OwedReminder;
 
 /// How many missing invoices are listed (all are counted).
 const MISSING_LISTED: u32 = 100;
@@ -35,6 +36,12 @@ pub struct AuditReport {
     pub counts: BTreeMap<String, i64>,
     /// Reminders sent, by step.
     pub sent_by_step: BTreeMap<String, i64>,
+    /// Source rows that owe a reminder but cannot make one (a repeated
+    /// key, a NULL, a bad currency or address), from a bounded check.
+    pub source_problems_count: usize,
+    pub source_problems: Vec<crate::domain::SourceProblem>,
+    /// Owed rows the check read (at most `source_problems::ROWS_CHECKED`).
+    pub source_rows_checked: usize,
 }
 
 pub async fn build_report(
@@ -52,10 +59,12 @@ pub async fn build_report(
         min_days_between: settings.reminders.min_days_between,
     };
     let windows = settings.reminders.stages.windows(today);
-    let (missing, missing_count) =
-        db::invoices::owed_now(pool, &windows, owed, None, MISSING_LISTED)
-            .await
-            .context(read)?;
+    let problems = super::source_problems::check(pool, settings, today)
+        .await
+        .context("failed to check the source rows")?;
+    let (missing, missing_count) = db::owed::owed_now(pool, &windows, owed, None, MISSING_LISTED)
+        .await
+        .context(read)?;
     Ok(AuditReport {
         duplicates: db::audit::duplicates(pool).await.context(read)?,
         unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
@@ -87,6 +96,9 @@ pub async fn build_report(
             .context(read)?
             .into_iter()
             .collect(),
+        source_problems_count: problems.count,
+        source_rows_checked: problems.rows_checked,
+        source_problems: problems.listed,
         today,
     })
 }
@@ -183,6 +195,14 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
             f.attempts,
             f.last_error.as_deref().unwrap_or("")
         );
+    }
+    let problems = super::source_problems::SourceProblems {
+        count: r.source_problems_count,
+        listed: r.source_problems.clone(),
+        rows_checked: r.source_rows_checked,
+    };
+    for line in problems.lines() {
+        outln!("{line}");
     }
     outln!(
         "missing (unpaid invoices whose due step has no reminder): {}",

@@ -49,7 +49,17 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
     }
     outln!();
     outln!("contract: ok");
-    explain(settings, &db).await?;
+    let today = db::today(&db, settings.schedule.timezone)
+        .await
+        .context("failed to read the database clock")?;
+    let problems = super::source_problems::check(&db, settings, today)
+        .await
+        .context("failed to check the source rows")?;
+    outln!();
+    for line in problems.lines() {
+        outln!("{line}");
+    }
+    explain(settings, &db, today).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -72,10 +82,7 @@ fn print_extra(found: &[FoundColumn]) -> std::io::Result<()> {
 
 /// Prints the scan's plan for the step with the widest window, and a
 /// warning for every large table it reads sequentially.
-async fn explain(settings: &Settings, db: &Db) -> anyhow::Result<()> {
-    let today = db::today(db, settings.schedule.timezone)
-        .await
-        .context("failed to read the database clock")?;
+async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyhow::Result<()> {
     let windows = settings.reminders.stages.windows(today);
     let Some(window) = windows.last() else {
         return Ok(());

@@ -18,6 +18,7 @@ mod preview;
 mod resolve;
 mod run;
 mod run_once;
+mod source_problems;
 mod status;
 
 use std::process::ExitCode;

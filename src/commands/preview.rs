@@ -25,16 +25,30 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
     let id = InvoiceId::from(request.invoice.trim());
     let pool = connect(settings).await?;
     super::check_source(&pool).await?;
-    let (invoice, mut customer) = db::invoices::invoice_with_customer(&pool, &id)
+    let rows = db::invoices::rows_by_key(&pool, &id)
         .await
-        .context("failed to read the invoice from source.relation")?
-        .ok_or_else(|| {
-            anyhow!(
+        .context("failed to read the invoice from source.relation")?;
+    let row = match <[_; 1]>::try_from(rows) {
+        Ok([row]) => row,
+        Err(rows) if rows.is_empty() => {
+            return Err(anyhow!(
                 "source.relation {} has no invoice_id {:?}",
                 settings.source.relation,
                 id.as_str()
-            )
-        })?;
+            ));
+        }
+        Err(rows) => {
+            return Err(anyhow!(
+                "invoice {id}: repeated_key ({}{} rows of source.relation {} have this invoice_id; no reminder is sent until there is one)",
+                rows.len(),
+                if rows.len() >= 10 { " or more" } else { "" },
+                settings.source.relation
+            ));
+        }
+    };
+    let (invoice, mut customer) = row
+        .into_parts()
+        .map_err(|problem| anyhow!("{problem}; no reminder is sent until it is fixed"))?;
     let today = db::today(&pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;

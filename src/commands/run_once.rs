@@ -15,7 +15,8 @@ pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::fro
 use crate::config::Settings;
 use crate::context::Context;
 use crate::db;
-use crate::db::invoices::{Owed, OwedReminder};
+use crate::db::invoices::Owed;
+use crate::db::owed::OwedReminder;
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
 pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
@@ -125,7 +126,7 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
         timezone: s.schedule.timezone.name(),
         min_days_between: s.reminders.min_days_between,
     };
-    let (would_send, total) = db::invoices::owed_now(
+    let (would_send, total) = db::owed::owed_now(
         &ctx.db,
         &stages.windows(today),
         owed,

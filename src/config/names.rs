@@ -15,7 +15,7 @@ const MAX_IDENTIFIER_BYTES: usize = 63;
 
 /// One SQL identifier, as written (case kept: `Billing` is not `billing`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SqlName(String);
+pub struct SqlName(pub(crate) String);
 
 impl SqlName {
     pub fn parse(name: &str) -> Result<Self, String> {
@@ -29,6 +29,11 @@ impl SqlName {
         }
         if name.chars().any(char::is_control) {
             return Err(format!("{name:?} contains a control character"));
+        }
+        if name.contains(['{', '}']) {
+            return Err(format!(
+                "{name:?} contains a brace; use a name without {{ or }}"
+            ));
         }
         Ok(Self(name.to_owned()))
     }
@@ -139,5 +144,11 @@ mod tests {
         assert!(SqlName::parse(&"x".repeat(64)).is_err());
         assert!(RelationName::parse("a.b.c").is_err());
         assert!(RelationName::parse("a.").is_err());
+    }
+
+    #[test]
+    fn names_with_braces_are_refused() {
+        assert!(SqlName::parse("a{src}b").is_err_and(|e| e.contains("brace")));
+        assert!(RelationName::parse("erp.{ir}").is_err());
     }
 }

@@ -12,6 +12,13 @@
 //! `(due_date, invoice_id COLLATE "C")`, range by range: with an index on
 //! exactly that (over unpaid rows), one index range scan per page.
 //!
+//! **The source is untrusted input.** Nothing here assumes one row per key
+//! or a value in every column: every column is read as it is, NULLs
+//! included ([`SourceRow`]); deciding what a row is worth is the caller's
+//! (`crate::problems`). Rows whose key or due date is NULL have no place in
+//! the keyset order, so pages leave them out and `owed::unusable_rows`
+//! finds them.
+//!
 //! The "no reminder yet" and "recently reminded" tests are per-row probes of
 //! the UNIQUE (invoice_id, period) index, kept that way with `OFFSET 0`:
 //! otherwise PostgreSQL may plan an anti-join from `reminders` statistics,
@@ -23,18 +30,18 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use crate::domain::{Amount, Customer, Invoice, InvoiceId};
+use crate::domain::{Amount, Customer, Invoice, InvoiceId, Problem, SourceProblem};
 use crate::stages::Window;
 
 /// Position of the last row of a page; the next page starts after it.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverdueKey {
     pub due_date: NaiveDate,
     pub id: InvoiceId,
 }
 
 /// What, besides its due step, decides whether an invoice owes a reminder
-/// today.
+/// today. Statements that test it bind it first ([`bind_owed!`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Owed<'a> {
     /// The database's date in `schedule.timezone`.
@@ -44,83 +51,131 @@ pub struct Owed<'a> {
     pub min_days_between: u32,
 }
 
-/// The conditions shared by the scan and the claim, over the source row
-/// `s`; `$T` today, `$G` the gap in days, `$Z` the time zone. Kept textual
-/// so both statements apply exactly the same rule.
+/// The conditions shared by the scan, the claims and the listings, over
+/// the source row `s`. They read **fixed parameters**: `$1` today, `$2` the
+/// gap in days, `$3` the time zone. A statement that uses them binds
+/// [`Owed`] first with [`bind_owed!`] and numbers its own parameters from
+/// `$4`, so no statement can bind the shared values in the wrong order.
 macro_rules! owed_conditions {
-    ($t:literal, $g:literal, $z:literal) => {
+    () => {
         concat!(
             " AND NOT s.is_paid",
             " AND s.paused IS NOT TRUE",
-            " AND (s.paused_until IS NULL OR s.paused_until < $", $t, ")",
+            " AND (s.paused_until IS NULL OR s.paused_until < $1)",
             " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
             " AND g.status IN ('sent', 'sending')",
-            " AND g.created_at >= (($", $t, "::date - $", $g, "::int + 1)::timestamp AT TIME ZONE $", $z, ") OFFSET 0)"
+            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)"
         )
     };
 }
 pub(crate) use owed_conditions;
 
-/// The source's columns as [`SourceRow`] reads them, from the row `s`.
-/// Text columns are cast (a view may expose varchar or an integer
-/// invoice number) and NULL text becomes empty, so one odd row is a
-/// reminder discarded with its reason, not a failed batch.
+/// Binds `$1`-`$3` of a statement that uses [`owed_conditions!`]; its own
+/// parameters follow from `$4`.
+macro_rules! bind_owed {
+    ($query:expr, $owed:expr) => {{
+        let owed: $crate::db::invoices::Owed<'_> = $owed;
+        $query
+            .bind(owed.today)
+            .bind(i64::from(owed.min_days_between))
+            .bind(owed.timezone)
+    }};
+}
+pub(crate) use bind_owed;
+
+/// The source's columns as [`SourceRow`] reads them, from the row `s`, as
+/// they are: text columns cast (a view may expose varchar or an integer
+/// invoice number), NULLs kept, so a broken row is seen as broken.
 macro_rules! source_columns {
     () => {
         concat!(
             "s.invoice_id::text AS invoice_id,",
-            " COALESCE(s.invoice_number::text, '') AS number,",
+            " s.invoice_number::text AS number,",
             " {amount},",
-            " COALESCE(s.currency::text, '') AS currency,",
+            " s.currency::text AS currency,",
             " s.due_date,",
             " NULLIF(s.payment_url::text, '') AS payment_url,",
-            " COALESCE(s.customer_name::text, '') AS customer_name,",
-            " COALESCE(s.email::text, '') AS customer_email,",
+            " s.customer_name::text AS customer_name,",
+            " s.email::text AS customer_email,",
             " NULLIF(s.locale::text, '') AS customer_locale"
         )
     };
 }
 pub(crate) use source_columns;
 
-/// One source row, as [`source_columns!`] selects it.
-#[derive(Debug, Clone, FromRow)]
+/// One source row, as [`source_columns!`] selects it: untrusted, any
+/// column may be NULL.
+#[derive(Debug, Clone, Default, PartialEq, Eq, FromRow)]
 pub struct SourceRow {
-    pub invoice_id: InvoiceId,
-    pub number: String,
+    pub invoice_id: Option<InvoiceId>,
+    pub number: Option<String>,
     pub amount_minor: Option<i64>,
     pub amount_major: Option<String>,
-    pub currency: String,
-    pub due_date: NaiveDate,
+    pub currency: Option<String>,
+    pub due_date: Option<NaiveDate>,
     pub payment_url: Option<String>,
-    pub customer_name: String,
-    pub customer_email: String,
+    pub customer_name: Option<String>,
+    pub customer_email: Option<String>,
     pub customer_locale: Option<String>,
 }
 
 impl SourceRow {
-    pub fn into_parts(self) -> (Invoice, Customer) {
-        (
+    /// The problem `problem` of this row, with `detail`.
+    pub fn problem(&self, problem: Problem, detail: impl Into<String>) -> SourceProblem {
+        SourceProblem {
+            invoice_id: self.invoice_id.clone(),
+            invoice_number: self.number.clone(),
+            problem,
+            detail: detail.into(),
+        }
+    }
+
+    /// The invoice and customer of a row that has every column a reminder
+    /// needs (a key, an email, a due date, a currency and an amount); the
+    /// first NULL among them is the problem. Values are not checked here
+    /// (`crate::problems` does).
+    pub fn into_parts(self) -> Result<(Invoice, Customer), SourceProblem> {
+        let missing = |row: &Self, column: &str| {
+            row.problem(Problem::MissingField, format!("{column} is NULL"))
+        };
+        let Some(id) = self.invoice_id.clone() else {
+            return Err(self.problem(Problem::NullKey, "invoice_id is NULL"));
+        };
+        let Some(email) = self.customer_email.clone() else {
+            return Err(missing(&self, "email"));
+        };
+        let Some(due_date) = self.due_date else {
+            return Err(missing(&self, "due_date"));
+        };
+        let Some(currency) = self.currency.clone() else {
+            return Err(missing(&self, "currency"));
+        };
+        if self.amount_minor.is_none() && self.amount_major.is_none() {
+            return Err(missing(&self, "the amount"));
+        }
+        let amount = Amount::from_columns(self.amount_minor, self.amount_major);
+        Ok((
             Invoice {
-                id: self.invoice_id,
-                number: self.number,
-                amount: Amount::from_columns(self.amount_minor, self.amount_major),
-                currency: self.currency,
-                due_date: self.due_date,
+                id,
+                number: self.number.unwrap_or_default(),
+                amount,
+                currency,
+                due_date,
                 payment_url: self.payment_url,
             },
             Customer {
-                name: self.customer_name,
-                email: self.customer_email,
+                name: self.customer_name.unwrap_or_default(),
+                email,
                 locale: self.customer_locale,
             },
-        )
+        ))
     }
 }
 
 /// The scan's page statement: the first page, or (with the keyset
 /// condition as `$after`) a page after `($8, $9)`.
 ///
-/// The inner query takes the next `$7` unpaid keys of the window in index
+/// The inner query takes the next `$7` unpaid rows of the window in index
 /// order and nothing else; whether each one owes the step is decided only
 /// for those rows, in the outer query. The `LIMIT` keeps PostgreSQL from
 /// pushing the per-row probes into the scan, where a misestimate of their
@@ -131,43 +186,45 @@ impl SourceRow {
 macro_rules! page {
     ($after:literal) => {
         concat!(
-            "SELECT s.due_date, s.invoice_id AS id, (s.paused IS NOT TRUE",
-            owed_conditions!("4", "5", "6"),
+            "SELECT ",
+            source_columns!(),
+            ", (s.paused IS NOT TRUE",
+            owed_conditions!(),
             " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-            " WHERE r.invoice_id = s.invoice_id AND r.period = $3 OFFSET 0)) AS owes",
-            " FROM (SELECT s.due_date, s.invoice_id::text AS invoice_id, s.is_paid, s.paused, s.paused_until",
-            " FROM {src} s",
-            " WHERE s.due_date >= COALESCE($1, '-infinity'::date) AND s.due_date <= $2",
+            " WHERE r.invoice_id = s.invoice_id::text AND r.period = $6 OFFSET 0)) AS owes",
+            " FROM (SELECT s.* FROM {src} s",
+            " WHERE s.due_date >= COALESCE($4, '-infinity'::date) AND s.due_date <= $5",
             $after,
-            " AND NOT s.is_paid",
+            " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
             " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7) s",
-            " ORDER BY s.due_date, s.invoice_id COLLATE \"C\""
+            " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\""
         )
     };
 }
 
-/// One page of the scan: the keys that owe the window's step, and where
+/// One page of the scan: the rows that owe the window's step, and where
 /// the next page starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwedPage {
-    /// The examined keys that owe the step, in `(due_date, id)` order.
-    pub owed: Vec<OverdueKey>,
-    /// The last key examined: the next page starts after it. None: the
+    /// The examined rows that owe the step, in `(due_date, id)` order, as
+    /// the source has them (unchecked).
+    pub owed: Vec<SourceRow>,
+    /// The last row examined: the next page starts after it. None: the
     /// window has no unpaid invoice after `after`.
     pub last: Option<OverdueKey>,
-    /// How many keys were examined; fewer than the limit means the window
+    /// How many rows were examined; fewer than the limit means the window
     /// is done.
     pub examined: usize,
 }
 
 #[derive(FromRow)]
 struct PageRow {
-    due_date: NaiveDate,
-    id: InvoiceId,
     owes: Option<bool>,
+    #[sqlx(flatten)]
+    row: SourceRow,
 }
 
-/// The next `limit` unpaid invoices of `window` after `after`, in
+/// The next `limit` unpaid rows of `window` after `after`, in
 /// `(due_date, id)` order, and which of them owe its step.
 pub async fn fetch_owed_page(
     db: &Db,
@@ -176,24 +233,20 @@ pub async fn fetch_owed_page(
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
-    // Two statements rather than `$7 IS NULL OR (due_date, id) > ...`: the
+    // Two statements rather than `$8 IS NULL OR (due_date, id) > ...`: the
     // row comparison must be a plain index condition, or every page would
     // scan the window from its start (quadratic over a backlog).
     let rows: Vec<PageRow> = on_db!(db, |c| {
-        let query = match &after {
-            None => sqlx::query_as(db.sql(page!(""))),
-            Some(_) => sqlx::query_as(db.sql(page!(
+        let sql = match &after {
+            None => db.sql(page!("")),
+            Some(_) => db.sql(page!(
                 " AND (s.due_date, s.invoice_id::text COLLATE \"C\") > ($8, $9)"
-            ))),
+            )),
         };
-        let query = query
-            .persistent(db.named())
+        let query = bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
             .bind(window.due_from)
             .bind(window.due_to)
             .bind(&window.step.key)
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
             .bind(i64::from(limit));
         let query = match &after {
             None => query,
@@ -202,17 +255,17 @@ pub async fn fetch_owed_page(
         query.fetch_all(&mut *c).await
     })?;
     let examined = rows.len();
-    let last = rows.last().map(|r| OverdueKey {
-        due_date: r.due_date,
-        id: r.id.clone(),
+    // Rows are in the window with a key: neither is NULL.
+    let last = rows.iter().rev().find_map(|r| {
+        Some(OverdueKey {
+            due_date: r.row.due_date?,
+            id: r.row.invoice_id.clone()?,
+        })
     });
     let owed = rows
         .into_iter()
         .filter(|r| r.owes == Some(true))
-        .map(|r| OverdueKey {
-            due_date: r.due_date,
-            id: r.id,
-        })
+        .map(|r| r.row)
         .collect();
     Ok(OwedPage {
         owed,
@@ -233,19 +286,18 @@ pub async fn explain_owed_page(
         "EXPLAIN (FORMAT JSON, VERBOSE) ",
         page!(" AND (s.due_date, s.invoice_id::text COLLATE \"C\") > ($8, $9)")
     ));
-    let plan: serde_json::Value = on_db!(db, |c| sqlx::query_scalar(sql)
-        .persistent(false)
-        .bind(window.due_from)
-        .bind(window.due_to)
-        .bind(&window.step.key)
-        .bind(owed.today)
-        .bind(i64::from(owed.min_days_between))
-        .bind(owed.timezone)
-        .bind(i64::from(limit))
-        .bind(window.due_from.unwrap_or(chrono::NaiveDate::MIN))
-        .bind("")
-        .fetch_one(&mut *c)
-        .await)?;
+    let plan: serde_json::Value = on_db!(db, |c| bind_owed!(
+        sqlx::query_scalar(sql).persistent(false),
+        owed
+    )
+    .bind(window.due_from)
+    .bind(window.due_to)
+    .bind(&window.step.key)
+    .bind(i64::from(limit))
+    .bind(window.due_from.unwrap_or(chrono::NaiveDate::MIN))
+    .bind("")
+    .fetch_one(&mut *c)
+    .await)?;
     Ok(plan)
 }
 
@@ -264,19 +316,6 @@ pub async fn estimated_rows(db: &Db, schema: &str, table: &str) -> Result<f64, s
     .await)
 }
 
-/// An invoice owed a reminder today (for `run-once --dry-run` and `audit`).
-#[derive(Debug, Clone, FromRow, serde::Serialize)]
-pub struct OwedReminder {
-    pub invoice_id: InvoiceId,
-    pub number: String,
-    pub customer_email: String,
-    pub due_date: NaiveDate,
-    /// The step it owes.
-    pub step: String,
-    /// `new`, or `retry` for a `failed` row of that step with attempts left.
-    pub kind: String,
-}
-
 /// Windows as three parallel arrays for `unnest`.
 pub(crate) fn window_arrays(
     windows: &[Window],
@@ -288,80 +327,63 @@ pub(crate) fn window_arrays(
     )
 }
 
-/// Every invoice that owes its due step today, as a new claim or (with
-/// `max_attempts`) as a retry of a `failed` row, in `(due_date, id)` order;
-/// at most `limit`, and how many there are in all. Read-only.
-pub async fn owed_now(
-    db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
-    max_attempts: Option<u32>,
-    limit: u32,
-) -> Result<(Vec<OwedReminder>, i64), sqlx::Error> {
-    let max_attempts = max_attempts.unwrap_or(0);
-    macro_rules! from {
-        () => {
-            concat!(
-                " FROM unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)",
-                " JOIN {src} s ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
-                " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
-                " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $7))",
-                owed_conditions!("4", "5", "6"),
-            )
-        };
-    }
-    let (keys, froms, tos) = window_arrays(windows);
-    let list = db.sql(concat!(
-        "SELECT s.invoice_id::text AS invoice_id, COALESCE(s.invoice_number::text, '') AS number,",
-        " COALESCE(s.email::text, '') AS customer_email, s.due_date, w.key AS step,",
-        " CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind",
-        from!(),
-        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $8"
-    ));
-    let count = db.sql(concat!("SELECT count(*)", from!()));
+/// Every source row whose key is `id` (`preview`, `explain`): none, one,
+/// or (a source problem) several.
+pub async fn rows_by_key(db: &Db, id: &InvoiceId) -> Result<Vec<SourceRow>, sqlx::Error> {
     on_db!(db, |c| {
-        let rows = sqlx::query_as(list)
-            .persistent(db.named())
-            .bind(&keys)
-            .bind(&froms)
-            .bind(&tos)
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
-            .bind(i64::from(max_attempts))
-            .bind(i64::from(limit))
-            .fetch_all(&mut *c)
-            .await?;
-        let total = sqlx::query_scalar(count)
-            .persistent(db.named())
-            .bind(&keys)
-            .bind(&froms)
-            .bind(&tos)
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
-            .bind(i64::from(max_attempts))
-            .fetch_one(&mut *c)
-            .await?;
-        Ok::<_, sqlx::Error>((rows, total))
-    })
-}
-
-/// One invoice and its customer from the source, for `preview`.
-pub async fn invoice_with_customer(
-    db: &Db,
-    id: &InvoiceId,
-) -> Result<Option<(Invoice, Customer)>, sqlx::Error> {
-    let row: Option<SourceRow> = on_db!(db, |c| {
         sqlx::query_as(db.sql(concat!(
             "SELECT ",
             source_columns!(),
-            " FROM {src} s WHERE s.invoice_id::text = $1"
+            " FROM {src} s WHERE s.invoice_id::text = $1 LIMIT 10"
         )))
         .persistent(db.named())
         .bind(id)
-        .fetch_optional(&mut *c)
+        .fetch_all(&mut *c)
         .await
-    })?;
-    Ok(row.map(SourceRow::into_parts))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete() -> SourceRow {
+        SourceRow {
+            invoice_id: Some(InvoiceId::from("7")),
+            number: Some("INV-7".into()),
+            amount_minor: Some(100),
+            currency: Some("EUR".into()),
+            due_date: NaiveDate::from_ymd_opt(2026, 11, 1),
+            customer_email: Some("a@example.test".into()),
+            ..SourceRow::default()
+        }
+    }
+
+    #[test]
+    fn a_row_needs_a_key_an_email_a_due_date_a_currency_and_an_amount() {
+        assert!(complete().into_parts().is_ok());
+        let problem = |row: SourceRow| row.into_parts().err().map(|p| (p.problem, p.detail));
+        let mut row = complete();
+        row.invoice_id = None;
+        assert_eq!(
+            problem(row),
+            Some((Problem::NullKey, "invoice_id is NULL".into()))
+        );
+        for (column, clear) in [
+            (
+                "email",
+                (|r: &mut SourceRow| r.customer_email = None) as fn(&mut SourceRow),
+            ),
+            ("due_date", |r| r.due_date = None),
+            ("currency", |r| r.currency = None),
+            ("the amount", |r| r.amount_minor = None),
+        ] {
+            let mut row = complete();
+            clear(&mut row);
+            assert_eq!(
+                problem(row),
+                Some((Problem::MissingField, format!("{column} is NULL")))
+            );
+        }
+    }
 }

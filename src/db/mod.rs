@@ -12,6 +12,7 @@ pub mod deliveries;
 pub mod invoices;
 pub mod locks;
 pub mod migrate;
+pub mod owed;
 pub mod reminders;
 pub mod resolve;
 pub mod runs;

@@ -44,9 +44,9 @@ use uuid::Uuid;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{Owed, SourceRow, owed_conditions, source_columns, window_arrays};
+use super::invoices::{Owed, SourceRow, bind_owed, owed_conditions, source_columns, window_arrays};
 use super::locks::advance_fence;
-use crate::domain::{Claimed, InvoiceId, ReminderId};
+use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;
 
 /// The fencing token a claim presents: the number drawn with the lock,
@@ -92,34 +92,65 @@ pub struct Backoff {
     pub max: std::time::Duration,
 }
 
-/// A claimed row with its source row.
+/// A row a claim took, with the source row it was claimed from (read in
+/// the claim's own statement, unchecked).
+#[derive(Debug, Clone, FromRow)]
+pub struct ClaimedRow {
+    #[sqlx(rename = "reminder_id")]
+    pub id: ReminderId,
+    /// Delivery attempts finished before this claim (0 for a first claim).
+    pub attempts: i32,
+    /// The step claimed.
+    pub period: String,
+    #[sqlx(flatten)]
+    pub source: SourceRow,
+}
+
+/// What one claim statement did: the rows it took, and (never taken) the
+/// rows of keys that appear more than once in the source.
+#[derive(Debug, Clone, Default)]
+pub struct Claim {
+    pub claimed: Vec<ClaimedRow>,
+    /// Every source row of each repeated key among those asked for.
+    pub repeated: Vec<SourceRow>,
+}
+
+/// One row of a claim's result: a claimed row, or (no reminder id) a row
+/// of a repeated key.
 #[derive(FromRow)]
-struct ClaimedRow {
-    reminder_id: ReminderId,
-    attempts: i32,
-    period: String,
+struct ClaimResult {
+    reminder_id: Option<ReminderId>,
+    attempts: Option<i32>,
+    period: Option<String>,
     #[sqlx(flatten)]
     source: SourceRow,
 }
 
-impl From<ClaimedRow> for Claimed {
-    fn from(r: ClaimedRow) -> Self {
-        let (invoice, customer) = r.source.into_parts();
-        Claimed {
-            id: r.reminder_id,
-            attempts: r.attempts,
-            period: r.period,
-            invoice,
-            customer,
+impl Claim {
+    fn from_results(results: Vec<ClaimResult>) -> Self {
+        let mut claim = Self::default();
+        for r in results {
+            match (r.reminder_id, r.attempts, r.period) {
+                (Some(id), Some(attempts), Some(period)) => claim.claimed.push(ClaimedRow {
+                    id,
+                    attempts,
+                    period,
+                    source: r.source,
+                }),
+                _ => claim.repeated.push(r.source),
+            }
         }
+        claim
     }
 }
 
 /// Claims the step of `window` for `invoice_ids` for run `run_id`,
 /// re-checking in the same statement that each invoice is still unpaid,
-/// unpaused, in the window and not reminded within the gap. Returns only
-/// the rows this call inserted. With a `fence`, the claim commits only if
-/// no newer lock holder has written.
+/// unpaused, in the window, not reminded within the gap, has a value in
+/// every column a reminder needs, and is on **exactly one** row of the
+/// source. Returns only the rows this call inserted, each with its one
+/// source row, and the rows of keys it found repeated. With a `fence`, the
+/// claim commits only if no newer lock holder has written.
 pub async fn claim_batch(
     db: &Db,
     invoice_ids: &[InvoiceId],
@@ -127,29 +158,36 @@ pub async fn claim_batch(
     owed: Owed<'_>,
     run_id: i64,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<Claimed>, ClaimError> {
-    // The source is read once (`owed`), in the same statement as the
+) -> Result<Claim, ClaimError> {
+    // The source is read once (`keyed`), in the same statement as the
     // INSERT: an invoice paid, paused or claimed by someone else since the
-    // scan is not claimed. Inserting in key order keeps two claimers of
-    // overlapping batches from deadlocking on the unique index. The key is
-    // matched in the database's own collation (no COLLATE "C"): the lookup
-    // index the README asks for is on `(key::text)`, and one in another
-    // collation cannot serve it (measured: a sequential scan of the
-    // invoices per claim, 1.3 s at 100k). `OFFSET 0` keeps the other
-    // conditions out of that lookup: pushed into it, PostgreSQL combined
-    // the key index with the due-date index (a bitmap AND reading the whole
-    // window, 40-65 ms a claim at 100k, measured) instead of 500 lookups.
+    // scan is not claimed, and a key that now has two rows is not either
+    // (the statement's one snapshot decides both). Inserting in key order
+    // keeps two claimers of overlapping batches from deadlocking on the
+    // unique index. The key is matched in the database's own collation (no
+    // COLLATE "C"): the lookup index the README asks for is on
+    // `(key::text)`, and one in another collation cannot serve it
+    // (measured: a sequential scan of the invoices per claim, 1.3 s at
+    // 100k). `OFFSET 0` keeps the other conditions out of that lookup:
+    // pushed into it, PostgreSQL combined the key index with the due-date
+    // index (a bitmap AND reading the whole window, 40-65 ms a claim at
+    // 100k, measured) instead of 500 lookups.
     let sql = db.sql(concat!(
-        "WITH owed AS MATERIALIZED (
+        "WITH keyed AS MATERIALIZED (
+             SELECT s.*, count(*) OVER (PARTITION BY s.invoice_id::text) AS copies
+               FROM (SELECT * FROM {src} s WHERE s.invoice_id::text = ANY($4) OFFSET 0) s
+         ), owed AS MATERIALIZED (
              SELECT ",
         source_columns!(),
-        " FROM (SELECT * FROM {src} s WHERE s.invoice_id::text = ANY($1) OFFSET 0) s
-              WHERE s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9",
-        owed_conditions!("5", "6", "7"),
+        " FROM keyed s
+              WHERE s.copies = 1
+                AND s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9
+                AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL",
+        owed_conditions!(),
         "
          ), claimed AS (
              INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token)
-             SELECT o.invoice_id, $2, 'sending', $3, $4
+             SELECT o.invoice_id, $5, 'sending', $6, $7
                FROM owed o
               ORDER BY o.invoice_id
              ON CONFLICT (invoice_id, period) DO NOTHING
@@ -157,32 +195,34 @@ pub async fn claim_batch(
          )
          SELECT c.id AS reminder_id, c.attempts, c.period, o.*
            FROM claimed c JOIN owed o ON o.invoice_id = c.invoice_id
-          ORDER BY c.invoice_id"
+         UNION ALL
+         SELECT NULL, NULL, NULL, ",
+        source_columns!(),
+        " FROM keyed s WHERE s.copies > 1
+          ORDER BY invoice_id"
     ));
-    let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
+    let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as(sql)
-            .persistent(db.named())
+        bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
             .bind(invoice_ids)
             .bind(&window.step.key)
             .bind(run_id)
             .bind(fence.map(|f| f.token))
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
             .bind(window.due_from)
             .bind(window.due_to)
             .fetch_all(&mut *c)
             .await
             .map_err(ClaimError::from)
     })?;
-    Ok(claimed.into_iter().map(Claimed::from).collect())
+    Ok(Claim::from_results(results))
 }
 
 /// Re-claims up to `limit` `failed` reminders whose step is still their
 /// invoice's due step (one of `windows`), with attempts left and their
-/// backoff over, for invoices that still owe a reminder. Rows this run
-/// already tried are skipped, so each row gets at most one attempt per tick.
+/// backoff over, for invoices that still owe a reminder, are on exactly
+/// one source row and have a value in every column a reminder needs.
+/// Rows this run already tried are skipped, so each row gets at most one
+/// attempt per tick.
 #[allow(clippy::too_many_arguments)]
 pub async fn reclaim_failed(
     db: &Db,
@@ -193,30 +233,32 @@ pub async fn reclaim_failed(
     backoff: Backoff,
     limit: u32,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<Claimed>, ClaimError> {
+) -> Result<Vec<ClaimedRow>, ClaimError> {
     let (keys, froms, tos) = window_arrays(windows);
     let sql = db.sql(concat!(
         "WITH picked AS (
              SELECT r.id
                FROM {ir}.reminders r
                JOIN {src} s ON s.invoice_id::text = r.invoice_id
-               JOIN unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+               JOIN unnest($4::text[], $5::date[], $6::date[]) AS w(key, due_from, due_to)
                  ON w.key = r.period
                 AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
               WHERE r.status = 'failed'
-                AND r.attempts < $4
-                AND r.run_id IS DISTINCT FROM $5
+                AND r.attempts < $7
+                AND r.run_id IS DISTINCT FROM $8
                 AND (r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - LEAST(
                         make_interval(secs => $11 * power(2, greatest(r.attempts - 1, 0))),
-                        make_interval(secs => $12)))",
-        owed_conditions!("8", "9", "10"),
+                        make_interval(secs => $12)))
+                AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL
+                AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = r.invoice_id) = 1",
+        owed_conditions!(),
         "
               ORDER BY r.id
-              LIMIT $6
+              LIMIT $9
                 FOR UPDATE OF r SKIP LOCKED
          ), claimed AS (
              UPDATE {ir}.reminders r
-                SET status = 'sending', run_id = $5, claimed_at = now(), fence_token = $7,
+                SET status = 'sending', run_id = $8, claimed_at = now(), fence_token = $10,
                     started_at = NULL
                FROM picked
               WHERE r.id = picked.id AND r.status = 'failed'
@@ -227,10 +269,9 @@ pub async fn reclaim_failed(
         " FROM claimed c JOIN {src} s ON s.invoice_id::text = c.invoice_id
           ORDER BY c.invoice_id"
     ));
-    let claimed: Vec<ClaimedRow> = on_db!(db, tx, |c| {
+    on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as(sql)
-            .persistent(db.named())
+        bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
             .bind(&keys)
             .bind(&froms)
             .bind(&tos)
@@ -238,14 +279,10 @@ pub async fn reclaim_failed(
             .bind(run_id)
             .bind(i64::from(limit))
             .bind(fence.map(|f| f.token))
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
             .bind(backoff.first.as_secs_f64())
             .bind(backoff.max.as_secs_f64())
             .fetch_all(&mut *c)
             .await
             .map_err(ClaimError::from)
-    })?;
-    Ok(claimed.into_iter().map(Claimed::from).collect())
+    })
 }

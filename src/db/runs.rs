@@ -102,7 +102,8 @@ pub async fn finish_run(
 ) -> Result<(), sqlx::Error> {
     on_db!(db, |c| sqlx::query(db.sql(
         "UPDATE {ir}.job_runs
-            SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6
+            SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6,
+                source_problems = $7
           WHERE id = $1"
     ),)
     .persistent(db.named())
@@ -111,8 +112,9 @@ pub async fn finish_run(
     .bind(i64::from(counts.claimed))
     .bind(i64::from(counts.sent))
     // job_runs.failed counts every reminder not delivered this run.
-    .bind(i64::from(counts.failed + counts.discarded))
+    .bind(i64::from(counts.failed) + i64::from(counts.discarded))
     .bind(error)
+    .bind(i64::from(counts.source_problems))
     .execute(&mut *c)
     .await
     .map(|_| ()))

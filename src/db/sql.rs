@@ -32,6 +32,14 @@ impl AmountColumn {
             Self::Major => "NULL::bigint AS amount_minor, s.amount::text AS amount_major",
         }
     }
+
+    /// The amount column of the row `s`, as it is (to test for NULL).
+    fn value(self) -> &'static str {
+        match self {
+            Self::Minor => "s.amount_minor",
+            Self::Major => "s.amount",
+        }
+    }
 }
 
 /// Our schema and the source relation, quoted once.
@@ -94,16 +102,30 @@ impl Names {
         self.amount.get().is_some()
     }
 
-    /// `template` with `{ir}`, `{src}` and `{amount}` filled in.
+    /// `template` with `{ir}`, `{src}`, `{amount}` and `{amount_value}`
+    /// filled in, in one pass over the template: text put in is never read
+    /// again, so a name can never expand another placeholder (and the
+    /// settings refuse names with braces besides).
     pub fn sql(&self, template: &str) -> sqlx::AssertSqlSafe<String> {
         let amount = self.amount.get().copied().unwrap_or(AmountColumn::Minor);
+        let mut out = String::with_capacity(template.len() + 64);
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open..];
+            let (value, len) = match after {
+                a if a.starts_with("{ir}") => (self.schema_sql.as_str(), "{ir}".len()),
+                a if a.starts_with("{src}") => (self.source_sql.as_str(), "{src}".len()),
+                a if a.starts_with("{amount}") => (amount.select(), "{amount}".len()),
+                a if a.starts_with("{amount_value}") => (amount.value(), "{amount_value}".len()),
+                _ => ("{", 1),
+            };
+            out.push_str(value);
+            rest = &after[len..];
+        }
+        out.push_str(rest);
         // Only quoted identifiers from the settings and fixed text go in.
-        sqlx::AssertSqlSafe(
-            template
-                .replace("{ir}", &self.schema_sql)
-                .replace("{src}", &self.source_sql)
-                .replace("{amount}", amount.select()),
-        )
+        sqlx::AssertSqlSafe(out)
     }
 }
 
@@ -123,6 +145,20 @@ mod tests {
             sql,
             "SELECT NULL::bigint AS amount_minor, s.amount::text AS amount_major \
              FROM \"erp\".\"due\" s, \"Billing Ops\".reminders r"
+        );
+    }
+
+    #[test]
+    fn a_schema_name_holding_a_placeholder_is_never_expanded_inside_its_quotes() {
+        // Built directly: the settings refuse such a name (config::names).
+        let names = Names::new(
+            &SqlName("a{src}b".into()),
+            &RelationName::parse("due").unwrap_or_else(|e| panic!("{e}")),
+        );
+        let sqlx::AssertSqlSafe(sql) = names.sql("SELECT 1 FROM {ir}.reminders, {src} s");
+        assert_eq!(
+            sql,
+            "SELECT 1 FROM \"a{src}b\".reminders, \"a{src}b\".\"due\" s"
         );
     }
 }

@@ -108,6 +108,42 @@ pub fn sanitize(text: &str, max_chars: usize) -> String {
     }
 }
 
+/// The most addresses one `email` cell may hold.
+pub const MAX_RECIPIENTS: usize = 20;
+
+/// The addresses in a source `email` cell: one, or several separated by
+/// commas (a view's `string_agg` over a contacts table). Each must parse;
+/// repeats (compared case-insensitively) are dropped, the first kept. An
+/// empty cell, an empty list or one bad address is an error naming it.
+pub fn parse_recipients(cell: &str) -> Result<Vec<Address>, String> {
+    let mut addresses: Vec<Address> = Vec::new();
+    for part in cell.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            continue;
+        }
+        let address: Address = part.parse().map_err(|e: lettre::address::AddressError| {
+            format!("{:?} is not an email address: {e}", sanitize(part, 100))
+        })?;
+        let seen = addresses
+            .iter()
+            .any(|a| AsRef::<str>::as_ref(a).eq_ignore_ascii_case(address.as_ref()));
+        if !seen {
+            addresses.push(address);
+        }
+    }
+    if addresses.is_empty() {
+        return Err("the customer has no email address".to_owned());
+    }
+    if addresses.len() > MAX_RECIPIENTS {
+        return Err(format!(
+            "{} addresses in one email cell; at most {MAX_RECIPIENTS}",
+            addresses.len()
+        ));
+    }
+    Ok(addresses)
+}
+
 #[derive(Clone)]
 struct XInvoiceId(String);
 
@@ -149,24 +185,21 @@ pub fn build_message(
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let invoice_id = &invoice.id;
-    let email = customer.email.trim();
-    let address: Address =
-        email.parse().map_err(
-            |e: lettre::address::AddressError| MessageError::InvalidAddress {
-                invoice_id: invoice_id.clone(),
-                reason: if email.is_empty() {
-                    "the customer has no email address".to_owned()
-                } else {
-                    e.to_string()
-                },
-            },
-        )?;
+    let addresses =
+        parse_recipients(&customer.email).map_err(|reason| MessageError::InvalidAddress {
+            invoice_id: invoice_id.clone(),
+            reason,
+        })?;
     let name = sanitize(&customer.name, MAX_NAME_CHARS);
-    let to = Mailbox::new((!name.is_empty()).then_some(name), address);
     let id = message_id(invoice_id, period, &smtp.message_id_domain);
-    let mut builder = Message::builder()
-        .from(smtp.from.clone())
-        .to(to)
+    let mut builder = Message::builder().from(smtp.from.clone());
+    for address in addresses {
+        builder = builder.to(Mailbox::new(
+            (!name.is_empty()).then(|| name.clone()),
+            address,
+        ));
+    }
+    let mut builder = builder
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
         .header(XInvoiceId(id_token(invoice_id)))
@@ -294,6 +327,26 @@ mod tests {
         assert!(
             err.contains("invoice 42") && err.contains("address"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn an_email_cell_may_hold_several_addresses_each_checked_and_repeats_dropped() {
+        let to = |cell: &str| {
+            parse_recipients(cell).map(|a| a.iter().map(ToString::to_string).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            to("a@x.test, b@x.test,A@X.TEST, ,"),
+            Ok(vec!["a@x.test".to_owned(), "b@x.test".to_owned()])
+        );
+        assert!(to("a@x.test, nope").is_err_and(|e| e.contains("nope")));
+        assert!(to(" , ").is_err());
+        let mail = build("Ada", "ada@example.test, bob@example.test", None)
+            .map(|m| String::from_utf8_lossy(m.formatted()).into_owned())
+            .unwrap_or_default();
+        assert!(
+            mail.contains("To: Ada <ada@example.test>, Ada <bob@example.test>\r\n"),
+            "{mail}"
         );
     }
 }

@@ -1,6 +1,16 @@
 //! The claim stage: retire what will never be sent, return what crashed
 //! runs never started, then claim retries and new reminders, step by step,
-//! page by page, each claimed batch handed to the sender.
+//! page by page, each claimed batch handed to the marker.
+//!
+//! Every source row is checked before it is claimed (`crate::problems`)
+//! and again once claimed (the row may have changed in between): a row
+//! with a problem is counted and skipped, never sent; a claimed row that
+//! is skipped is never marked, so the end of the run returns it. The stage
+//! never trusts "one row per key": keys are deduplicated before a claim,
+//! the claim itself refuses keys on several rows, and a reminder id that
+//! comes back twice is sent by neither copy.
+
+use std::collections::{HashMap, HashSet};
 
 use tokio::sync::mpsc;
 
@@ -8,19 +18,59 @@ use super::TickError;
 use super::db_err;
 use super::pipeline::Pipeline;
 use crate::db;
-use crate::db::invoices::OverdueKey;
-use crate::db::reminders::{Backoff, ClaimError};
-use crate::domain::{Claimed, Counts, InvoiceId};
+use crate::db::invoices::{OverdueKey, Owed, SourceRow};
+use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
+use crate::domain::{Claimed, Counts, InvoiceId, Problem, count_of};
 use crate::lock::LostReason;
+use crate::problems;
 use crate::stages::Window;
 
-impl Pipeline<'_> {
-    pub(super) async fn claim_all(
-        &self,
-        batches: &mpsc::Sender<Vec<Claimed>>,
-    ) -> Result<(), TickError> {
-        let s = &self.ctx.settings.reminders;
-        let database = &self.ctx.db;
+/// How many rows with a NULL key or due date a tick reports at most.
+const UNUSABLE_REPORTED: u32 = 1_000;
+
+/// The claim stage of one tick.
+pub(super) struct Claimer<'p, 'a> {
+    p: &'p Pipeline<'a>,
+    /// Each step's due-date range today, oldest due dates first.
+    windows: Vec<Window>,
+    owed: Owed<'a>,
+}
+
+impl<'p, 'a> Claimer<'p, 'a> {
+    pub fn new(p: &'p Pipeline<'a>) -> Self {
+        let ctx = p.ctx();
+        let reminders = &ctx.settings.reminders;
+        Self {
+            p,
+            windows: reminders.stages.windows(p.today()),
+            owed: Owed {
+                today: p.today(),
+                timezone: ctx.settings.schedule.timezone.name(),
+                min_days_between: reminders.min_days_between,
+            },
+        }
+    }
+
+    pub async fn run(self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<(), TickError> {
+        self.tidy_up().await?;
+        self.report_unusable_rows().await?;
+        if !self.claim_retries(batches).await? {
+            return Ok(());
+        }
+        for window in &self.windows {
+            if !self.claim_window(window, batches).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Retires failed rows that will never be sent, returns the unstarted
+    /// rows of runs that are over, and (when configured) unknown rows for
+    /// resending.
+    async fn tidy_up(&self) -> Result<(), TickError> {
+        let s = &self.p.ctx().settings.reminders;
+        let database = &self.p.ctx().db;
         let retired = db::deliveries::retire_failed(database, &self.windows, s.max_attempts)
             .await
             .map_err(db_err(
@@ -31,8 +81,8 @@ impl Pipeline<'_> {
                 retired,
                 "failed reminders of steps no longer due, or out of attempts, were discarded"
             );
-            self.add(&Counts {
-                discarded: retired as u32,
+            self.p.add(&Counts {
+                discarded: u32::try_from(retired).unwrap_or(u32::MAX),
                 ..Counts::default()
             });
         }
@@ -56,45 +106,68 @@ impl Pipeline<'_> {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Rows without a due date or a key have no place in a page's order, so
+    /// no page meets them: they are looked up once per tick (bounded) and
+    /// reported.
+    async fn report_unusable_rows(&self) -> Result<(), TickError> {
+        let Some(due_by) = self.windows.iter().map(|w| w.due_to).max() else {
+            return Ok(());
+        };
+        let rows = db::owed::unusable_rows(&self.p.ctx().db, due_by, UNUSABLE_REPORTED)
+            .await
+            .map_err(db_err("looking for invoices without a key or a due date"))?;
+        for row in rows {
+            if let Err(problem) = row.into_parts() {
+                self.p.problem(problem);
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-claims failed rows whose backoff is over, a batch at a time.
+    /// Ok(false): stop claiming altogether.
+    async fn claim_retries(&self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<bool, TickError> {
+        let s = &self.p.ctx().settings.reminders;
         let backoff = Backoff {
             first: s.retry_backoff,
             max: s.retry_backoff_max,
         };
-        while self.stop_reason().is_none() {
+        while self.p.stop_reason().is_none() {
             let Some(limit) = self.room(s.batch_size) else {
-                return Ok(());
+                return Ok(false);
             };
-            if !self.reserve(limit).await {
-                return Ok(());
+            let Some(reserved) = self.p.bound().reserve(limit as usize).await else {
+                return Ok(false);
+            };
+            if self.p.stop_reason().is_some() {
+                return Ok(false);
             }
             let reclaimed = db::reminders::reclaim_failed(
-                database,
+                &self.p.ctx().db,
                 &self.windows,
                 self.owed,
-                self.run_id,
+                self.p.run_id(),
                 s.max_attempts,
                 backoff,
                 limit,
-                self.fence,
+                self.p.fence(),
             )
             .await;
-            let Some(batch) = self.fenced(reclaimed, "re-claiming failed reminders")? else {
-                return Ok(());
+            let Some(rows) = self.fenced(reclaimed, "re-claiming failed reminders")? else {
+                return Ok(false);
             };
-            self.unrecorded.add_permits(limit as usize - batch.len());
-            if batch.is_empty() {
-                break;
+            reserved.keep(rows.len());
+            if rows.is_empty() {
+                return Ok(true);
             }
-            if !self.hand_on(batches, batch).await {
-                return Ok(());
-            }
-        }
-        for window in &self.windows {
-            if !self.claim_window(window, batches).await? {
-                break;
+            if !self.hand_on(batches, rows).await {
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Claims the invoices of one step's window, page by page. Ok(false):
@@ -104,51 +177,26 @@ impl Pipeline<'_> {
         window: &Window,
         batches: &mpsc::Sender<Vec<Claimed>>,
     ) -> Result<bool, TickError> {
-        let batch_size = self.ctx.settings.reminders.batch_size;
+        let batch_size = self.p.ctx().settings.reminders.batch_size;
         let mut after: Option<OverdueKey> = None;
         loop {
-            if self.stop_reason().is_some() {
+            if self.p.stop_reason().is_some() {
                 return Ok(false);
             }
             let Some(limit) = self.room(batch_size) else {
                 return Ok(false);
             };
-            let page = db::invoices::fetch_owed_page(&self.ctx.db, window, self.owed, after, limit)
-                .await
-                .map_err(db_err("reading the invoices that owe a reminder"))?;
+            let page =
+                db::invoices::fetch_owed_page(&self.p.ctx().db, window, self.owed, after, limit)
+                    .await
+                    .map_err(db_err("reading the invoices that owe a reminder"))?;
             let Some(last) = page.last else {
                 return Ok(true);
             };
             after = Some(last);
-            let full_page = page.examined >= limit as usize;
-            if page.owed.is_empty() {
-                if !full_page {
-                    return Ok(true);
-                }
-                continue;
-            }
-            let ids: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
-            if !self.reserve(ids.len() as u32).await {
-                return Ok(false);
-            }
-            let claimed = db::reminders::claim_batch(
-                &self.ctx.db,
-                &ids,
-                window,
-                self.owed,
-                self.run_id,
-                self.fence,
-            )
-            .await;
-            let Some(claimed) = self.fenced(claimed, "claiming reminders")? else {
-                return Ok(false);
-            };
-            self.unrecorded.add_permits(ids.len() - claimed.len());
-            self.add(&Counts {
-                skipped: (ids.len() - claimed.len()) as u32,
-                ..Counts::default()
-            });
-            if !self.hand_on(batches, claimed).await {
+            let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
+            let ids = self.candidates(page.owed);
+            if !ids.is_empty() && !self.claim_keys(window, &ids, batches).await? {
                 return Ok(false);
             }
             if !full_page {
@@ -157,35 +205,131 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Waits until `n` more rows may be claimed without exceeding the bound
-    /// on claimed-but-unrecorded rows; false if the tick stopped meanwhile
-    /// (then nothing was reserved).
-    async fn reserve(&self, n: u32) -> bool {
-        match self.unrecorded.acquire_many(n).await {
-            Ok(permits) if self.stop_reason().is_none() => {
-                permits.forget();
-                true
-            }
-            _ => false,
+    /// The keys of a page worth claiming, each once: a row with a problem
+    /// is reported and left out; a key on several rows of the page goes to
+    /// the claim unchecked, which refuses and reports it.
+    fn candidates(&self, rows: Vec<SourceRow>) -> Vec<InvoiceId> {
+        let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
+        for id in rows.iter().filter_map(|r| r.invoice_id.clone()) {
+            let n = copies.entry(id).or_insert(0);
+            *n = n.saturating_add(1);
         }
+        let mut ids = Vec::with_capacity(copies.len());
+        let mut taken = HashSet::new();
+        for row in rows {
+            let repeated = row
+                .invoice_id
+                .as_ref()
+                .is_some_and(|id| copies.get(id).is_some_and(|n| *n > 1));
+            if !repeated && let Err(problem) = problems::check(row.clone()) {
+                self.p.problem(problem);
+                continue;
+            }
+            if let Some(id) = row.invoice_id
+                && taken.insert(id.clone())
+            {
+                ids.push(id);
+            }
+        }
+        ids
     }
 
-    /// Passes a claimed batch to the sender; false if the sender is gone.
-    async fn hand_on(&self, batches: &mpsc::Sender<Vec<Claimed>>, batch: Vec<Claimed>) -> bool {
-        self.add(&Counts {
-            claimed: batch.len() as u32,
+    /// Claims `ids` (distinct keys) for `window` and hands on what it took.
+    /// Ok(false): stop claiming altogether.
+    async fn claim_keys(
+        &self,
+        window: &Window,
+        ids: &[InvoiceId],
+        batches: &mpsc::Sender<Vec<Claimed>>,
+    ) -> Result<bool, TickError> {
+        let Some(reserved) = self.p.bound().reserve(ids.len()).await else {
+            return Ok(false);
+        };
+        if self.p.stop_reason().is_some() {
+            return Ok(false);
+        }
+        let claim = db::reminders::claim_batch(
+            &self.p.ctx().db,
+            ids,
+            window,
+            self.owed,
+            self.p.run_id(),
+            self.p.fence(),
+        )
+        .await;
+        let Some(claim) = self.fenced(claim, "claiming reminders")? else {
+            return Ok(false);
+        };
+        let repeated = problems::repeated_keys(&claim.repeated);
+        let refused = repeated.len();
+        for problem in repeated {
+            self.p.problem(problem);
+        }
+        let rows = claim.claimed;
+        let kept = reserved.keep(rows.len());
+        let skipped = ids.len().saturating_sub(kept).saturating_sub(refused);
+        self.p.add(&Counts {
+            skipped: count_of(skipped),
             ..Counts::default()
         });
+        Ok(self.hand_on(batches, rows).await)
+    }
+
+    /// Checks claimed rows and passes the good ones to the marker; false if
+    /// the marker is gone. A row that fails its check now, or whose
+    /// reminder id came back more than once, is not sent: it frees its room
+    /// and the end of the run returns it.
+    async fn hand_on(&self, batches: &mpsc::Sender<Vec<Claimed>>, rows: Vec<ClaimedRow>) -> bool {
+        self.p.add(&Counts {
+            claimed: count_of(rows.len()),
+            ..Counts::default()
+        });
+        let mut copies: HashMap<_, usize> = HashMap::new();
+        for row in &rows {
+            let n = copies.entry(row.id).or_insert(0);
+            *n = n.saturating_add(1);
+        }
+        let mut reported = HashSet::new();
+        let mut batch = Vec::with_capacity(rows.len());
+        let mut dropped = 0usize;
+        for row in rows {
+            let checked = if copies.get(&row.id).is_some_and(|n| *n > 1) {
+                // Two source rows came back for one claim: believe neither.
+                Err(row.source.problem(
+                    Problem::RepeatedKey,
+                    "the claim met several rows of the source with this invoice_id",
+                ))
+                .map_err(|p| (p, reported.insert(row.id)))
+            } else {
+                problems::check(row.source).map_err(|p| (p, true))
+            };
+            match checked {
+                Ok((invoice, customer)) => batch.push(Claimed {
+                    id: row.id,
+                    attempts: row.attempts,
+                    period: row.period,
+                    invoice,
+                    customer,
+                }),
+                Err((problem, first)) => {
+                    if first {
+                        self.p.problem(problem);
+                    }
+                    dropped = dropped.saturating_add(1);
+                }
+            }
+        }
+        self.p.bound().release(dropped);
         batch.is_empty() || batches.send(batch).await.is_ok()
     }
 
     /// How many rows the next claim may take: `batch_size`, or less near
     /// `reminders.max_per_tick`; None once the tick's share is claimed.
     fn room(&self, batch_size: u32) -> Option<u32> {
-        let Some(max) = self.ctx.settings.reminders.max_per_tick else {
+        let Some(max) = self.p.ctx().settings.reminders.max_per_tick else {
             return Some(batch_size);
         };
-        let left = max.saturating_sub(self.counts().claimed);
+        let left = max.saturating_sub(self.p.counts().claimed);
         if left == 0 {
             tracing::info!(
                 max_per_tick = max,
@@ -197,11 +341,11 @@ impl Pipeline<'_> {
     }
 
     /// A refused claim means a newer holder exists: the lease is lost.
-    fn fenced(
+    fn fenced<T>(
         &self,
-        claimed: Result<Vec<Claimed>, ClaimError>,
+        claimed: Result<T, ClaimError>,
         doing: &'static str,
-    ) -> Result<Option<Vec<Claimed>>, TickError> {
+    ) -> Result<Option<T>, TickError> {
         match claimed {
             Ok(rows) => Ok(Some(rows)),
             Err(ClaimError::Fenced { token }) => {
@@ -209,7 +353,7 @@ impl Pipeline<'_> {
                     fence = token,
                     "claim refused: a newer lock holder has written; stopping"
                 );
-                self.guard.lose(LostReason::Fenced);
+                self.p.lose(LostReason::Fenced);
                 Ok(None)
             }
             Err(ClaimError::Database(e)) => Err(db_err(doing)(e)),

@@ -5,7 +5,8 @@
 //!      │
 //!   acquired ──▶ today from the DB clock (not before the fire's slot) ──▶ start_run
 //!      │
-//!      ├─ claim ─▶ send ─▶ record   three overlapping stages (pipeline.rs);
+//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (pipeline.rs);
+//!      │          bad source rows skipped and reported (problems.rs);
 //!      │          before every mail: lease valid? shutdown? SMTP? writes OK?
 //!      ├─ hand back rows never started
 //!      ▼
@@ -18,10 +19,13 @@
 //! reminder it did not claim and mark started itself, and never claims
 //! without presenting its fencing token.
 
+mod bounds;
 mod claim;
 pub mod deferred;
 mod error;
+mod mark;
 mod pipeline;
+mod record;
 mod send;
 
 use std::time::Duration;
@@ -294,13 +298,14 @@ async fn finish(
     result: Result<(), TickError>,
     started: Instant,
 ) -> Result<TickOutcome, TickError> {
-    let (ctx, run_id) = (p.ctx, p.run_id);
+    let (ctx, run_id) = (p.ctx(), p.run_id());
     let unsent = p.take_unsent();
     let mut counts = p.counts();
     match db::deliveries::hand_back(&ctx.db, run_id, &unsent).await {
-        Ok(n) => counts.handed_back = n as u32,
+        Ok(n) => counts.handed_back = u32::try_from(n).unwrap_or(u32::MAX),
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }
+    report_problems(p);
     let stop = p.stop_reason();
     let (outcome, error) = match (&result, stop) {
         (_, Some(Stop::RecordFailed)) => (
@@ -331,9 +336,9 @@ async fn finish(
         .tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
-        period: p.period.to_owned(),
+        period: p.period().to_owned(),
         counts,
-        duration_ms: took.as_millis() as u64,
+        duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
     };
     tracing::info!(
         outcome = outcome.as_str(),
@@ -345,6 +350,7 @@ async fn finish(
         unknown = counts.unknown,
         skipped = counts.skipped,
         handed_back = counts.handed_back,
+        source_problems = counts.source_problems,
         duration_ms = summary.duration_ms,
         "tick finished"
     );
@@ -361,4 +367,22 @@ async fn finish(
             }
         }
     })
+}
+
+/// One warning per tick for the source rows skipped, with a few examples,
+/// and their count by problem in the metrics.
+fn report_problems(p: &Pipeline<'_>) {
+    let problems = p.problems();
+    let total = problems.total();
+    if total == 0 {
+        return;
+    }
+    for (problem, n) in problems.by_problem() {
+        p.ctx().metrics.source_problems(problem.label(), n);
+    }
+    tracing::warn!(
+        source_problems = total,
+        examples = %problems.describe_examples(),
+        "source rows skipped: they cannot make a reminder until fixed in source.relation (`invoice-reminder check-source` lists them)"
+    );
 }

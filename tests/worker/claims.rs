@@ -138,12 +138,13 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
 
     assert_eq!(
         first
+            .claimed
             .iter()
-            .map(|c| c.invoice.id.clone())
+            .filter_map(|c| c.source.invoice_id.clone())
             .collect::<Vec<_>>(),
         vec![InvoiceId::from(owed)]
     );
-    assert!(second.is_empty());
+    assert!(second.claimed.is_empty());
 }
 
 #[tokio::test]

@@ -72,37 +72,39 @@ async fn a_customer_name_with_line_breaks_cannot_inject_headers() {
 }
 
 #[tokio::test]
-async fn an_invalid_address_is_discarded_with_its_reason_and_the_others_still_go_out() {
+async fn an_invalid_address_is_skipped_as_a_source_problem_and_the_others_still_go_out() {
     let world = World::new().await;
     let bad = common::insert_invoice(world.pool(), "No Mail", "not-an-address", 5, false).await;
     let empty = common::insert_invoice(world.pool(), "Empty", "", 5, false).await;
     let good = common::insert_invoice(world.pool(), "Good", "good@example.test", 5, false).await;
     let ctx = world.context().await;
 
-    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 
     assert_eq!(world.sink.invoice_ids(), vec![good]);
-    let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-        "SELECT invoice_id::bigint, status, last_error FROM reminders ORDER BY invoice_id::bigint",
-    )
-    .fetch_all(world.pool())
-    .await
-    .unwrap();
-    assert_eq!(rows.len(), 3);
-    for (invoice, status, error) in &rows[..2] {
-        assert_eq!(status, "discarded");
-        let error = error.as_deref().unwrap_or_default();
+    let summary = outcome.summary().cloned().unwrap();
+    assert_eq!(summary.counts.source_problems, 2, "{summary:?}");
+    // Skipped, not claimed: once the address is fixed it is reminded.
+    let rows: Vec<i64> = sqlx::query_scalar("SELECT invoice_id::bigint FROM reminders ORDER BY 1")
+        .fetch_all(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, vec![good]);
+    let audit = common::cli(&world, &["audit"]).await;
+    let text = common::stdout(&audit);
+    for id in [bad, empty] {
         assert!(
-            error.contains(&format!("invoice {invoice}")) && error.contains("address"),
-            "{error}"
+            text.contains(&format!("invoice {id}: bad_address")),
+            "{text}"
         );
     }
-    assert_eq!(rows[0].0, bad);
-    assert_eq!(rows[1].0, empty);
-    assert!(rows[1].2.as_deref().unwrap().contains("no email address"));
-    // Final: a later tick does not try again.
+    assert!(text.contains("no email address"), "{text}");
+    sqlx::query("UPDATE customers SET email = 'fixed@example.test' WHERE name = 'Empty'")
+        .execute(world.pool())
+        .await
+        .unwrap();
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-    assert_eq!(world.sink.count(), 1);
+    assert_eq!(world.sink.invoice_ids(), vec![good, empty]);
 }
 
 #[tokio::test]

@@ -80,7 +80,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
     )
     .await
     .unwrap();
-    assert_eq!(by_b.len(), 5);
+    assert_eq!(by_b.claimed.len(), 5);
 
     // A wakes up, still trusting its lease by its own clock, and works.
     assert!(

@@ -96,12 +96,16 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
         .await
         .unwrap();
     let run = common::start_unlocked_run(&ctx.db).await;
-    let keys: Vec<InvoiceId> = page.owed.into_iter().map(|k| k.id).collect();
+    let keys: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
     let claimed = db::reminders::claim_batch(&ctx.db, &keys, &window, owed, run, None)
         .await
         .unwrap();
 
-    let mut claimed: Vec<String> = claimed.into_iter().map(|c| c.invoice.id.0).collect();
+    let mut claimed: Vec<String> = claimed
+        .claimed
+        .into_iter()
+        .filter_map(|c| c.source.invoice_id.map(|id| id.0))
+        .collect();
     claimed.sort();
     let mut unpaid = vec![ids[0].to_string(), ids[2].to_string()];
     unpaid.sort();

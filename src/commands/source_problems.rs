@@ -1,0 +1,105 @@
+//! The source problems `audit` and `check-source` list: a bounded check of
+//! the rows that owe a reminder today, by the same rules a tick applies
+//! (`crate::problems`).
+//!
+//! Cost: one pass over the first [`ROWS_CHECKED`] owed rows in scan order
+//! (the tick's own page query, unbounded by page), one probe of the source
+//! by key per row (to see repeated keys), and one query for the rows
+//! without a key or a due date (at most [`UNUSABLE_CHECKED`]).
+
+use chrono::NaiveDate;
+
+use crate::config::Settings;
+use crate::db::invoices::Owed;
+use crate::db::{self, Db};
+use crate::domain::SourceProblem;
+use crate::problems;
+
+/// Owed rows checked at most.
+pub const ROWS_CHECKED: u32 = 10_000;
+/// Rows without a key or a due date checked at most.
+const UNUSABLE_CHECKED: u32 = 1_000;
+/// Problems listed at most (all found are counted).
+const LISTED: usize = 100;
+
+/// What the check found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SourceProblems {
+    /// Problems found (one per repeated key, one per other bad row).
+    pub count: usize,
+    /// The first of them.
+    pub listed: Vec<SourceProblem>,
+    /// Owed rows checked; when it reaches [`ROWS_CHECKED`], more rows were
+    /// not checked.
+    pub rows_checked: usize,
+}
+
+impl SourceProblems {
+    /// "source problems: 3" and, when the check was cut short, by what.
+    pub fn headline(&self) -> String {
+        let bounded = self.rows_checked >= ROWS_CHECKED as usize;
+        format!(
+            "source problems: {}{}",
+            self.count,
+            if bounded {
+                format!(" (among the first {ROWS_CHECKED} owed rows)")
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    /// The headline, then one line per listed problem.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = vec![self.headline()];
+        lines.extend(self.listed.iter().map(|p| format!("  {p}")));
+        if self.count > self.listed.len() {
+            lines.push(format!(
+                "  ... and {} more",
+                self.count.saturating_sub(self.listed.len())
+            ));
+        }
+        if self.count > 0 {
+            lines.push(
+                "  these rows get no reminder until fixed in source.relation (README, \"Using your own invoices\")"
+                    .to_owned(),
+            );
+        }
+        lines
+    }
+}
+
+/// Checks today's owed rows for problems.
+pub async fn check(
+    db: &Db,
+    settings: &Settings,
+    today: NaiveDate,
+) -> Result<SourceProblems, sqlx::Error> {
+    let reminders = &settings.reminders;
+    let windows = reminders.stages.windows(today);
+    let owed = Owed {
+        today,
+        timezone: settings.schedule.timezone.name(),
+        min_days_between: reminders.min_days_between,
+    };
+    let rows =
+        db::owed::owed_rows_to_check(db, &windows, owed, reminders.max_attempts, ROWS_CHECKED)
+            .await?;
+    let rows_checked = rows.len();
+    let mut found = problems::list(rows.into_iter().map(|r| (r.row, r.copies)));
+    if let Some(due_by) = windows.iter().map(|w| w.due_to).max() {
+        let unusable = db::owed::unusable_rows(db, due_by, UNUSABLE_CHECKED).await?;
+        // NULL keys among the owed rows were found above already.
+        found.extend(
+            unusable
+                .into_iter()
+                .filter(|r| r.due_date.is_none())
+                .filter_map(|r| r.into_parts().err()),
+        );
+    }
+    Ok(SourceProblems {
+        count: found.len(),
+        listed: found.into_iter().take(LISTED).collect(),
+        rows_checked,
+    })
+}

@@ -1,0 +1,229 @@
+//! The two bounds a tick keeps, each one small type with named operations,
+//! so the rule can be read (and tested) in one place:
+//!
+//! * [`ClaimBound`]: at most `2 × batch_size` rows claimed and not yet
+//!   recorded. The claimer [`reserves`](ClaimBound::reserve) room for a
+//!   page before it claims, [`keeps`](Reservation::keep) what the claim
+//!   took (the rest goes back at once), and each row's place is
+//!   [`released`](ClaimBound::release) when its result is written or it
+//!   will not be sent. This is what a SIGKILL can leave in `sending`.
+//! * [`MarkWindow`]: at most `4 × send_concurrency` rows marked started
+//!   and not yet finished. The marker [`opens`](MarkWindow::open) room
+//!   for a group of rows before marking them, one permit per row, and a
+//!   row's permit is dropped when its send ends. This is what a SIGKILL
+//!   can leave unknown besides the mail the server took but we never
+//!   recorded.
+//!
+//! Neither can be inflated by a bookkeeping slip: a release never returns
+//! more than is outstanding, and every count saturates.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+
+/// Rows claimed but not yet recorded: at most `2 × batch_size`.
+#[derive(Debug)]
+pub(super) struct ClaimBound {
+    permits: Semaphore,
+    /// Rows kept by reservations and not yet released.
+    outstanding: AtomicUsize,
+    max: usize,
+}
+
+/// Room reserved for one claim; whatever it does not [`keep`](Self::keep)
+/// goes back when it is dropped.
+#[derive(Debug)]
+pub(super) struct Reservation<'a> {
+    bound: &'a ClaimBound,
+    permit: SemaphorePermit<'a>,
+}
+
+impl ClaimBound {
+    pub fn new(batch_size: u32) -> Self {
+        let max = usize::try_from(batch_size)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2)
+            .clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            permits: Semaphore::new(max),
+            outstanding: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// The bound: `2 × batch_size`.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Rows claimed and not yet released.
+    #[cfg(test)]
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more rows (at most the bound) may be claimed.
+    pub async fn reserve(&self, n: usize) -> Option<Reservation<'_>> {
+        let n = u32::try_from(n.min(self.max)).unwrap_or(u32::MAX);
+        let permit = self.permits.acquire_many(n).await.ok()?;
+        Some(Reservation {
+            bound: self,
+            permit,
+        })
+    }
+
+    /// `n` rows are recorded (or will never be sent): their room is free.
+    /// Never releases more than is outstanding.
+    pub fn release(&self, n: usize) {
+        let mut released = 0;
+        let _ = self
+            .outstanding
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                released = n.min(now);
+                Some(now - released)
+            });
+        if released > 0 {
+            self.permits.add_permits(released);
+        }
+    }
+}
+
+impl Reservation<'_> {
+    /// How many rows the reservation holds room for.
+    #[cfg(test)]
+    pub fn size(&self) -> usize {
+        self.permit.num_permits()
+    }
+
+    /// The claim took `used` rows: their room stays taken until released;
+    /// the rest goes back now. Returns how many were kept (never more than
+    /// reserved).
+    pub fn keep(mut self, used: usize) -> usize {
+        let kept = used.min(self.permit.num_permits());
+        if let Some(part) = self.permit.split(kept) {
+            part.forget();
+            self.bound.outstanding.fetch_add(kept, Ordering::SeqCst);
+            kept
+        } else {
+            0
+        }
+    }
+}
+
+/// Rows marked started and not finished: at most `4 × send_concurrency`.
+#[derive(Debug, Clone)]
+pub(super) struct MarkWindow {
+    permits: Arc<Semaphore>,
+    size: usize,
+    group: usize,
+}
+
+impl MarkWindow {
+    /// Rows marked per statement, as a multiple of `send_concurrency`: a
+    /// group is marked once no more than one round of sends is left
+    /// before the window, so the senders rarely wait for a mark, and marks
+    /// cost one commit per `3 × send_concurrency` rows.
+    const GROUP: usize = 3;
+    /// The window, as a multiple of `send_concurrency`.
+    const SIZE: usize = 4;
+
+    pub fn new(send_concurrency: u32) -> Self {
+        let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
+        let size = sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS);
+        Self {
+            permits: Arc::new(Semaphore::new(size)),
+            size,
+            group: sc.saturating_mul(Self::GROUP).min(size),
+        }
+    }
+
+    /// The most rows marked and not finished.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The most rows one mark takes.
+    pub fn group(&self) -> usize {
+        self.group
+    }
+
+    /// Waits for room for `n` rows (at most a group) and returns one
+    /// permit per row; each is given back when it is dropped.
+    pub async fn open(&self, n: usize) -> Option<Vec<OwnedSemaphorePermit>> {
+        let n = n.clamp(1, self.group);
+        let wanted = u32::try_from(n).unwrap_or(1);
+        let mut all = Arc::clone(&self.permits)
+            .acquire_many_owned(wanted)
+            .await
+            .ok()?;
+        let mut singles = Vec::with_capacity(n);
+        while all.num_permits() > 1 {
+            match all.split(1) {
+                Some(one) => singles.push(one),
+                None => break,
+            }
+        }
+        singles.push(all);
+        Some(singles)
+    }
+
+    /// Rows marked and not finished now.
+    #[cfg(test)]
+    pub fn in_use(&self) -> usize {
+        self.size.saturating_sub(self.permits.available_permits())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_claim_keeps_what_it_took_and_gives_back_the_rest() {
+        let bound = ClaimBound::new(5);
+        assert_eq!(bound.max(), 10);
+        let r = bound.reserve(5).await.unwrap_or_else(|| unreachable!());
+        assert_eq!(r.size(), 5);
+        assert_eq!(r.keep(3), 3);
+        assert_eq!(bound.outstanding(), 3);
+        // More rows than reserved (a source repeating keys) keeps only
+        // what was reserved.
+        let r = bound.reserve(2).await.unwrap_or_else(|| unreachable!());
+        assert_eq!(r.keep(9), 2);
+        assert_eq!(bound.outstanding(), 5);
+        // A dropped reservation gives everything back.
+        drop(bound.reserve(5).await);
+        assert_eq!(bound.outstanding(), 5);
+    }
+
+    #[tokio::test]
+    async fn releasing_more_than_is_outstanding_never_inflates_the_bound() {
+        let bound = ClaimBound::new(2);
+        let r = bound.reserve(4).await.unwrap_or_else(|| unreachable!());
+        r.keep(4);
+        bound.release(100);
+        assert_eq!(bound.outstanding(), 0);
+        // The bound is still 4: a fifth row cannot be reserved.
+        let r = bound.reserve(4).await.unwrap_or_else(|| unreachable!());
+        assert_eq!(r.keep(4), 4);
+        let fifth = tokio::time::timeout(std::time::Duration::from_millis(50), bound.reserve(1));
+        assert!(fifth.await.is_err(), "a fifth row was let in");
+    }
+
+    #[tokio::test]
+    async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
+        let window = MarkWindow::new(8);
+        assert_eq!((window.size(), window.group()), (32, 24));
+        let first = window.open(100).await.unwrap_or_default();
+        assert_eq!(first.len(), 24);
+        assert_eq!(window.in_use(), 24);
+        let second = window.open(8).await.unwrap_or_default();
+        assert_eq!(window.in_use(), 32);
+        let third = tokio::time::timeout(std::time::Duration::from_millis(50), window.open(1));
+        assert!(third.await.is_err(), "the window let a 33rd row in");
+        drop(first);
+        drop(second);
+        assert_eq!(window.in_use(), 0);
+    }
+}

@@ -1,0 +1,131 @@
+//! The mark stage: claimed rows are recorded as started (`started_at`) a
+//! group at a time, ahead of the senders, and only then handed to them.
+//!
+//! A mark is its own statement and commit, but it is not on the send path:
+//! while one group is being sent the next is marked, so a send never waits
+//! for a round trip or a WAL flush. At most [`MarkWindow::size`] rows
+//! (`4 × send_concurrency`) are marked and not finished at any moment: that,
+//! plus the mail the server took whose result was not yet written, is all a
+//! SIGKILL can leave unknown. One mark covers up to [`MarkWindow::group`]
+//! rows (`3 × send_concurrency`), so marks cost one commit per that many
+//! reminders.
+//!
+//! A row is sent only if this run's mark on it took effect, so a row that
+//! another run returned (this run's lease looked over) is never sent here.
+//! Rows never marked are returned at the end of the run, or by a later run
+//! if this process dies.
+
+use std::collections::{HashSet, VecDeque};
+
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use super::bounds::MarkWindow;
+use super::pipeline::{Pipeline, Stop};
+use crate::db;
+use crate::domain::{Claimed, Counts, ReminderId, count_of};
+
+/// A row marked started, with its place in the mark window (given back
+/// when its send ends).
+pub(super) struct Marked {
+    pub row: Claimed,
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// The mark stage of one tick.
+pub(super) struct Marker<'p, 'a> {
+    p: &'p Pipeline<'a>,
+    window: MarkWindow,
+    /// Claimed rows waiting for room in the window.
+    buffer: VecDeque<Claimed>,
+}
+
+impl<'p, 'a> Marker<'p, 'a> {
+    pub fn new(p: &'p Pipeline<'a>, window: MarkWindow) -> Self {
+        Self {
+            p,
+            window,
+            buffer: VecDeque::new(),
+        }
+    }
+
+    /// Marks claimed batches a group at a time and passes each marked row
+    /// on, until the claimer is done and every row is marked or skipped.
+    pub async fn run(
+        mut self,
+        mut claimed: mpsc::Receiver<Vec<Claimed>>,
+        to_send: mpsc::Sender<Marked>,
+    ) {
+        loop {
+            if self.buffer.is_empty() {
+                match claimed.recv().await {
+                    Some(batch) => self.buffer.extend(batch),
+                    None => return,
+                }
+            }
+            // A group takes what has already arrived, never waits for more.
+            while self.buffer.len() < self.window.group()
+                && let Ok(batch) = claimed.try_recv()
+            {
+                self.buffer.extend(batch);
+            }
+            self.mark_group(&to_send).await;
+        }
+    }
+
+    /// Marks the next group (waiting for room in the window) and passes its
+    /// rows on; or, once the tick has stopped, lets go of every buffered row.
+    async fn mark_group(&mut self, to_send: &mpsc::Sender<Marked>) {
+        if self.p.stop_reason().is_some() {
+            return self.skip_buffered();
+        }
+        let n = self.buffer.len().min(self.window.group());
+        let Some(permits) = self.window.open(n).await else {
+            return self.skip_buffered();
+        };
+        // Waiting for room may have outlasted the lease.
+        if self.p.stop_reason().is_some() {
+            return self.skip_buffered();
+        }
+        let rows: Vec<Claimed> = self.buffer.drain(..permits.len().min(n)).collect();
+        let ids: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
+        let marked = db::deliveries::mark_started(&self.p.ctx().db, self.p.run_id(), &ids).await;
+        let marked: HashSet<ReminderId> = match marked {
+            Ok(marked) => marked.into_iter().collect(),
+            Err(e) => {
+                if self.p.stop(Stop::RecordFailed) {
+                    tracing::error!(error = %e, "rows cannot be marked started; no more mail is started this tick");
+                }
+                // The mark may have committed with its reply lost: these rows
+                // were never sent, so they are returned like unstarted ones.
+                return self.p.not_sent_all(ids);
+            }
+        };
+        let mut skipped = 0usize;
+        for (row, permit) in rows.into_iter().zip(permits) {
+            if !marked.contains(&row.id) {
+                // Returned by another run's sweep: not ours to send.
+                skipped = skipped.saturating_add(1);
+                continue;
+            }
+            let id = row.id;
+            if to_send.send(Marked { row, permit }).await.is_err() {
+                self.p.not_sent(id);
+            }
+        }
+        if skipped > 0 {
+            self.p.add(&Counts {
+                skipped: count_of(skipped),
+                ..Counts::default()
+            });
+            self.p.bound().release(skipped);
+        }
+    }
+
+    /// The tick stopped: buffered rows are never marked; the end of the run
+    /// returns them.
+    fn skip_buffered(&mut self) {
+        let n = self.buffer.len();
+        self.buffer.clear();
+        self.p.bound().release(n);
+    }
+}

@@ -1,0 +1,122 @@
+//! The record stage: delivery results written in one statement per chunk
+//! of a quarter of `batch_size`, or per [`RECORD_EVERY`], whichever comes
+//! first. A written result frees its row's room in the claim bound. A
+//! chunk that cannot be written is kept for later (`tick::deferred`) and
+//! stops new sends.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::pipeline::{Pipeline, Stop};
+use super::{TickError, db_err};
+use crate::db;
+use crate::domain::{Attempted, Counts};
+
+/// How long a delivery result may wait before it is written with others.
+pub(super) const RECORD_EVERY: Duration = Duration::from_millis(200);
+
+/// Results are written in chunks of `batch_size / RECORD_CHUNKS_PER_BATCH`.
+/// Claim room comes back only once results are written, and the claimer
+/// needs a whole page of it: written per `batch_size`, the results waiting
+/// took most of the `2 × batch_size` bound and the senders idled while the
+/// next page was claimed. A statement per result instead cost more than it
+/// saved on small backlogs. BENCHMARKS.md, "Fifth session", has the numbers.
+const RECORD_CHUNKS_PER_BATCH: usize = 4;
+
+/// The record stage of one tick.
+pub(super) struct Recorder<'p, 'a> {
+    p: &'p Pipeline<'a>,
+    /// Results per statement.
+    chunk: usize,
+    /// The first write that failed; later results go straight to the
+    /// deferred queue.
+    failure: Option<sqlx::Error>,
+}
+
+impl<'p, 'a> Recorder<'p, 'a> {
+    pub fn new(p: &'p Pipeline<'a>) -> Self {
+        let batch_size = usize::try_from(p.ctx().settings.reminders.batch_size).unwrap_or(1);
+        Self {
+            p,
+            chunk: (batch_size / RECORD_CHUNKS_PER_BATCH).max(1),
+            failure: None,
+        }
+    }
+
+    /// Writes results until the senders are done.
+    pub async fn run(mut self, mut results: mpsc::Receiver<Attempted>) -> Result<(), TickError> {
+        loop {
+            let mut deliveries = Vec::with_capacity(self.chunk);
+            if results.recv_many(&mut deliveries, self.chunk).await == 0 {
+                break;
+            }
+            let deadline = tokio::time::Instant::now() + RECORD_EVERY;
+            while deliveries.len() < self.chunk {
+                let more = self.chunk.saturating_sub(deliveries.len());
+                // `recv_many` is cancel-safe: nothing is lost at the deadline.
+                match tokio::time::timeout_at(deadline, results.recv_many(&mut deliveries, more))
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            self.write(deliveries).await;
+        }
+        match self.failure {
+            Some(e) => Err(db_err("recording delivery results")(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes one chunk, or keeps it for later; either way its rows are no
+    /// longer in flight here.
+    async fn write(&mut self, deliveries: Vec<Attempted>) {
+        let ctx = self.p.ctx();
+        let max_attempts = ctx.settings.reminders.max_attempts;
+        let n = deliveries.len();
+        // After one failed write the rest of the tick's results (at most
+        // the sends already under way) go straight to the deferred queue:
+        // each new attempt could wait out a whole statement deadline.
+        let written = match self.failure {
+            None => Some(
+                db::deliveries::record_deliveries(
+                    &ctx.db,
+                    self.p.run_id(),
+                    max_attempts,
+                    &deliveries,
+                )
+                .await,
+            ),
+            Some(_) => None,
+        };
+        match written {
+            Some(Ok(recorded)) => self.p.add(&recorded),
+            Some(Err(e)) => {
+                if self.p.stop(Stop::RecordFailed) {
+                    tracing::error!(error = %e, "delivery results cannot be written; no more mail is started this tick");
+                }
+                self.failure = Some(e);
+                self.defer(deliveries);
+            }
+            None => self.defer(deliveries),
+        }
+        self.p.bound().release(n);
+    }
+
+    /// Keeps results the database would not take. The mail went out (or
+    /// not) regardless: they are counted from what we know, and written
+    /// when the database allows.
+    fn defer(&self, deliveries: Vec<Attempted>) {
+        let mut known = Counts::default();
+        deliveries.iter().for_each(|a| known.count(&a.delivery));
+        self.p.add(&known);
+        let ctx = self.p.ctx();
+        ctx.deferred.deliveries(
+            self.p.run_id(),
+            ctx.settings.reminders.max_attempts,
+            deliveries,
+        );
+    }
+}
