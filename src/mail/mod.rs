@@ -8,6 +8,7 @@
 mod filters;
 pub mod format;
 pub mod message;
+mod pool;
 pub mod smtp;
 pub mod templates;
 pub mod transaction;

@@ -1,16 +1,21 @@
 //! The SMTP pool: connections reused across messages, at most
 //! `smtp.pool_size` of them, paced by `smtp.max_per_second`.
 //!
-//! Relays limit connections (Office 365 allows 3 at a time): a connection
-//! refused while others are open means "use fewer", not "down", so the pool
-//! shrinks for the rest of the tick and the message waits for one of the
-//! open connections. Only when no connection at all can be made is the
-//! server down. A login refusal is reported as such (a configuration
-//! problem). A transient reply on a pooled connection is this message's
-//! answer, not a broken connection: it is not retried on a fresh one.
+//! Relays limit connections (Office 365 allows 3 at a time, and fronts
+//! refuse the extra ones at once, often before the accepted ones have even
+//! greeted): a connection refused while others are open or still being set
+//! up means "use fewer", not "down". The refused send waits for the others
+//! being set up to settle; if one of them succeeds, the pool shrinks for the
+//! rest of the tick ([`Mailer::restore_pool_size`] gives the full size back
+//! when the next tick starts) and the message waits for a free connection.
+//! Only when no connection at all can be made is the server down, and a
+//! refusal at connect never costs the message an attempt (see
+//! `transaction::classify`). A login refusal is reported as such (a
+//! configuration problem). A transient reply on a pooled connection is this
+//! message's answer, not a broken connection: it is not retried on a fresh
+//! one. The counting itself lives in [`super::pool`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
@@ -18,15 +23,12 @@ use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParam
 use lettre::transport::smtp::extension::ClientId;
 use prometheus_client::metrics::histogram::Histogram;
 use secrecy::ExposeSecret;
-use tokio::sync::{Notify, Semaphore};
 use tokio::time::{Instant, timeout};
 
 use super::OutgoingMail;
+use super::pool::{Pool, Pooled};
 use super::transaction::{SendError, transact};
 use crate::config::{SmtpSettings, SmtpTls};
-
-/// Idle pooled connections older than this are closed instead of reused.
-const IDLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
 #[derive(Clone)]
@@ -42,17 +44,9 @@ struct MailerInner {
     durations: Histogram,
     /// `smtp.max_per_second`: the earliest instant the next message may start.
     pacer: Option<(Duration, tokio::sync::Mutex<Instant>)>,
-    /// One permit per transaction that may run at once: `smtp.pool_size`,
-    /// fewer after the server refused extra connections.
-    slots: Semaphore,
-    /// How many permits `slots` holds in all now.
-    capacity: AtomicUsize,
-    /// Connections open (idle or in use).
-    open: AtomicUsize,
-    /// Connections that can take the next message, with when they got idle.
-    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
-    /// Signalled when a connection becomes idle.
-    returned: Notify,
+    /// `smtp.pool_size` connections and transaction slots, fewer while
+    /// the server refuses extra connections.
+    pool: Pool,
     hello: ClientId,
 }
 
@@ -83,11 +77,7 @@ impl Mailer {
                         tokio::sync::Mutex::new(Instant::now()),
                     )
                 }),
-                slots: Semaphore::new(settings.pool_size as usize),
-                capacity: AtomicUsize::new(settings.pool_size as usize),
-                open: AtomicUsize::new(0),
-                idle: Mutex::new(Vec::new()),
-                returned: Notify::new(),
+                pool: Pool::new(settings.pool_size as usize),
                 hello: ClientId::default(),
             }),
         }
@@ -109,12 +99,15 @@ impl Mailer {
         tokio::time::sleep_until(slot).await;
     }
 
-    /// Gives the pool its full size back (a tick starts afresh).
+    /// Gives the pool its full size back: called as a tick starts, so a
+    /// relay's refusals shrink the pool for one tick only.
     pub fn restore_pool_size(&self) {
-        let full = self.inner.settings.pool_size as usize;
-        let now = self.inner.capacity.swap(full, Ordering::SeqCst);
-        if now < full {
-            self.inner.slots.add_permits(full - now);
+        let restored = self.inner.pool.restore();
+        if restored > 0 {
+            tracing::debug!(
+                connections = self.inner.settings.pool_size,
+                "the SMTP pool is back to its full size"
+            );
         }
     }
 
@@ -139,70 +132,67 @@ impl Mailer {
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
     ) -> Result<(), SendError> {
-        let inner = &self.inner;
+        let pool = &self.inner.pool;
+        let limit = self.inner.settings.timeout;
         loop {
-            let slot = inner
-                .slots
-                .acquire()
-                .await
-                .map_err(|_| SendError::NotStarted)?;
-            if let Some(conn) = self.take_idle() {
+            let slot = pool.acquire().await.map_err(|_| SendError::NotStarted)?;
+            if let Some(pooled) = pool.take_idle() {
                 if !may_start() {
-                    self.put_idle(conn);
+                    pool.put_idle(pooled);
                     return Err(SendError::NotStarted);
                 }
-                match self.transact(conn, mail).await {
+                match self.transact(pooled, mail).await {
                     // The connection broke while idle (the server closed it):
                     // nothing was delivered, so a fresh one is safe.
                     Err(SendError::NotDelivered { replied: false, .. }) => {}
                     other => return other,
                 }
             }
+            let connecting = pool.connecting();
             match self.connect().await {
                 Ok(conn) => {
-                    inner.open.fetch_add(1, Ordering::SeqCst);
+                    let pooled = connecting.opened(conn);
                     if !may_start() {
-                        self.put_idle(conn);
+                        pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }
-                    return self.transact(conn, mail).await;
+                    return self.transact(pooled, mail).await;
                 }
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
                 }
-                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason))
-                    if inner.open.load(Ordering::SeqCst) > 0 =>
-                {
-                    self.use_fewer(slot, &reason);
-                    // Wait for one of the open connections.
-                    let _ = timeout(inner.settings.timeout, inner.returned.notified()).await;
-                }
                 Err(ConnectError::Busy(reason) | ConnectError::Failed(reason)) => {
-                    return Err(SendError::NotDelivered {
-                        reason,
-                        connect: true,
-                        permanent: false,
-                        replied: false,
-                    });
+                    drop(connecting);
+                    // Others exist if a connection that may still work is
+                    // open, or one is still being set up: then wait for those
+                    // to settle. Down only if none of them succeeds.
+                    pool.prune_idle();
+                    let settled = pool
+                        .wait_until(limit, |c| c.open > 0 || c.connecting == 0)
+                        .await;
+                    if settled.open == 0 {
+                        return Err(SendError::NotDelivered {
+                            reason,
+                            connect: true,
+                            permanent: false,
+                            replied: false,
+                        });
+                    }
+                    self.use_fewer(slot, &reason);
+                    // Wait for a connection to come free (or for all to close,
+                    // when a fresh one is worth a try).
+                    pool.wait_until(limit, |c| c.idle > 0 || c.open == 0).await;
                 }
             }
         }
     }
 
     /// The server refused one more connection: shrink the pool by one
-    /// (keeping at least one), logging the new size once per size.
+    /// (keeping at least one), logging the new size.
     fn use_fewer(&self, slot: tokio::sync::SemaphorePermit<'_>, reason: &str) {
-        let inner = &self.inner;
-        let capacity = inner.capacity.load(Ordering::SeqCst);
-        if capacity > 1
-            && inner
-                .capacity
-                .compare_exchange(capacity, capacity - 1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            slot.forget();
+        if let Some(connections) = self.inner.pool.use_fewer(slot) {
             tracing::warn!(
-                connections = capacity - 1,
+                connections,
                 reason,
                 "the SMTP server refused another connection; using fewer for the rest of this tick"
             );
@@ -211,47 +201,20 @@ impl Mailer {
 
     /// Closes idle connections politely.
     pub async fn shutdown(&self) {
-        let idle: Vec<_> = match self.inner.idle.lock() {
-            Ok(mut idle) => idle.drain(..).collect(),
-            Err(_) => Vec::new(),
-        };
-        for (mut conn, _) in idle {
-            self.inner.open.fetch_sub(1, Ordering::SeqCst);
-            let _ = timeout(Duration::from_secs(1), conn.quit()).await;
+        for mut pooled in self.inner.pool.drain_idle() {
+            let _ = timeout(Duration::from_secs(1), pooled.conn.quit()).await;
         }
     }
 
-    async fn transact(
-        &self,
-        conn: AsyncSmtpConnection,
-        mail: &OutgoingMail,
-    ) -> Result<(), SendError> {
-        let (result, conn) = transact(conn, mail, self.inner.settings.timeout).await;
-        match conn {
-            Some(conn) => self.put_idle(conn),
-            None => {
-                self.inner.open.fetch_sub(1, Ordering::SeqCst);
-            }
+    /// One transaction on `pooled`, which goes back to the pool if it can
+    /// be reused and is closed (no longer counted open) otherwise.
+    async fn transact(&self, mut pooled: Pooled, mail: &OutgoingMail) -> Result<(), SendError> {
+        let (result, reusable) =
+            transact(&mut pooled.conn, mail, self.inner.settings.timeout).await;
+        if reusable {
+            self.inner.pool.put_idle(pooled);
         }
         result
-    }
-
-    fn take_idle(&self) -> Option<AsyncSmtpConnection> {
-        let mut idle = self.inner.idle.lock().ok()?;
-        while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < IDLE_LIMIT && !conn.has_broken() {
-                return Some(conn);
-            }
-            self.inner.open.fetch_sub(1, Ordering::SeqCst);
-        }
-        None
-    }
-
-    fn put_idle(&self, conn: AsyncSmtpConnection) {
-        if let Ok(mut idle) = self.inner.idle.lock() {
-            idle.push((conn, Instant::now()));
-        }
-        self.inner.returned.notify_one();
     }
 
     fn tls(&self) -> Result<Option<TlsParameters>, String> {

@@ -87,14 +87,14 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
     }
 }
 
-/// One SMTP transaction on `conn`, each step within `limit`. Returns the
-/// connection when it can be reused (success, or MAIL/RCPT refused and the
+/// One SMTP transaction on `conn`, each step within `limit`. Says whether
+/// the connection can be reused (success, or MAIL/RCPT refused and the
 /// session reset).
 pub(super) async fn transact(
-    mut conn: AsyncSmtpConnection,
+    conn: &mut AsyncSmtpConnection,
     mail: &OutgoingMail,
     limit: Duration,
-) -> (Result<(), SendError>, Option<AsyncSmtpConnection>) {
+) -> (Result<(), SendError>, bool) {
     let before_data = |e: StepError| match e {
         StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
             reason: e.to_string(),
@@ -127,7 +127,7 @@ pub(super) async fn transact(
                 permanent: true,
                 replied: true,
             };
-            return (Err(e), Some(conn));
+            return (Err(e), true);
         }
         params.push(MailParameter::SmtpUtfEight);
     }
@@ -154,12 +154,12 @@ pub(super) async fn transact(
             && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
                 .await
                 .is_ok();
-        return (Err(e), reusable.then_some(conn));
+        return (Err(e), reusable);
     }
 
     // From here on the server has (part of) the message.
     match step(limit, conn.message(&mail.bytes)).await {
-        Ok(_) => (Ok(()), Some(conn)),
+        Ok(_) => (Ok(()), true),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
                 reason: e.to_string(),
@@ -167,13 +167,13 @@ pub(super) async fn transact(
             };
             // Some servers end the session after refusing a message; a new
             // connection is cheaper than finding out by a timeout.
-            (Err(refused), None)
+            (Err(refused), false)
         }
         Err(other) => (
             Err(SendError::Unknown {
                 reason: other.to_string(),
             }),
-            None,
+            false,
         ),
     }
 }

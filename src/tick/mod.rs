@@ -239,6 +239,7 @@ async fn work(
     slot: Option<DateTime<Utc>>,
 ) -> Result<TickOutcome, TickError> {
     let started = Instant::now();
+    ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
     let settings = &ctx.settings;
     let today = today_at(ctx, slot).await?;
     // job_runs.period is the tick's "today"; each claim's period is its step.

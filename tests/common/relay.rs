@@ -1,10 +1,13 @@
 //! A small SMTP relay the tests control, for what the sink cannot do:
-//! limit concurrent connections (421 beyond N, as Office 365 does), reply
-//! to RCPT with 4xx or 5xx, require AUTH and refuse bad credentials, and
-//! offer STARTTLS with a certificate from a CA of the test's own.
+//! limit concurrent connections (421 at once beyond N, as Office 365 and
+//! connection-limiting fronts do, optionally before the accepted ones have
+//! greeted), reply to RCPT with 4xx or 5xx, require AUTH and refuse bad
+//! credentials, and offer STARTTLS with a certificate from a CA of the
+//! test's own.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine as _;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -13,8 +16,15 @@ use tokio::net::{TcpListener, TcpStream};
 /// How the relay behaves.
 #[derive(Clone, Default)]
 pub struct RelayOptions {
-    /// Connections served at once; more get `421` and are closed.
+    /// Connections served at once; more get `421` at once and are closed.
+    /// [`Relay::set_max_connections`] changes it while the relay runs.
     pub max_connections: Option<usize>,
+    /// Accepted connections hold their greeting until the relay has refused
+    /// a connection (or this long has passed): the refusals arrive before
+    /// any greeting, as behind a front that counts connections itself.
+    pub hold_greeting: Option<Duration>,
+    /// What accepted connections greet with; None: `220 relay.test ESMTP`.
+    pub greeting: Option<&'static str>,
     /// The reply to every RCPT (`(450, "4.2.1 mailbox busy")`); None: 250.
     pub rcpt_reply: Option<(u16, &'static str)>,
     /// Required credentials (AUTH PLAIN or LOGIN).
@@ -23,8 +33,15 @@ pub struct RelayOptions {
     pub tls: bool,
 }
 
+/// What a connection beyond the limit is told before it is closed.
+const TOO_MANY: &[u8] = b"421 4.7.0 Too many concurrent SMTP connections\r\n";
+
 #[derive(Default)]
 struct State {
+    /// The connection limit now (0: none).
+    limit: AtomicUsize,
+    /// Signalled when a connection is refused.
+    refused: tokio::sync::Notify,
     open: AtomicUsize,
     most_open: AtomicUsize,
     refused_connections: AtomicUsize,
@@ -53,6 +70,9 @@ impl Relay {
         let port = listener.local_addr().expect("relay address").port();
         let (ca_pem, acceptor) = tls_acceptor();
         let state = Arc::new(State::default());
+        state
+            .limit
+            .store(options.max_connections.unwrap_or(0), Ordering::SeqCst);
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -74,6 +94,28 @@ impl Relay {
 
     pub fn messages(&self) -> usize {
         self.state.messages.lock().unwrap().len()
+    }
+
+    /// Serves up to `max` connections at once from now on.
+    pub fn set_max_connections(&self, max: usize) {
+        self.state.limit.store(max, Ordering::SeqCst);
+    }
+
+    /// The Message-ID of each message received, in order of arrival.
+    pub fn message_ids(&self) -> Vec<String> {
+        self.state
+            .messages
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|m| {
+                m.lines().find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("message-id")
+                        .then(|| value.trim().to_owned())
+                })
+            })
+            .collect()
     }
 
     pub fn most_open(&self) -> usize {
@@ -132,21 +174,29 @@ async fn serve(
 ) {
     let open = state.open.fetch_add(1, Ordering::SeqCst) + 1;
     let _closed = Closed(state.clone());
-    if options.max_connections.is_some_and(|max| open > max) {
+    let limit = state.limit.load(Ordering::SeqCst);
+    if limit > 0 && open > limit {
         state.refused_connections.fetch_add(1, Ordering::SeqCst);
+        state.refused.notify_waiters();
         let mut stream = stream;
-        let _ = stream
-            .write_all(b"421 4.3.2 The maximum number of concurrent connections has exceeded a limit, closing transmission channel\r\n")
-            .await;
+        let _ = stream.write_all(TOO_MANY).await;
         return;
     }
     state.most_open.fetch_max(open, Ordering::SeqCst);
+    if let Some(longest) = options.hold_greeting {
+        let refused = state.refused.notified();
+        if state.refused_connections.load(Ordering::SeqCst) == 0 {
+            let _ = tokio::time::timeout(longest, refused).await;
+        }
+    }
     let mut plain = BufReader::new(stream);
+    let greeting = format!("{}\r\n", options.greeting.unwrap_or("220 relay.test ESMTP"));
     if plain
         .get_mut()
-        .write_all(b"220 relay.test ESMTP\r\n")
+        .write_all(greeting.as_bytes())
         .await
         .is_err()
+        || !greeting.starts_with('2')
     {
         return;
     }

@@ -1,6 +1,9 @@
 //! Real relays' habits: a cap on concurrent connections, refusals at RCPT,
 //! logins refused, STARTTLS with a private CA.
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use invoice_reminder::tick::{TickOutcome, run_tick};
 use tokio_util::sync::CancellationToken;
 
@@ -46,6 +49,114 @@ async fn a_relay_that_allows_three_connections_gets_the_whole_backlog_over_three
         "the pool did try for more than three"
     );
     assert_eq!(statuses(&world).await, vec![("sent".to_owned(), 300, 1)]);
+}
+
+#[tokio::test]
+async fn a_relay_that_refuses_extra_connections_before_the_others_greet_gets_the_whole_backlog_without_using_attempts()
+ {
+    let relay = Relay::start(RelayOptions {
+        max_connections: Some(3),
+        hold_greeting: Some(Duration::from_secs(5)),
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world
+        .set("smtp.pool_size", 8)
+        .set("reminders.send_concurrency", 8);
+    common::insert_overdue(world.pool(), 300).await;
+
+    let mut after_each_tick = Vec::new();
+    for _ in 0..3 {
+        // A context per tick, as each `run-once` is a process of its own.
+        let ctx = world.context().await;
+        run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+        ctx.mailer.shutdown().await;
+        after_each_tick.push(statuses(&world).await);
+    }
+
+    assert!(
+        relay.refused_connections() > 0,
+        "the pool did try for more than three"
+    );
+    for (tick, statuses) in after_each_tick.iter().enumerate() {
+        assert_eq!(
+            statuses,
+            &vec![("sent".to_owned(), 300, 1)],
+            "after tick {}: a refused connection failed a reminder or used an attempt",
+            tick + 1
+        );
+    }
+    let ids = relay.message_ids();
+    assert_eq!(ids.len(), 300);
+    assert_eq!(
+        ids.iter().collect::<HashSet<_>>().len(),
+        300,
+        "mailed twice"
+    );
+    assert!(relay.most_open() <= 3);
+}
+
+#[tokio::test]
+async fn a_relay_whose_accepted_connections_fail_too_is_down_and_no_attempt_is_used() {
+    let relay = Relay::start(RelayOptions {
+        max_connections: Some(3),
+        hold_greeting: Some(Duration::from_secs(5)),
+        greeting: Some("421 4.3.2 Service not available"),
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world
+        .set("smtp.pool_size", 8)
+        .set("reminders.send_concurrency", 8);
+    common::insert_overdue(world.pool(), 50).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert!(
+        matches!(outcome, TickOutcome::SmtpUnavailable(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(relay.messages(), 0);
+    let used: i64 = sqlx::query_scalar("SELECT count(*) FROM reminders WHERE attempts > 0")
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(used, 0, "an unreachable relay used attempts");
+}
+
+#[tokio::test]
+async fn the_pool_grows_back_on_the_next_tick_after_a_relay_made_it_use_fewer() {
+    let relay = Relay::start(RelayOptions {
+        max_connections: Some(3),
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world
+        .set("smtp.pool_size", 8)
+        .set("reminders.send_concurrency", 8);
+    common::insert_overdue(world.pool(), 100).await;
+    // One context for both ticks: the pool lives in its mailer.
+    let ctx = world.context().await;
+    let first = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    assert!(matches!(first, TickOutcome::Done(_)), "{first:?}");
+    assert!(relay.refused_connections() > 0, "the pool never shrank");
+    assert!(relay.most_open() <= 3);
+
+    relay.set_max_connections(8);
+    common::insert_overdue(world.pool(), 100).await;
+    let second = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert!(matches!(second, TickOutcome::Done(_)), "{second:?}");
+    assert_eq!(relay.messages(), 200);
+    assert!(
+        relay.most_open() > 3,
+        "the pool stayed at {} connections after the relay allowed 8",
+        relay.most_open()
+    );
 }
 
 #[tokio::test]
