@@ -39,6 +39,16 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         max_tick_duration = %humantime::format_duration(ctx.settings.max_tick_duration()),
         "worker starting"
     );
+    // Results the database would not take are written as soon as it does,
+    // not only at the next tick (their runs' leases are kept meanwhile).
+    let flusher = {
+        let (ctx, stop) = (ctx.clone(), http_stop.clone());
+        tokio::spawn(async move {
+            ctx.deferred
+                .keep_flushing(&ctx.db, &ctx.settings.lock, &stop)
+                .await
+        })
+    };
     let mut worker = tokio::spawn(crate::schedule::run_until_stopped(
         ctx.clone(),
         shutdown.clone(),
@@ -73,6 +83,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
     http_stop.cancel();
+    let _ = flusher.await;
     if let Some(http) = http {
         let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
     }
@@ -81,6 +92,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         .flush_before_exit(
             &ctx.db,
             super::run_once::EXIT_FLUSH_WAIT,
+            &ctx.settings.lock,
             &ctx.settings.smtp.message_id_domain,
         )
         .await;

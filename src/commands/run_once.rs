@@ -73,6 +73,7 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
         .flush_before_exit(
             &ctx.db,
             EXIT_FLUSH_WAIT,
+            &ctx.settings.lock,
             &ctx.settings.smtp.message_id_domain,
         )
         .await;

@@ -238,9 +238,11 @@ pub async fn retire_failed(
 }
 
 /// `reminders.resend_unknown_after`: started rows left `sending` by runs
-/// that are over, claimed longer than `after` ago, go back to `failed`, so
-/// the next tick sends them again (with the same Message-ID) while their
-/// step is due. Returns how many.
+/// whose lease is over for good (by the database clock: their process can
+/// no longer write a result; a run whose process still holds results keeps
+/// its lease), claimed longer than `after` ago, go back to `failed`, so the
+/// next tick sends them again (with the same Message-ID) while their step
+/// is due. Returns how many.
 pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error> {
     on_db!(db, |c| {
         sqlx::query(
@@ -249,7 +251,7 @@ pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error
                 last_error = 'delivery unknown; returned for resending by reminders.resend_unknown_after'
            FROM {ir}.job_runs j
           WHERE j.id = r.run_id AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+            AND COALESCE(j.lease_until, '-infinity') < now()
             AND r.claimed_at < now() - make_interval(secs => $1)"),
     )
     .persistent(db.named())

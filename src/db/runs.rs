@@ -1,10 +1,17 @@
 //! `job_runs`: one row per tick that took the lock, inserted when the lock
 //! is taken (`finished_at` NULL while it runs) and completed at the end.
 //! Times are the database's, so runs of different replicas can be compared
-//! for overlap on one clock. While a run works it keeps `lease_until` ahead
-//! of the database clock; a run past it and not finished is over for good
-//! (its process died or lost its lease), which lets other runs return the
-//! rows it claimed but never started.
+//! for overlap on one clock.
+//!
+//! **The run's lease.** While a run works, and afterwards while its process
+//! still holds results the database would not take, it keeps `lease_until`
+//! ahead of the database clock. A lease is extended only while it has not
+//! run out: once `lease_until` has passed, the run is over for good (its
+//! process died, or could not reach the database in time), and nothing
+//! revives it. A run that ends with nothing held closes its lease at once.
+//! Other runs return the rows an over run claimed but never started, and
+//! only then (with `reminders.resend_unknown_after`) resend its unknown
+//! ones: its result can no longer arrive.
 
 use std::time::Duration;
 
@@ -79,42 +86,67 @@ pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
     })
 }
 
-/// Keeps the run's lease ahead of the database clock by `lease`.
-pub async fn extend_lease(db: &Db, run_id: i64, lease: Duration) -> Result<(), sqlx::Error> {
+/// Keeps the leases of `runs` ahead of the database clock by `lease`, each
+/// only while it has not run out (a lease over is over for good).
+pub async fn extend_leases(db: &Db, runs: &[i64], lease: Duration) -> Result<(), sqlx::Error> {
     on_db!(db, |c| sqlx::query(db.sql(
         "UPDATE {ir}.job_runs SET lease_until = now() + make_interval(secs => $2)
-          WHERE id = $1 AND finished_at IS NULL"
+          WHERE id = ANY($1) AND lease_until >= now()"
     ),)
     .persistent(db.named())
-    .bind(run_id)
+    .bind(runs)
     .bind(lease.as_secs_f64())
     .execute(&mut *c)
     .await
     .map(|_| ()))
 }
 
-pub async fn finish_run(
-    db: &Db,
-    run_id: i64,
-    outcome: RunOutcome,
-    counts: &Counts,
-    error: Option<&str>,
-) -> Result<(), sqlx::Error> {
+/// Ends the leases of the finished `runs` now: their process has written
+/// everything it held for them.
+pub async fn close_leases(db: &Db, runs: &[i64]) -> Result<(), sqlx::Error> {
+    on_db!(db, |c| sqlx::query(db.sql(
+        "UPDATE {ir}.job_runs SET lease_until = LEAST(lease_until, now())
+          WHERE id = ANY($1) AND finished_at IS NOT NULL"
+    ),)
+    .persistent(db.named())
+    .bind(runs)
+    .execute(&mut *c)
+    .await
+    .map(|_| ()))
+}
+
+/// How a run ended, as `finish_run` records it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd<'a> {
+    pub outcome: RunOutcome,
+    pub counts: &'a Counts,
+    pub error: Option<&'a str>,
+    /// The process still holds results of this run that the database would
+    /// not take: the lease stays (and is kept) until they are written.
+    pub holding: bool,
+}
+
+/// Records how run `run_id` ended; closes its lease unless it is holding
+/// results.
+pub async fn finish_run(db: &Db, run_id: i64, end: RunEnd<'_>) -> Result<(), sqlx::Error> {
+    let counts = end.counts;
     on_db!(db, |c| sqlx::query(db.sql(
         "UPDATE {ir}.job_runs
             SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6,
-                source_problems = $7
+                source_problems = $7,
+                lease_until = CASE WHEN $8 THEN lease_until ELSE LEAST(lease_until, now()) END
           WHERE id = $1"
     ),)
     .persistent(db.named())
     .bind(run_id)
-    .bind(outcome.as_str())
+    .bind(end.outcome.as_str())
     .bind(i64::from(counts.claimed))
     .bind(i64::from(counts.sent))
     // job_runs.failed counts every reminder not delivered this run.
     .bind(i64::from(counts.failed) + i64::from(counts.discarded))
-    .bind(error)
+    .bind(end.error)
     .bind(i64::from(counts.source_problems))
+    .bind(end.holding)
     .execute(&mut *c)
     .await
     .map(|_| ()))

@@ -2,9 +2,12 @@
 //!
 //! When the database goes away mid-tick, the outcome of mail already sent,
 //! the return of rows never started and the run's own record cannot be
-//! written. They are kept here, in memory, and written oldest first at the
-//! start of the next tick and, with a bounded wait, before the process
-//! exits. Whatever is still unwritten at exit is logged at error level,
+//! written. They are kept here, in memory, and written oldest first as soon
+//! as the database takes them (`run` checks every `lock.renew_every`), at
+//! the start of the next tick and, with a bounded wait, before the process
+//! exits. Meanwhile every attempt keeps the leases of those runs, so no
+//! other replica takes their unknown rows for resending while their
+//! results may still arrive (`db::runs`). Whatever is still unwritten at exit is logged at error level,
 //! one line per reminder with its ids and Message-ID, so an operator can
 //! settle those rows (`resolve`); `run-once` then exits non-zero.
 //!
@@ -83,6 +86,27 @@ impl Deferred {
         self.len() == 0
     }
 
+    /// Whether results of run `run_id` are held here.
+    pub fn holds(&self, run_id: i64) -> bool {
+        let q = self.queue();
+        q.deliveries.iter().any(|d| d.run_id == run_id)
+            || q.hand_backs.iter().any(|(id, _)| *id == run_id)
+    }
+
+    /// The runs whose results are held here.
+    fn runs(q: &Queue) -> Vec<i64> {
+        let mut runs: Vec<i64> = q
+            .deliveries
+            .iter()
+            .map(|d| d.run_id)
+            .chain(q.hand_backs.iter().map(|(id, _)| *id))
+            .chain(q.finishes.iter().map(|f| f.run_id))
+            .collect();
+        runs.sort_unstable();
+        runs.dedup();
+        runs
+    }
+
     pub(crate) fn deliveries(&self, run_id: i64, max_attempts: u32, rows: Vec<Attempted>) {
         if rows.is_empty() {
             return;
@@ -127,12 +151,29 @@ impl Deferred {
     }
 
     /// Writes what earlier ticks could not, oldest first, until the
-    /// database stops answering; keeps the rest.
-    pub async fn flush(&self, db: &Db) -> Flushed {
+    /// database stops answering; keeps the rest. First keeps the leases of
+    /// the runs whose results are held (a run holding results is not over:
+    /// its unknown rows must not be resent meanwhile); closes those of the
+    /// finished runs it wrote everything for.
+    pub async fn flush(&self, db: &Db, lease: Duration) -> Flushed {
         let mut pending = std::mem::take(&mut *self.queue());
         let mut flushed = Flushed::default();
-        if let Err(e) = write(db, &mut pending, &mut flushed).await {
-            tracing::debug!(error = %e, "deferred writes still waiting for the database");
+        let runs = Self::runs(&pending);
+        if !runs.is_empty()
+            && let Err(e) = db::runs::extend_leases(db, &runs, lease).await
+        {
+            tracing::debug!(error = %e, "could not keep the leases of runs with held results");
+        }
+        match write(db, &mut pending, &mut flushed).await {
+            Ok(()) if !runs.is_empty() => {
+                if let Err(e) = db::runs::close_leases(db, &runs).await {
+                    tracing::debug!(error = %e, "could not close the leases of runs whose results are written");
+                }
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "deferred writes still waiting for the database");
+            }
         }
         // Put back what is left, ahead of anything deferred meanwhile.
         let mut q = self.queue();
@@ -146,6 +187,26 @@ impl Deferred {
         flushed
     }
 
+    /// Writes held results as soon as the database takes them, and keeps
+    /// their runs' leases meanwhile: every `lock.renew_every`, until `stop`.
+    /// `run` keeps one of these going beside the schedule.
+    pub async fn keep_flushing(
+        &self,
+        db: &Db,
+        lock: &crate::config::LockSettings,
+        stop: &tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(lock.renew_every) => {}
+            }
+            if !self.is_empty() {
+                self.flush(db, lock.ttl).await;
+            }
+        }
+    }
+
     /// Before the process exits: flushes, retrying for up to `wait`, then
     /// logs every result still unwritten (with the Message-ID its reminder
     /// carries, from `message_id_domain`) and returns how many.
@@ -153,6 +214,7 @@ impl Deferred {
         &self,
         db: &Db,
         wait: Duration,
+        lock: &crate::config::LockSettings,
         message_id_domain: &str,
     ) -> usize {
         if self.is_empty() {
@@ -160,7 +222,7 @@ impl Deferred {
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            if self.flush(db).await.waiting == 0 {
+            if self.flush(db, lock.ttl).await.waiting == 0 {
                 return 0;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -255,7 +317,13 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
         pending.hand_backs.remove(0);
     }
     while let Some(f) = pending.finishes.first() {
-        match db::runs::finish_run(db, f.run_id, f.outcome, &f.counts, f.error.as_deref()).await {
+        let end = db::runs::RunEnd {
+            outcome: f.outcome,
+            counts: &f.counts,
+            error: f.error.as_deref(),
+            holding: false,
+        };
+        match db::runs::finish_run(db, f.run_id, end).await {
             Ok(()) => {}
             Err(e) if db::conn::is_unreachable(&e) => return Err(e),
             Err(e) => {

@@ -147,7 +147,7 @@ async fn lock_and_work(
     shutdown: &CancellationToken,
     slot: Option<DateTime<Utc>>,
 ) -> Result<TickOutcome, TickError> {
-    ctx.deferred.flush(&ctx.db).await;
+    ctx.deferred.flush(&ctx.db, ctx.settings.lock.ttl).await;
     // Once per process, when the database first answers: the source has
     // the contract's columns (see `db::source`).
     db::source::check(&ctx.db).await.map_err(|e| match e {
@@ -326,10 +326,13 @@ async fn finish(
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
         (Ok(()), None) => (RunOutcome::Done, None),
     };
-    if db::runs::finish_run(&ctx.db, run_id, outcome, &counts, error.as_deref())
-        .await
-        .is_err()
-    {
+    let end = db::runs::RunEnd {
+        outcome,
+        counts: &counts,
+        error: error.as_deref(),
+        holding: ctx.deferred.holds(run_id),
+    };
+    if db::runs::finish_run(&ctx.db, run_id, end).await.is_err() {
         ctx.deferred.finish(run_id, outcome, counts, error.clone());
     }
     let took = started.elapsed();

@@ -248,7 +248,8 @@ impl<'a> Pipeline<'a> {
         loop {
             tokio::time::sleep(lock.renew_every).await;
             if self.guard.check().is_ok()
-                && let Err(e) = db::runs::extend_lease(&self.ctx.db, self.run_id, lock.ttl).await
+                && let Err(e) =
+                    db::runs::extend_leases(&self.ctx.db, &[self.run_id], lock.ttl).await
             {
                 tracing::debug!(error = %e, "could not extend the run's lease in the database");
             }

@@ -386,3 +386,97 @@ async fn no_mail_starts_after_the_lease_is_lost_even_while_sends_wait_for_the_sm
         .count();
     assert_eq!(late, 0, "{late} mails started after the lease was lost");
 }
+
+#[tokio::test]
+async fn a_result_held_while_the_database_refused_it_is_never_resent_by_another_replica() {
+    let mut world = World::new().await;
+    world.set("reminders.resend_unknown_after", "1ms");
+    common::insert_overdue(world.pool(), 3).await;
+    refuse_sent_updates(&world, None).await;
+    let a = world.context().await;
+    let b = world.context().await;
+    // Replica A sends all three; the database will not take the results,
+    // so A holds them (and its run ends).
+    let outcome = run_tick(&a, &CancellationToken::new()).await.unwrap();
+    assert!(
+        matches!(outcome, TickOutcome::RecordFailed(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(world.sink.count(), 3);
+    assert!(!a.deferred.is_empty(), "A holds its results");
+    // The database takes writes again; A writes what it holds on its own,
+    // while it keeps its run's lease.
+    sqlx::raw_sql("DROP TRIGGER refuse_sent ON reminders; DROP FUNCTION refuse_sent()")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    let keeper = {
+        let (a, stop) = (std::sync::Arc::new(a), stop.clone());
+        tokio::spawn(async move {
+            a.deferred
+                .keep_flushing(&a.db, &a.settings.lock, &stop)
+                .await
+        })
+    };
+
+    // Replica B ticks at once, with resend_unknown_after set.
+    run_tick(&b, &CancellationToken::new()).await.unwrap();
+    common::wait_until(
+        "A wrote its held results",
+        Duration::from_secs(10),
+        || async { common::count_status(world.pool(), "sent").await == 3 },
+    )
+    .await;
+    run_tick(&b, &CancellationToken::new()).await.unwrap();
+    stop.cancel();
+    keeper.await.unwrap();
+
+    let mut ids: Vec<String> = world
+        .sink
+        .received()
+        .iter()
+        .map(|m| m.header("Message-ID").unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(world.sink.count(), 3, "a held result was resent: {ids:?}");
+}
+
+#[tokio::test]
+async fn an_unknown_delivery_is_resent_once_the_run_that_started_it_is_over_for_good() {
+    let mut world = World::new().await;
+    world.set("reminders.resend_unknown_after", "1ms");
+    common::insert_overdue(world.pool(), 2).await;
+    refuse_sent_updates(&world, None).await;
+    let a = world.context().await;
+    let outcome = run_tick(&a, &CancellationToken::new()).await.unwrap();
+    assert!(matches!(outcome, TickOutcome::RecordFailed(_)));
+    // A dies holding its results: nothing keeps its lease.
+    drop(a);
+    sqlx::raw_sql("DROP TRIGGER refuse_sent ON reminders; DROP FUNCTION refuse_sent()")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    common::wait_until(
+        "A's run lease is over by the database clock",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, bool>("SELECT bool_and(lease_until < now()) FROM job_runs")
+                .fetch_one(world.pool())
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    let b = world.context().await;
+
+    run_tick(&b, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(
+        world.sink.count(),
+        4,
+        "sent again, with the same Message-IDs"
+    );
+    assert_eq!(common::count_status(world.pool(), "sent").await, 2);
+}
