@@ -12,7 +12,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::names::{RelationName, SqlName};
-use super::types::{self, Cron, DatabaseUrl, RedisUrl, redact_url};
+use super::types::{self, Cron};
+use super::urls::{DatabaseUrl, RedisUrl, redact_url};
 use crate::stages::Stages;
 
 #[derive(Clone, Debug, Deserialize)]
