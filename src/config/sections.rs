@@ -171,7 +171,8 @@ pub struct CompanySettings {
     pub reply_to: Option<Mailbox>,
     #[serde(deserialize_with = "types::optional_string")]
     pub support_email: Option<String>,
-    /// A template (`https://pay.example.com/i/{{ invoice.number }}`).
+    /// A template (`https://pay.example.com/i/{{ invoice.number }}`) whose
+    /// values are percent-encoded; see `mail::links`.
     #[serde(deserialize_with = "types::optional_string")]
     pub payment_url: Option<String>,
 }
