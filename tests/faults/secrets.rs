@@ -172,6 +172,21 @@ async fn no_password_is_shown_when_nothing_listens_where_the_urls_point() {
         let log = run_briefly(&world, &[], "tick failed").await;
         assert_no_password("`run` (database refused)", &log);
     }
+
+    // The database answers (and ignores the password); Redis and SMTP do not.
+    let url = database_url_with_password(&world, DB_PASSWORD, 5432);
+    world.set("database.url", url);
+    common::insert_overdue(world.pool(), 2).await;
+    let outputs = run_commands(&world, &[&["run-once"], &["status"]]).await;
+    assert_ne!(outputs[0].0, Some(0), "Redis is down: {}", outputs[0].1);
+    world.set("lock.on_backend_error", "database-only");
+    let outputs = run_commands(&world, &[&["run-once"], &["status"]]).await;
+    assert!(
+        outputs[0].1.contains("smtp"),
+        "the tick reached the SMTP server: {}",
+        outputs[0].1
+    );
+    assert_no_password("job_runs and reminders", &recorded(&world).await);
 }
 
 /// A source view whose rows fail the claim's query: a tick that records
