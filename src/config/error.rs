@@ -4,7 +4,7 @@
 //! figment reports problems with a key path and the provider that supplied
 //! the value; this module turns that into the line `main` prints before it
 //! exits 2. Values never appear in it unless a parser put them there, and
-//! parsers of secret values redact them first (`types`).
+//! parsers of secret values redact them first (`urls`).
 
 use std::fmt;
 use std::path::Path;

@@ -18,6 +18,7 @@ mod error;
 mod names;
 mod sections;
 mod types;
+mod urls;
 mod validate;
 
 use std::path::PathBuf;
@@ -31,7 +32,8 @@ use sqlx::postgres::PgConnectOptions;
 pub use error::ConfigError;
 pub use names::{RelationName, SqlName};
 pub use sections::*;
-pub use types::{Cron, DatabaseUrl, RedisUrl, parse_cron, redact_url};
+pub use types::{Cron, parse_cron};
+pub use urls::{DatabaseUrl, RedisUrl, redact_url};
 
 /// The defaults: every key, with its comment. Compiled in.
 pub const DEFAULTS: &str = include_str!("../../config/default.toml");

@@ -12,7 +12,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use super::names::{RelationName, SqlName};
-use super::types::{self, Cron, DatabaseUrl, RedisUrl, redact_url};
+use super::types::{self, Cron};
+use super::urls::{DatabaseUrl, RedisUrl, redact_url};
 use crate::stages::Stages;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -170,7 +171,8 @@ pub struct CompanySettings {
     pub reply_to: Option<Mailbox>,
     #[serde(deserialize_with = "types::optional_string")]
     pub support_email: Option<String>,
-    /// A template (`https://pay.example.com/i/{{ invoice.number }}`).
+    /// A template (`https://pay.example.com/i/{{ invoice.number }}`) whose
+    /// values are percent-encoded; see `mail::links`.
     #[serde(deserialize_with = "types::optional_string")]
     pub payment_url: Option<String>,
 }

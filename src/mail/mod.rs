@@ -1,4 +1,5 @@
-//! Mail: what a reminder says ([`templates`], [`format`]), the message it
+//! Mail: what a reminder says ([`templates`], [`format`], the payment link
+//! in `links`), the message it
 //! becomes ([`message`]), and handing it to the SMTP server with an outcome
 //! we can trust ([`smtp`]).
 //!
@@ -7,6 +8,7 @@
 
 mod filters;
 pub mod format;
+mod links;
 pub mod message;
 mod pool;
 pub mod smtp;

@@ -9,8 +9,9 @@
 //!
 //! Guarantees: at start-up every stage's template exists for
 //! `templates.default_locale`, and every template file (and
-//! `company.payment_url`) renders against a sample reminder, or loading
-//! fails naming the file and line. A customer's locale is looked up as
+//! `company.payment_url`, to nothing or an http(s) URL) renders against a
+//! sample reminder, or loading fails naming the file and line. The payment
+//! link a reminder shows is checked per invoice (see `links`). A customer's locale is looked up as
 //! `de-CH` → `de` → `templates.default_locale`, per template.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +23,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 use super::filters::add_filters;
 use super::format::{Formats, parse_locale};
+use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
 use super::vars::{Vars, sample};
 use crate::config::{CompanySettings, TemplateSettings};
 use crate::domain::{Amount, Customer, Invoice};
@@ -33,8 +35,6 @@ pub const MAX_NAME_CHARS: usize = 100;
 pub const MAX_NUMBER_CHARS: usize = 64;
 /// Longest subject, after rendering.
 const MAX_SUBJECT_CHARS: usize = 200;
-/// The template `company.payment_url` is compiled into.
-const PAYMENT_URL: &str = "company.payment_url";
 
 macro_rules! builtin {
     ($($locale:literal: $($name:literal),+;)+) => {
@@ -89,6 +89,8 @@ pub struct Templates {
     origins: BTreeMap<String, String>,
     default_locale: String,
     company: CompanySettings,
+    /// `company.payment_url`, compiled; None when unset.
+    payment_url: Option<PaymentUrlTemplate>,
 }
 
 impl Templates {
@@ -110,7 +112,7 @@ impl Templates {
                 AutoEscape::None
             }
         });
-        add_filters(&mut env, formats);
+        add_filters(&mut env, formats.clone());
         let mut sources: BTreeMap<String, (String, String)> = BUILTIN
             .iter()
             .map(|(name, source)| {
@@ -138,15 +140,18 @@ impl Templates {
                 .map_err(|e| broken(&origin, &e))?;
             origins.insert(name, origin);
         }
-        if let Some(url) = &company.payment_url {
-            env.add_template_owned(PAYMENT_URL, url.clone())
-                .map_err(|e| broken("company.payment_url", &e))?;
-        }
+        let payment_url = match &company.payment_url {
+            Some(source) => Some(
+                PaymentUrlTemplate::new(source, formats).map_err(|e| broken(PAYMENT_URL, &e))?,
+            ),
+            None => None,
+        };
         let templates = Self {
             env,
             origins,
             default_locale: settings.default_locale.to_ascii_lowercase(),
             company: company.clone(),
+            payment_url,
         };
         templates.check(stages)?;
         Ok(templates)
@@ -169,6 +174,7 @@ impl Templates {
         }
         let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default();
         let (invoice, customer) = sample(today);
+        self.check_payment_url(stages, &invoice, &customer, today)?;
         let pairs: BTreeSet<(String, String)> = self
             .origins
             .keys()
@@ -214,6 +220,65 @@ impl Templates {
             })?;
         }
         Ok(())
+    }
+
+    /// `company.payment_url` renders, for the sample reminder, to nothing
+    /// or to an absolute http(s) URL: a template that makes anything else
+    /// would drop every reminder's link.
+    fn check_payment_url(
+        &self,
+        stages: &Stages,
+        invoice: &Invoice,
+        customer: &Customer,
+        today: NaiveDate,
+    ) -> Result<(), TemplateError> {
+        let (Some(template), Some(step)) = (&self.payment_url, stages.steps().first()) else {
+            return Ok(());
+        };
+        let stage = stages.stage(step);
+        let vars = Vars::new(invoice, customer, step, &stage.name, &self.company, today);
+        let link = template
+            .render(&vars)
+            .map_err(|e| broken(PAYMENT_URL, &e))?;
+        if link.is_empty() || links::http_url(&link).is_some() {
+            return Ok(());
+        }
+        Err(TemplateError::Broken {
+            file: PAYMENT_URL.to_owned(),
+            line: None,
+            reason: format!(
+                "renders to {:?} for a sample invoice, which is not an absolute http:// or https:// URL",
+                links::shown(&link)
+            ),
+        })
+    }
+
+    /// The payment link for `invoice`: the source's own when it has one,
+    /// else `company.payment_url` rendered; empty when there is none or it
+    /// is not an absolute http(s) URL (then with a warning naming the
+    /// invoice: the reminder goes out without the link).
+    fn payment_link(&self, invoice: &Invoice, vars: &Vars<'_>) -> Result<String, RenderError> {
+        let (link, origin) = match (&invoice.payment_url, &self.payment_url) {
+            (Some(link), _) => (link.trim().to_owned(), "the source's payment_url"),
+            (None, Some(template)) => (
+                template
+                    .render(vars)
+                    .map_err(|e| render_error(PAYMENT_URL, &e))?,
+                PAYMENT_URL,
+            ),
+            (None, None) => return Ok(String::new()),
+        };
+        if link.is_empty() {
+            return Ok(String::new());
+        }
+        Ok(links::http_url(&link).unwrap_or_else(|| {
+            tracing::warn!(
+                invoice_id = %invoice.id,
+                link = ?links::shown(&link),
+                "{origin} is not an absolute http or https URL; the reminder is sent without the payment link"
+            );
+            String::new()
+        }))
     }
 
     /// `company.reply_to`, for the Reply-To header.
@@ -262,10 +327,7 @@ impl Templates {
         let mut vars = Vars::new(invoice, customer, step, stage_name, &self.company, today);
         vars.invoice.amount = amount;
         vars.locale = format_locale.to_string();
-        // The source's own link for this invoice (set by `Vars::new`) wins.
-        if invoice.payment_url.is_none() && self.company.payment_url.is_some() {
-            vars.company.payment_url = self.render_one(PAYMENT_URL, &vars)?.trim().to_owned();
-        }
+        vars.company.payment_url = self.payment_link(invoice, &vars)?;
         let name = |part: &str| format!("{locale}/{template}.{part}.j2");
         let subject = self.render_one(&name("subject"), &vars)?;
         let text = self.render_one(&name("txt"), &vars)?;
@@ -296,13 +358,9 @@ impl Templates {
             .env
             .get_template(name)
             .map_err(|_| RenderError::Missing(format!("no template {name}")))?;
-        template.render(vars).map_err(|e| {
-            let origin = self.origins.get(name).map_or(name, String::as_str);
-            let TemplateError::Broken { file, line, reason } = broken(origin, &e) else {
-                return RenderError::Missing(e.to_string());
-            };
-            RenderError::Template { file, line, reason }
-        })
+        template
+            .render(vars)
+            .map_err(|e| render_error(self.origins.get(name).map_or(name, String::as_str), &e))
     }
 }
 
@@ -324,6 +382,16 @@ pub enum RenderError {
 
 fn broken(origin: &str, e: &minijinja::Error) -> TemplateError {
     TemplateError::Broken {
+        file: origin.to_owned(),
+        line: e.line(),
+        reason: e
+            .detail()
+            .map_or_else(|| e.kind().to_string(), str::to_owned),
+    }
+}
+
+fn render_error(origin: &str, e: &minijinja::Error) -> RenderError {
+    RenderError::Template {
         file: origin.to_owned(),
         line: e.line(),
         reason: e

@@ -58,10 +58,10 @@ pub(super) struct CompanyVars<'a> {
 }
 
 impl<'a> Vars<'a> {
-    /// The context for one reminder. `invoice.amount` starts at 0 and
-    /// `locale` empty: the caller sets them (converting the amount can fail,
-    /// and the locale follows the template chosen). `company.payment_url`
-    /// is the source's own link when it has one.
+    /// The context for one reminder. `invoice.amount` starts at 0,
+    /// `locale` and `company.payment_url` empty: the caller sets them
+    /// (converting the amount can fail, the locale follows the template
+    /// chosen, and the link is checked first; see `links`).
     pub(super) fn new(
         invoice: &'a Invoice,
         customer: &'a Customer,
@@ -97,11 +97,7 @@ impl<'a> Vars<'a> {
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
                 support_email: company.support_email.as_deref().unwrap_or_default(),
-                payment_url: invoice
-                    .payment_url
-                    .as_deref()
-                    .map(|url| url.trim().to_owned())
-                    .unwrap_or_default(),
+                payment_url: String::new(),
             },
             today: today.to_string(),
             locale: String::new(),

@@ -357,3 +357,92 @@ async fn the_readmes_example_views_pass_the_source_check() {
             .unwrap_or_else(|e| panic!("{relation}: {e}"));
     }
 }
+
+/// Every example of `company.payment_url` in the README and in
+/// `config/default.toml`: the `http...{{ ... }}` quoted within three lines
+/// of one that names `payment_url`.
+fn payment_url_examples() -> Vec<String> {
+    let defaults = std::fs::read_to_string(repo().join("config/default.toml")).unwrap();
+    let text = format!("{}\n{defaults}", readme());
+    let lines: Vec<&str> = text.lines().collect();
+    let mut examples = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // The example may sit in a comment a few lines from the key.
+        let near = &lines[i.saturating_sub(3)..(i + 4).min(lines.len())];
+        if !near.iter().any(|l| l.contains("payment_url")) {
+            continue;
+        }
+        for quote in ['`', '"'] {
+            examples.extend(
+                line.split(quote)
+                    .skip(1)
+                    .step_by(2)
+                    .filter(|s| s.starts_with("http") && s.contains("{{"))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    examples
+}
+
+#[test]
+fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encoded() {
+    let examples = payment_url_examples();
+    // The README's key table and "Payment links", and default.toml's comment.
+    assert!(
+        examples.len() >= 3,
+        "company.payment_url examples: {examples:?}"
+    );
+    let number = "INV 7/8?#";
+    for example in examples {
+        let settings = Settings::load(&ConfigSource {
+            path: None,
+            env: vec![(
+                "INVOICE_REMINDER__COMPANY__PAYMENT_URL".into(),
+                example.clone(),
+            )],
+        })
+        .unwrap();
+        let stages = &settings.reminders.stages;
+        let templates =
+            invoice_reminder::mail::Templates::load(&settings.templates, &settings.company, stages)
+                .unwrap_or_else(|e| panic!("{example}: {e}"));
+        let step = stages.steps().iter().find(|s| s.key == "overdue").unwrap();
+        let today = chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
+        let invoice = invoice_reminder::domain::Invoice {
+            id: invoice_reminder::domain::InvoiceId("42".into()),
+            number: number.into(),
+            amount: invoice_reminder::domain::Amount::Minor(1000),
+            currency: "EUR".into(),
+            due_date: today - chrono::Days::new(10),
+            payment_url: None,
+        };
+        let customer = invoice_reminder::domain::Customer {
+            name: "Ada".into(),
+            email: "ada@example.com".into(),
+            locale: None,
+        };
+        let rendered = templates
+            .render(
+                "overdue",
+                step,
+                &stages.stage(step).name,
+                &invoice,
+                &customer,
+                today,
+            )
+            .unwrap();
+        let link = rendered
+            .text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Pay online: "))
+            .unwrap_or_else(|| panic!("{example}: no link in {}", rendered.text));
+        let url = url::Url::parse(link).unwrap_or_else(|e| panic!("{example} -> {link}: {e}"));
+        assert_eq!(url.scheme(), "https", "{example} -> {link}");
+        assert!(
+            link.contains("INV%207%2F8%3F%23") && !link.contains(number),
+            "{example} -> {link}: the number is not percent-encoded"
+        );
+        assert_eq!(url.fragment(), None, "{example} -> {link}");
+    }
+}

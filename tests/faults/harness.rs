@@ -44,25 +44,49 @@ pub fn free_port() -> u16 {
 /// A redis-server of the test's own, on its own port, keeping nothing on disk.
 pub struct RedisServer {
     pub port: u16,
+    /// `requirepass`, if the server was started with one.
+    password: Option<String>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A server that requires `password` (`requirepass`).
+    pub async fn start_with_password(password: &str) -> Self {
+        Self::start_with(Some(password.to_owned())).await
+    }
+
+    async fn start_with(password: Option<String>) -> Self {
         let mut server = Self {
             port: free_port(),
+            password,
             child: None,
         };
         server.launch().await;
         server
     }
 
+    /// The server's URL, with its password (percent-encoded) if it has one.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(password) => format!(
+                "redis://:{}@127.0.0.1:{}",
+                percent_encoding::utf8_percent_encode(password, percent_encoding::NON_ALPHANUMERIC),
+                self.port
+            ),
+        }
     }
 
     async fn launch(&mut self) {
-        let child = die_with_test(&mut Command::new("redis-server"))
+        let mut cmd = Command::new("redis-server");
+        if let Some(password) = &self.password {
+            cmd.args(["--requirepass", password]);
+        }
+        let child = die_with_test(&mut cmd)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())

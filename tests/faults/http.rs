@@ -13,7 +13,7 @@ use crate::harness::{self, BINARY, Replica, ReplicaOptions};
 
 /// `GET path` on the replica's listener: (status, body); None when nothing
 /// answers.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+pub(crate) async fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
@@ -29,7 +29,12 @@ async fn get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-async fn wait_for_status(port: u16, path: &str, status: u16, timeout: Duration) -> String {
+pub(crate) async fn wait_for_status(
+    port: u16,
+    path: &str,
+    status: u16,
+    timeout: Duration,
+) -> String {
     let mut last = None;
     let deadline = tokio::time::Instant::now() + timeout;
     while tokio::time::Instant::now() < deadline {

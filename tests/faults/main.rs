@@ -18,6 +18,7 @@ mod pgbouncer;
 mod postgres;
 mod redis_outage;
 mod replicas;
+mod secrets;
 mod shutdown;
 mod smtp;
 mod soak;

@@ -192,6 +192,36 @@ fn a_bad_database_url_does_not_print_its_password() {
 }
 
 #[test]
+fn a_url_whose_password_is_not_percent_encoded_is_refused_without_showing_any_of_it() {
+    // Read as written, the "host" would be `Pw2Qx`, the query `Pw3Qx` and
+    // the rest a fragment: refused, with nothing of the password shown.
+    for (key, var, url) in [
+        (
+            "database.url",
+            "INVOICE_REMINDER__DATABASE__URL",
+            "postgres://app:Pw1Qx@Pw2Qx?Pw3Qx#Pw4Qx/Pw5Qx@127.0.0.1:9/x",
+        ),
+        (
+            "database.url",
+            "INVOICE_REMINDER__DATABASE__URL",
+            "postgres://app@127.0.0.1:9/x?password=Pw1Qx#Pw4Qx",
+        ),
+        (
+            "redis.url",
+            "INVOICE_REMINDER__REDIS__URL",
+            "redis://:Pw1Qx@Pw2Qx?Pw3Qx#Pw4Qx/Pw5Qx@127.0.0.1:9",
+        ),
+    ] {
+        let (out, t) = run_with("", &[(var, url)]);
+        assert_config_error(&out, t, key, "percent-encode");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for piece in ["Pw1Qx", "Pw2Qx", "Pw3Qx", "Pw4Qx", "Pw5Qx"] {
+            assert!(!stderr.contains(piece), "{url}: {stderr}");
+        }
+    }
+}
+
+#[test]
 fn an_unreachable_database_is_a_runtime_error_without_the_password() {
     let base = std::fs::read_to_string(common::default_config_path()).unwrap();
     let file = write_config(&base);

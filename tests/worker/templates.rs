@@ -382,3 +382,165 @@ async fn a_bad_stage_list_is_refused_at_start_up_naming_the_key() {
         assert!(stderr.contains(key), "{stages} should name {key}: {stderr}");
     }
 }
+
+/// A source view over the demo tables whose `payment_url` is the
+/// invoice's `link` column (added here).
+async fn use_a_source_with_links(world: &mut World) {
+    sqlx::raw_sql(
+        "ALTER TABLE invoice_reminder.invoices ADD COLUMN link text;
+         CREATE SCHEMA linked;
+         CREATE VIEW linked.invoices AS
+         SELECT i.id::text AS invoice_id, i.number AS invoice_number,
+                c.name AS customer_name, c.email, c.locale,
+                i.amount_cents AS amount_minor, i.currency, i.due_date,
+                i.paid_at IS NOT NULL AS is_paid, c.reminders_paused AS paused,
+                i.reminders_paused_until AS paused_until, i.link AS payment_url
+           FROM invoice_reminder.invoices i
+           JOIN invoice_reminder.customers c ON c.id = i.customer_id;",
+    )
+    .execute(world.pool())
+    .await
+    .unwrap();
+    world.set("source.relation", "linked.invoices");
+}
+
+/// An overdue invoice whose source link is `link`.
+async fn insert_linked(world: &World, name: &str, link: &str) -> i64 {
+    let id = common::insert_invoice(
+        world.pool(),
+        name,
+        &format!("{name}@example.test"),
+        10,
+        false,
+    )
+    .await;
+    sqlx::query("UPDATE invoices SET link = $2 WHERE id = $1")
+        .bind(id)
+        .bind(link)
+        .execute(world.pool())
+        .await
+        .unwrap();
+    id
+}
+
+/// The HTML as a browser reads an attribute: entities decoded.
+fn unescape_html(html: &str) -> String {
+    html.replace("&#x2f;", "/")
+        .replace("&#x27;", "'")
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// Every `href="..."` of an HTML part, decoded.
+fn hrefs(html: &str) -> Vec<String> {
+    unescape_html(html)
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(href, _)| href.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_source_link_that_is_not_an_absolute_http_url_is_dropped_with_a_warning_naming_the_invoice()
+ {
+    let mut world = World::new().await;
+    use_a_source_with_links(&mut world).await;
+    let bad = [
+        ("js", "javascript:alert(1)"),
+        ("relative", "/pay/7"),
+        ("data", "data:text/html,<script>alert(1)</script>"),
+        ("nonsense", "pay me: now"),
+    ];
+    let mut dropped = Vec::new();
+    for (name, link) in bad {
+        dropped.push((insert_linked(&world, name, link).await, link));
+    }
+    let good = insert_linked(&world, "good", "https://pay.example.test/i/42?via=mail").await;
+
+    let (code, stderr) = start_with(&world, &[]).await;
+
+    assert_eq!(code, Some(0), "{stderr}");
+    for (id, link) in &dropped {
+        let mail = mail_for(&world, *id);
+        let html = mail.html.clone().expect("an HTML part");
+        assert_eq!(hrefs(&html), Vec::<String>::new(), "{link}: {html}");
+        assert!(!unescape_html(&html).contains(link), "{link}: {html}");
+        assert!(!mail.body.contains(link), "{link}: {}", mail.body);
+        assert!(!mail.body.contains("Pay online"), "{}", mail.body);
+        assert!(
+            stderr.lines().any(|l| l.contains("WARN")
+                && l.contains("payment_url")
+                && l.contains(&format!("invoice_id={id} "))),
+            "no warning naming invoice {id}: {stderr}"
+        );
+    }
+    let mail = mail_for(&world, good);
+    assert_eq!(
+        hrefs(&mail.html.expect("an HTML part")),
+        vec!["https://pay.example.test/i/42?via=mail".to_owned()]
+    );
+    assert!(
+        mail.body
+            .contains("Pay online: https://pay.example.test/i/42?via=mail")
+    );
+    assert!(!stderr.contains(&format!("invoice_id={good} ")), "{stderr}");
+}
+
+#[tokio::test]
+async fn values_in_company_payment_url_are_percent_encoded_in_the_text_and_html_link() {
+    let mut world = World::new().await;
+    world.set(
+        "company.payment_url",
+        "https://pay.example.test/i/{{ invoice.number }}?who={{ customer.name }}",
+    );
+    let id = common::insert_invoice(world.pool(), "Ada & Co", "ada@example.test", 10, false).await;
+    sqlx::query("UPDATE invoices SET number = 'INV 7/8?#&%' WHERE id = $1")
+        .bind(id)
+        .execute(world.pool())
+        .await
+        .unwrap();
+
+    tick(&world).await;
+
+    let expected = "https://pay.example.test/i/INV%207%2F8%3F%23%26%25?who=Ada%20%26%20Co";
+    let mail = mail_for(&world, id);
+    assert!(
+        mail.body
+            .lines()
+            .any(|l| l.trim_end() == format!("Pay online: {expected}")),
+        "{}",
+        mail.body
+    );
+    assert_eq!(
+        hrefs(&mail.html.expect("an HTML part")),
+        vec![expected.to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn a_company_payment_url_that_does_not_render_to_an_http_url_stops_start_up() {
+    let world = World::new().await;
+    common::insert_overdue(world.pool(), 1).await;
+    for template in [
+        "{{ invoice.number }}",
+        "javascript:pay('{{ invoice.number }}')",
+        "/pay/{{ invoice.number }}",
+    ] {
+        let (code, stderr) = start_with(
+            &world,
+            &[(
+                "INVOICE_REMINDER__COMPANY__PAYMENT_URL",
+                template.to_owned(),
+            )],
+        )
+        .await;
+        assert_eq!(code, Some(2), "{template}: {stderr}");
+        assert!(
+            stderr.contains("company.payment_url") && stderr.contains("http"),
+            "{template}: {stderr}"
+        );
+    }
+    assert_eq!(world.sink.count(), 0);
+}
