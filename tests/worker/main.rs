@@ -17,3 +17,4 @@ mod reliability;
 mod source;
 mod stages;
 mod templates;
+mod upgrade;
