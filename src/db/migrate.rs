@@ -8,7 +8,7 @@
 //! first migration but not `..._own_schema_and_source.sql`) has everything
 //! in `public`: its migrations table and then its objects are moved into
 //! the schema before any migration runs, so the pending ones, whichever
-//! they are, find their tables (see [`adopt_earlier_install`]).
+//! they are, find their tables (see `adopt_earlier_install`).
 //! Concurrent `migrate`s (several replicas starting) take turns on an
 //! advisory lock.
 
