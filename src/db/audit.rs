@@ -44,9 +44,10 @@ pub struct UnknownRow {
 }
 
 /// Rows whose delivery is unknown: started, still `sending`, and either
-/// their run is over (finished, or its lease ran out) or they were claimed
-/// longer than `older_than_secs` ago (the process that claimed them hangs).
-/// Rows never started are not unknown: the next tick returns them.
+/// their run is over (finished, or its lease ran out; or the row has no
+/// run any more, its `job_runs` row pruned) or they were claimed longer
+/// than `older_than_secs` ago (the process that claimed them hangs). Rows
+/// never started are not unknown: the next tick returns them.
 pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT r.id AS reminder_id, r.invoice_id, r.period, r.attempts, r.run_id,
@@ -54,7 +55,7 @@ pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, s
            FROM {ir}.reminders r
            LEFT JOIN {ir}.job_runs jr ON jr.id = r.run_id
           WHERE r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (jr.finished_at IS NOT NULL OR jr.lease_until < now()
+            AND (r.run_id IS NULL OR jr.finished_at IS NOT NULL OR jr.lease_until < now()
                  OR r.claimed_at < now() - make_interval(secs => $1))
           ORDER BY r.claimed_at, r.id"
     ),)

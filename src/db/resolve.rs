@@ -1,7 +1,8 @@
 //! Settling unknown deliveries by hand (`invoice-reminder resolve`): the
 //! operator checked the mail server's log and says whether the mail went
 //! out. Only rows whose delivery is unknown can be settled: `sending`,
-//! started, and their run over.
+//! started, and their run over (finished, or past its lease; or pruned:
+//! the row's `run_id` cleared).
 
 use chrono::NaiveDate;
 use sqlx::FromRow;
@@ -38,7 +39,7 @@ pub async fn named_rows(
         sqlx::query_as(
         db.sql("SELECT r.id, r.invoice_id, r.period, r.status, s.due_date,
                 (r.status = 'sending' AND r.started_at IS NOT NULL
-                 AND (j.finished_at IS NOT NULL OR j.lease_until < now())) AS unknown,
+                 AND (r.run_id IS NULL OR j.finished_at IS NOT NULL OR j.lease_until < now())) AS unknown,
                 (SELECT w.key FROM unnest($2::text[], $3::date[], $4::date[]) AS w(key, due_from, due_to)
                   WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
                   LIMIT 1) AS due_step
@@ -70,10 +71,12 @@ pub async fn mark_sent(
         "UPDATE {ir}.reminders r
             SET status = 'sent', sent_at = now(), message_id = u.message_id,
                 last_error = 'delivery was unknown; an operator confirmed it was sent'
-           FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id), {ir}.job_runs j
-          WHERE r.id = u.id AND j.id = r.run_id
+           FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id)
+          WHERE r.id = u.id
             AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+            AND (r.run_id IS NULL OR EXISTS (
+                SELECT 1 FROM {ir}.job_runs j
+                 WHERE j.id = r.run_id AND (j.finished_at IS NOT NULL OR j.lease_until < now())))
          RETURNING r.id"
     ),)
     .persistent(db.named())
@@ -91,10 +94,11 @@ pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<Reminder
         "UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL, last_attempt_at = NULL,
                 last_error = 'delivery was unknown; an operator asked to resend it'
-           FROM {ir}.job_runs j
-          WHERE r.id = ANY($1) AND j.id = r.run_id
+          WHERE r.id = ANY($1)
             AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+            AND (r.run_id IS NULL OR EXISTS (
+                SELECT 1 FROM {ir}.job_runs j
+                 WHERE j.id = r.run_id AND (j.finished_at IS NOT NULL OR j.lease_until < now())))
          RETURNING r.id"
     ),)
     .persistent(db.named())

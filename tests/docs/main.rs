@@ -214,7 +214,7 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
 {
     let db = common::TestDb::create().await;
     let pool = &db.pool;
-    let invoices = common::insert_overdue(pool, 2).await;
+    let invoices = common::insert_overdue(pool, 3).await;
     // Run 1 was killed (never finished; its lease ran out 58 s ago); run 2
     // started after that; run 3 overlapped run 2.
     let runs: Vec<i64> = sqlx::query_scalar(
@@ -227,15 +227,18 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     .fetch_all(pool)
     .await
     .unwrap();
-    // The killed run started one row and never started the other.
+    // The killed run started one row and never started the other; a third
+    // row's run was pruned (run_id cleared).
     sqlx::query(
         "INSERT INTO reminders (invoice_id, period, status, run_id, started_at)
          VALUES ($1, 'overdue', 'sending', $3, now() - interval '59 s'),
-                ($2, 'overdue', 'sending', $3, NULL)",
+                ($2, 'overdue', 'sending', $3, NULL),
+                ($4, 'overdue', 'sending', NULL, now() - interval '59 s')",
     )
     .bind(invoices[0])
     .bind(invoices[1])
     .bind(runs[0])
+    .bind(invoices[2])
     .execute(pool)
     .await
     .unwrap();
@@ -258,13 +261,13 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     );
 
     let unknown: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT invoice_id::bigint FROM ({}) u",
+        "SELECT invoice_id::bigint FROM ({}) u ORDER BY 1",
         readme_query("-- Unknown deliveries")
     )))
     .fetch_all(pool)
     .await
     .unwrap();
-    assert_eq!(unknown, vec![invoices[0]]);
+    assert_eq!(unknown, vec![invoices[0], invoices[2]]);
 }
 
 /// The README's source contract table: (column, listed types).

@@ -18,3 +18,4 @@ mod source;
 mod stages;
 mod templates;
 mod untrusted;
+mod upgrade;
