@@ -38,6 +38,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.tick_ended("done");
     metrics.tick_worked(&Counts::default(), Duration::from_millis(1), true);
     metrics.lock_acquisition("acquired");
+    metrics.source_problems("repeated_key", 1);
     metrics
         .lock_renewals()
         .get_or_create(&invoice_reminder::metrics::ResultLabel { result: "renewed" })
@@ -328,17 +329,31 @@ fn the_readmes_source_contract_is_the_one_the_worker_checks() {
 async fn the_readmes_example_views_pass_the_source_check() {
     let examples: Vec<String> = blocks("sql")
         .into_iter()
-        .filter(|b| b.contains("CREATE VIEW"))
+        .filter(|b| b.contains("CREATE VIEW") || b.contains("CREATE OR REPLACE VIEW"))
         .collect();
-    assert_eq!(examples.len(), 2, "the Rails-style and the UUID example");
-    for (example, relation) in examples
+    assert_eq!(
+        examples.len(),
+        3,
+        "the contacts (string_agg), the Rails-style and the UUID example"
+    );
+    let uuid = examples
         .iter()
-        .zip(["public.billing_reminders", "billing.reminder_invoices"])
-    {
-        assert!(
-            example.contains(&format!("CREATE VIEW {relation}")),
-            "{example}"
-        );
+        .find(|e| e.contains("CREATE VIEW billing.reminder_invoices"))
+        .cloned()
+        .unwrap();
+    for example in &examples {
+        let relation = if example.contains("public.billing_reminders") {
+            "public.billing_reminders"
+        } else {
+            "billing.reminder_invoices"
+        };
+        assert!(example.contains(relation), "{example}");
+        // The contacts example builds on the UUID example's tables.
+        let example = if example.contains("string_agg") {
+            format!("{uuid}\n{example}")
+        } else {
+            example.clone()
+        };
         let db = common::TestDb::create().await;
         // As a user's session would run it: their own search_path.
         let mut conn = db.pool.acquire().await.unwrap();
