@@ -206,35 +206,38 @@ pub async fn retire_failed(
     max_attempts: u32,
 ) -> Result<u64, sqlx::Error> {
     let (keys, froms, tos) = window_arrays(windows);
-    let superseded = on_db!(db, |c| sqlx::query(db.sql(
+    // One statement: a row is retired for the first reason that applies.
+    // A step is superseded only by the invoice's one source row: a key on
+    // several rows (a source problem) says nothing certain about its step.
+    on_db!(db, |c| {
+        sqlx::query(db.sql(
         "UPDATE {ir}.reminders r
-            SET status = 'discarded', last_error = 'superseded by ' || w.key
-           FROM {src} s, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
-          WHERE r.status = 'failed'
-            AND s.invoice_id::text = r.invoice_id
-            AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
-            AND r.period <> w.key"
+            SET status = 'discarded',
+                last_error = CASE
+                    WHEN x.superseded_by IS NOT NULL THEN 'superseded by ' || x.superseded_by
+                    ELSE 'gave up: ' || r.attempts || ' attempts reach reminders.max_attempts = ' || $4
+                         || COALESCE(' (last error: ' || r.last_error || ')', '') END
+           FROM (SELECT f.id,
+                        (SELECT w.key
+                           FROM {src} s, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
+                          WHERE s.invoice_id::text = f.invoice_id
+                            AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
+                            AND f.period <> w.key
+                            AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = f.invoice_id) = 1
+                          LIMIT 1) AS superseded_by
+                   FROM {ir}.reminders f WHERE f.status = 'failed') x
+          WHERE r.id = x.id AND r.status = 'failed'
+            AND (x.superseded_by IS NOT NULL OR r.attempts >= $4)"
     ),)
     .persistent(db.named())
     .bind(&keys)
     .bind(&froms)
     .bind(&tos)
-    .execute(&mut *c)
-    .await)?;
-    let exhausted = on_db!(db, |c| {
-        sqlx::query(
-        db.sql("UPDATE {ir}.reminders
-            SET status = 'discarded',
-                last_error = 'gave up: ' || attempts || ' attempts reach reminders.max_attempts = ' || $1
-                             || COALESCE(' (last error: ' || last_error || ')', '')
-          WHERE status = 'failed' AND attempts >= $1"),
-    )
-    .persistent(db.named())
     .bind(i64::from(max_attempts))
     .execute(&mut *c)
     .await
-    })?;
-    Ok(superseded.rows_affected() + exhausted.rows_affected())
+    .map(|done| done.rows_affected())
+    })
 }
 
 /// `reminders.resend_unknown_after`: started rows left `sending` by runs

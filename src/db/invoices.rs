@@ -172,8 +172,8 @@ impl SourceRow {
     }
 }
 
-/// The scan's page statement: the first page, or (with the keyset
-/// condition as `$after`) a page after `($8, $9)`.
+/// The scan's page statement: the page after `($8, $9)` (NULL for the
+/// first page, which then starts at the window's start).
 ///
 /// The inner query takes the next `$7` unpaid rows of the window in index
 /// order and nothing else; whether each one owes the step is decided only
@@ -183,24 +183,26 @@ impl SourceRow {
 /// the view from `customers` and sorting the whole window: 0.5-0.8 s a page
 /// at 100k, measured. A page therefore costs the same whether its rows owe
 /// a reminder or not, and may return fewer owed rows than it examined.
-macro_rules! page {
-    ($after:literal) => {
-        concat!(
-            "SELECT ",
-            source_columns!(),
-            ", (s.paused IS NOT TRUE",
-            owed_conditions!(),
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-            " WHERE r.invoice_id = s.invoice_id::text AND r.period = $6 OFFSET 0)) AS owes",
-            " FROM (SELECT s.* FROM {src} s",
-            " WHERE s.due_date >= COALESCE($4, '-infinity'::date) AND s.due_date <= $5",
-            $after,
-            " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
-            " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7) s",
-            " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\""
-        )
-    };
-}
+///
+/// The keyset condition is a plain row comparison with constants (the
+/// `COALESCE`s of parameters), so it is an index condition, never a filter:
+/// otherwise every page would scan the window from its start (quadratic
+/// over a backlog). One statement serves every page.
+const PAGE: &str = concat!(
+    "SELECT ",
+    source_columns!(),
+    ", (s.paused IS NOT TRUE",
+    owed_conditions!(),
+    " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
+    " WHERE r.invoice_id = s.invoice_id::text AND r.period = $6 OFFSET 0)) AS owes",
+    " FROM (SELECT s.* FROM {src} s",
+    " WHERE s.due_date >= COALESCE($4, '-infinity'::date) AND s.due_date <= $5",
+    " AND (s.due_date, s.invoice_id::text COLLATE \"C\")",
+    " > (COALESCE($8, '-infinity'::date), COALESCE($9, ''))",
+    " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
+    " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7) s",
+    " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\""
+);
 
 /// One page of the scan: the rows that owe the window's step, and where
 /// the next page starts.
@@ -233,26 +235,16 @@ pub async fn fetch_owed_page(
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
-    // Two statements rather than `$8 IS NULL OR (due_date, id) > ...`: the
-    // row comparison must be a plain index condition, or every page would
-    // scan the window from its start (quadratic over a backlog).
     let rows: Vec<PageRow> = on_db!(db, |c| {
-        let sql = match &after {
-            None => db.sql(page!("")),
-            Some(_) => db.sql(page!(
-                " AND (s.due_date, s.invoice_id::text COLLATE \"C\") > ($8, $9)"
-            )),
-        };
-        let query = bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
+        bind_owed!(sqlx::query_as(db.sql(PAGE)).persistent(db.named()), owed)
             .bind(window.due_from)
             .bind(window.due_to)
             .bind(&window.step.key)
-            .bind(i64::from(limit));
-        let query = match &after {
-            None => query,
-            Some(key) => query.bind(key.due_date).bind(key.id.clone()),
-        };
-        query.fetch_all(&mut *c).await
+            .bind(i64::from(limit))
+            .bind(after.as_ref().map(|k| k.due_date))
+            .bind(after.as_ref().map(|k| k.id.clone()))
+            .fetch_all(&mut *c)
+            .await
     })?;
     let examined = rows.len();
     // Rows are in the window with a key: neither is NULL.
@@ -282,10 +274,7 @@ pub async fn explain_owed_page(
     owed: Owed<'_>,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
-    let sql = db.sql(concat!(
-        "EXPLAIN (FORMAT JSON, VERBOSE) ",
-        page!(" AND (s.due_date, s.invoice_id::text COLLATE \"C\") > ($8, $9)")
-    ));
+    let sql = db.sql(&format!("EXPLAIN (FORMAT JSON, VERBOSE) {PAGE}"));
     let plan: serde_json::Value = on_db!(db, |c| bind_owed!(
         sqlx::query_scalar(sql).persistent(false),
         owed
@@ -294,7 +283,7 @@ pub async fn explain_owed_page(
     .bind(window.due_to)
     .bind(&window.step.key)
     .bind(i64::from(limit))
-    .bind(window.due_from.unwrap_or(chrono::NaiveDate::MIN))
+    .bind(window.due_from)
     .bind("")
     .fetch_one(&mut *c)
     .await)?;

@@ -120,21 +120,22 @@ pub(super) struct MarkWindow {
 }
 
 impl MarkWindow {
-    /// Rows marked per statement, as a multiple of `send_concurrency`: a
-    /// group is marked once no more than one round of sends is left
-    /// before the window, so the senders rarely wait for a mark, and marks
-    /// cost one commit per `3 × send_concurrency` rows.
-    const GROUP: usize = 3;
     /// The window, as a multiple of `send_concurrency`.
     const SIZE: usize = 4;
 
+    /// A group is marked once no more than half a round of sends is left
+    /// in the window (`size - send_concurrency / 2` rows of room, 28 of 32
+    /// at the default 8): the senders rarely wait for a mark (a mark is a
+    /// round trip and a WAL flush, a fraction of a send), and marks cost
+    /// one commit per 28 reminders. A group takes more rows when more room
+    /// has freed by the time it is marked.
     pub fn new(send_concurrency: u32) -> Self {
         let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
         let size = sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS);
         Self {
             permits: Arc::new(Semaphore::new(size)),
             size,
-            group: sc.saturating_mul(Self::GROUP).min(size),
+            group: size.saturating_sub(sc / 2).max(1),
         }
     }
 
@@ -148,16 +149,25 @@ impl MarkWindow {
         self.group
     }
 
-    /// Waits for room for `n` rows (at most a group) and returns one
+    /// Waits for room for `n` rows (at most a group), then takes whatever
+    /// more room is free (up to `wanted` rows in all), and returns one
     /// permit per row; each is given back when it is dropped.
-    pub async fn open(&self, n: usize) -> Option<Vec<OwnedSemaphorePermit>> {
+    pub async fn open(&self, n: usize, wanted: usize) -> Option<Vec<OwnedSemaphorePermit>> {
         let n = n.clamp(1, self.group);
-        let wanted = u32::try_from(n).unwrap_or(1);
         let mut all = Arc::clone(&self.permits)
-            .acquire_many_owned(wanted)
+            .acquire_many_owned(u32::try_from(n).unwrap_or(1))
             .await
             .ok()?;
-        let mut singles = Vec::with_capacity(n);
+        let more = wanted
+            .saturating_sub(n)
+            .min(self.permits.available_permits());
+        if more > 0
+            && let Ok(extra) =
+                Arc::clone(&self.permits).try_acquire_many_owned(u32::try_from(more).unwrap_or(0))
+        {
+            all.merge(extra);
+        }
+        let mut singles = Vec::with_capacity(all.num_permits());
         while all.num_permits() > 1 {
             match all.split(1) {
                 Some(one) => singles.push(one),
@@ -214,13 +224,14 @@ mod tests {
     #[tokio::test]
     async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
         let window = MarkWindow::new(8);
-        assert_eq!((window.size(), window.group()), (32, 24));
-        let first = window.open(100).await.unwrap_or_default();
-        assert_eq!(first.len(), 24);
-        assert_eq!(window.in_use(), 24);
-        let second = window.open(8).await.unwrap_or_default();
+        assert_eq!((window.size(), window.group()), (32, 28));
+        let first = window.open(28, 28).await.unwrap_or_default();
+        assert_eq!(first.len(), 28, "a group");
+        assert_eq!(window.in_use(), 28);
+        let second = window.open(1, 10).await.unwrap_or_default();
+        assert_eq!(second.len(), 4, "the room left");
         assert_eq!(window.in_use(), 32);
-        let third = tokio::time::timeout(std::time::Duration::from_millis(50), window.open(1));
+        let third = tokio::time::timeout(std::time::Duration::from_millis(50), window.open(1, 1));
         assert!(third.await.is_err(), "the window let a 33rd row in");
         drop(first);
         drop(second);

@@ -6,9 +6,9 @@
 //! for a round trip or a WAL flush. At most [`MarkWindow::size`] rows
 //! (`4 × send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
-//! SIGKILL can leave unknown. One mark covers up to [`MarkWindow::group`]
-//! rows (`3 × send_concurrency`), so marks cost one commit per that many
-//! reminders.
+//! SIGKILL can leave unknown. A mark is taken once the window has room for
+//! a group ([`MarkWindow::group`]: all but half a round of sends, 28 rows at
+//! the default `send_concurrency` 8), so marks cost one commit per group.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run returned (this run's lease looked over) is never sent here.
@@ -79,14 +79,15 @@ impl<'p, 'a> Marker<'p, 'a> {
             return self.skip_buffered();
         }
         let n = self.buffer.len().min(self.window.group());
-        let Some(permits) = self.window.open(n).await else {
+        let Some(permits) = self.window.open(n, self.buffer.len()).await else {
             return self.skip_buffered();
         };
         // Waiting for room may have outlasted the lease.
         if self.p.stop_reason().is_some() {
             return self.skip_buffered();
         }
-        let rows: Vec<Claimed> = self.buffer.drain(..permits.len().min(n)).collect();
+        let take = permits.len().min(self.buffer.len());
+        let rows: Vec<Claimed> = self.buffer.drain(..take).collect();
         let ids: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
         let marked = db::deliveries::mark_started(&self.p.ctx().db, self.p.run_id(), &ids).await;
         let marked: HashSet<ReminderId> = match marked {

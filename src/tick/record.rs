@@ -1,5 +1,5 @@
 //! The record stage: delivery results written in one statement per chunk
-//! of a quarter of `batch_size`, or per [`RECORD_EVERY`], whichever comes
+//! of half a `batch_size`, or per [`RECORD_EVERY`], whichever comes
 //! first. A written result frees its row's room in the claim bound. A
 //! chunk that cannot be written is kept for later (`tick::deferred`) and
 //! stops new sends.
@@ -20,9 +20,11 @@ pub(super) const RECORD_EVERY: Duration = Duration::from_millis(200);
 /// Claim room comes back only once results are written, and the claimer
 /// needs a whole page of it: written per `batch_size`, the results waiting
 /// took most of the `2 × batch_size` bound and the senders idled while the
-/// next page was claimed. A statement per result instead cost more than it
-/// saved on small backlogs. BENCHMARKS.md, "Fifth session", has the numbers.
-const RECORD_CHUNKS_PER_BATCH: usize = 4;
+/// next page was claimed (BENCHMARKS.md, "Fifth session"); written per
+/// quarter, they were 16 of a tick's ~80 transactions per 1,000 reminders.
+/// Half a batch keeps room coming back while the next page is claimed, at
+/// 4 statements per 1,000 reminders.
+const RECORD_CHUNKS_PER_BATCH: usize = 2;
 
 /// The record stage of one tick.
 pub(super) struct Recorder<'p, 'a> {

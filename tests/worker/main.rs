@@ -7,6 +7,7 @@ mod common;
 mod claims;
 mod cli;
 mod config;
+mod costs;
 mod delivery;
 mod fencing;
 mod limits;
