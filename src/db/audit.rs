@@ -6,6 +6,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::runs::run_ended;
 use crate::domain::InvoiceId;
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
@@ -49,16 +50,17 @@ pub struct UnknownRow {
 /// than `older_than_secs` ago (the process that claimed them hangs). Rows
 /// never started are not unknown: the next tick returns them.
 pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
+    on_db!(db, |c| sqlx::query_as(db.sql(concat!(
         "SELECT r.id AS reminder_id, r.invoice_id, r.period, r.attempts, r.run_id,
                 jr.replica_id, r.claimed_at, r.message_id, r.last_error
            FROM {ir}.reminders r
            LEFT JOIN {ir}.job_runs jr ON jr.id = r.run_id
           WHERE r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (r.run_id IS NULL OR jr.finished_at IS NOT NULL OR jr.lease_until < now()
-                 OR r.claimed_at < now() - make_interval(secs => $1))
+            AND (",
+        run_ended!("jr"),
+        " OR r.claimed_at < now() - make_interval(secs => $1))
           ORDER BY r.claimed_at, r.id"
-    ),)
+    )),)
     .persistent(db.named())
     .bind(older_than_secs)
     .fetch_all(&mut *c)

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::Db;
 use super::conn::on_db;
+use super::runs::{run_ended, run_gone};
 use super::invoices::window_arrays;
 use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 use crate::stages::Window;
@@ -170,12 +171,11 @@ pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u6
 pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = on_db!(db, |c| {
         sqlx::query_as(
-        db.sql("WITH over AS (
+        db.sql(concat!("WITH over AS (
              SELECT r.id, r.attempts
                FROM {ir}.reminders r
-               JOIN {ir}.job_runs j ON j.id = r.run_id
-              WHERE r.status = 'sending' AND r.started_at IS NULL
-                AND (j.finished_at IS NOT NULL OR j.lease_until < now())
+               LEFT JOIN {ir}.job_runs j ON j.id = r.run_id
+              WHERE r.status = 'sending' AND r.started_at IS NULL AND ", run_ended!("j"), "
                 FOR UPDATE OF r SKIP LOCKED
          ), deleted AS (
              DELETE FROM {ir}.reminders r USING over
@@ -187,7 +187,7 @@ pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
               WHERE r.id = over.id AND over.attempts > 0 AND r.status = 'sending' AND r.started_at IS NULL
              RETURNING r.id
          )
-         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)"),
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM restored)")),
     )
     .persistent(db.named())
     .fetch_one(&mut *c)
@@ -249,13 +249,12 @@ pub async fn retire_failed(
 pub async fn resend_unknown(db: &Db, after: Duration) -> Result<u64, sqlx::Error> {
     on_db!(db, |c| {
         sqlx::query(
-        db.sql("UPDATE {ir}.reminders r
+        db.sql(concat!("UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL,
                 last_error = 'delivery unknown; returned for resending by reminders.resend_unknown_after'
-           FROM {ir}.job_runs j
-          WHERE j.id = r.run_id AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND COALESCE(j.lease_until, '-infinity') < now()
-            AND r.claimed_at < now() - make_interval(secs => $1)"),
+          WHERE r.status = 'sending' AND r.started_at IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ", run_gone!("j"), ")
+            AND r.claimed_at < now() - make_interval(secs => $1)")),
     )
     .persistent(db.named())
     .bind(after.as_secs_f64())

@@ -9,6 +9,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::runs::run_ended;
 use super::invoices::window_arrays;
 use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;
@@ -37,9 +38,8 @@ pub async fn named_rows(
     let (keys, froms, tos) = window_arrays(windows);
     on_db!(db, |c| {
         sqlx::query_as(
-        db.sql("SELECT r.id, r.invoice_id, r.period, r.status, s.due_date,
-                (r.status = 'sending' AND r.started_at IS NOT NULL
-                 AND (r.run_id IS NULL OR j.finished_at IS NOT NULL OR j.lease_until < now())) AS unknown,
+        db.sql(concat!("SELECT r.id, r.invoice_id, r.period, r.status, s.due_date,
+                (r.status = 'sending' AND r.started_at IS NOT NULL AND ", run_ended!("j"), ") AS unknown,
                 (SELECT w.key FROM unnest($2::text[], $3::date[], $4::date[]) AS w(key, due_from, due_to)
                   WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
                   LIMIT 1) AS due_step
@@ -47,7 +47,7 @@ pub async fn named_rows(
            LEFT JOIN {src} s ON s.invoice_id::text = r.invoice_id
            LEFT JOIN {ir}.job_runs j ON j.id = r.run_id
           WHERE r.id = ANY($1)
-          ORDER BY r.id"),
+          ORDER BY r.id")),
     )
     .persistent(db.named())
     .bind(ids)
@@ -67,18 +67,19 @@ pub async fn mark_sent(
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
     let ids: Vec<ReminderId> = rows.iter().map(|r| r.0).collect();
     let message_ids: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
-    on_db!(db, |c| sqlx::query_scalar(db.sql(
+    on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(
         "UPDATE {ir}.reminders r
             SET status = 'sent', sent_at = now(), message_id = u.message_id,
                 last_error = 'delivery was unknown; an operator confirmed it was sent'
            FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id)
           WHERE r.id = u.id
             AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (r.run_id IS NULL OR EXISTS (
-                SELECT 1 FROM {ir}.job_runs j
-                 WHERE j.id = r.run_id AND (j.finished_at IS NOT NULL OR j.lease_until < now())))
+            AND NOT EXISTS (
+                SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
+        run_ended!("j"),
+        ")
          RETURNING r.id"
-    ),)
+    )),)
     .persistent(db.named())
     .bind(&ids)
     .bind(&message_ids)
@@ -90,17 +91,18 @@ pub async fn mark_sent(
 /// sends it (with the same Message-ID) while its step is due. Only a row
 /// still unknown is changed; returns the ids changed.
 pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(db.sql(
+    on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(
         "UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL, last_attempt_at = NULL,
                 last_error = 'delivery was unknown; an operator asked to resend it'
           WHERE r.id = ANY($1)
             AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND (r.run_id IS NULL OR EXISTS (
-                SELECT 1 FROM {ir}.job_runs j
-                 WHERE j.id = r.run_id AND (j.finished_at IS NOT NULL OR j.lease_until < now())))
+            AND NOT EXISTS (
+                SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
+        run_ended!("j"),
+        ")
          RETURNING r.id"
-    ),)
+    )),)
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)

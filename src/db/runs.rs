@@ -23,6 +23,32 @@ use super::Db;
 use super::conn::on_db;
 use crate::domain::Counts;
 
+/// SQL: the run `$j` (a `LEFT JOIN` of `job_runs`, all NULL when the row
+/// has no run, or its run was pruned) no longer works its rows: it
+/// finished, its lease ran out, or it is gone. Its started rows are
+/// unknown; its unstarted rows may be returned.
+macro_rules! run_ended {
+    ($j:literal) => {
+        concat!(
+            "(", $j, ".id IS NULL OR ", $j, ".finished_at IS NOT NULL OR COALESCE(",
+            $j, ".lease_until, '-infinity') < now())"
+        )
+    };
+}
+pub(crate) use run_ended;
+
+/// SQL: the process of run `$j` (as in [`run_ended!`]) can no longer write
+/// a result for its rows: its lease is over for good (a finished run whose
+/// process still holds results keeps its lease), or it is gone.
+macro_rules! run_gone {
+    ($j:literal) => {
+        concat!(
+            "(", $j, ".id IS NULL OR COALESCE(", $j, ".lease_until, '-infinity') < now())"
+        )
+    };
+}
+pub(crate) use run_gone;
+
 /// How a run ended; stored as text in `job_runs.outcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
