@@ -922,7 +922,7 @@ async fn tick_and_scan(
     let owed = owed(settings, today);
     let windows = settings.reminders.stages.windows(today);
     // Warm the cache the way a running system would be.
-    let _ = db::owed::owed_now(&Db::plain(pool.clone()), &windows, owed, None, 1).await;
+    let _ = db::owed::owed_listing(&Db::plain(pool.clone()), &windows, owed, 0, 1).await;
     let started = Instant::now();
     for window in &windows {
         let mut after = None;

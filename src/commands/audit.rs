@@ -12,11 +12,10 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
-use crate::db::invoices::Owed;
-use crate::db::owed::OwedReminder;
+use crate::db::owed::{OwedReminder, OwedRow};
 
 /// How many missing invoices are listed (all are counted).
-const MISSING_LISTED: u32 = 100;
+const MISSING_LISTED: usize = 100;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditReport {
@@ -52,24 +51,28 @@ pub async fn build_report(
     let today = db::today(pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let read = "failed to read the reminders table (did you run `migrate`?)";
-    let owed = Owed {
-        today,
-        timezone: settings.schedule.timezone.name(),
-        min_days_between: settings.reminders.min_days_between,
-    };
-    let windows = settings.reminders.stages.windows(today);
-    let problems = super::source_problems::check(pool, settings, today)
+    let read = || super::db_failed("failed to read the reminders table");
+    let survey = super::source_problems::survey(pool, settings, today)
         .await
-        .context("failed to check the source rows")?;
-    let (missing, missing_count) = db::owed::owed_now(pool, &windows, owed, None, MISSING_LISTED)
-        .await
-        .context(read)?;
+        .map_err(super::db_failed(
+            "failed to read the invoices that owe a reminder",
+        ))?;
+    let missing: Vec<OwedReminder> = survey
+        .owed
+        .rows
+        .iter()
+        .filter(|r| r.kind == "new")
+        .filter_map(OwedRow::reminder)
+        .take(MISSING_LISTED)
+        .collect();
+    let missing_count = survey.owed.total_new;
+    let problems = survey.problems;
+    let (counts, sent_by_step) = db::audit::counts(pool).await.map_err(read())?;
     Ok(AuditReport {
-        duplicates: db::audit::duplicates(pool).await.context(read)?,
+        duplicates: db::audit::duplicates(pool).await.map_err(read())?,
         unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
             .await
-            .context(read)?
+            .map_err(read())?
             .into_iter()
             .map(|mut u| {
                 // What the message carried: look it up in the server's log.
@@ -83,19 +86,11 @@ pub async fn build_report(
                 u
             })
             .collect(),
-        failed: db::audit::failed(pool).await.context(read)?,
+        failed: db::audit::failed(pool).await.map_err(read())?,
         missing_count,
         missing,
-        counts: db::audit::counts_by_status(pool)
-            .await
-            .context(read)?
-            .into_iter()
-            .collect(),
-        sent_by_step: db::audit::sent_by_step(pool)
-            .await
-            .context(read)?
-            .into_iter()
-            .collect(),
+        counts,
+        sent_by_step,
         source_problems_count: problems.count,
         source_rows_checked: problems.rows_checked,
         source_problems: problems.listed,

@@ -52,9 +52,10 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
     let today = db::today(&db, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let problems = super::source_problems::check(&db, settings, today)
+    let problems = super::source_problems::survey(&db, settings, today)
         .await
-        .context("failed to check the source rows")?;
+        .context("failed to check the source rows")?
+        .problems;
     outln!();
     for line in problems.lines() {
         outln!("{line}");

@@ -133,10 +133,27 @@ async fn check_source(db: &db::Db) -> anyhow::Result<()> {
     })
 }
 
-/// Connects now, so a command fails fast with the real cause.
+/// Connects now, so a command fails fast with the real cause. Its calls
+/// run under `database.command_timeout`.
 async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
     let pool = connect_pool(settings).await?;
-    Ok(db::Db::new(pool, settings))
+    Ok(db::Db::for_commands(pool, settings))
+}
+
+/// The error of a command's statement, with `doing` as context; it points
+/// at `migrate` only when a table or schema of ours is missing (a timeout
+/// names its own setting, see `db::conn::timed_out`).
+fn db_failed(doing: &'static str) -> impl FnOnce(sqlx::Error) -> anyhow::Error {
+    move |e| {
+        let missing = matches!(&e, sqlx::Error::Database(d)
+            if d.code().is_some_and(|c| c == "42P01" || c == "3F000"));
+        let e = anyhow::Error::new(e);
+        if missing {
+            e.context(format!("{doing} (did you run `migrate`?)"))
+        } else {
+            e.context(doing)
+        }
+    }
 }
 
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
@@ -180,7 +197,7 @@ async fn seed(
     if if_empty {
         let existing = db::seed::count_invoices(&pool)
             .await
-            .context("failed to count invoices (did you run `migrate`?)")?;
+            .map_err(db_failed("failed to count invoices"))?;
         if existing > 0 {
             outln!("the database already has {existing} invoices; not seeding (--if-empty)");
             return Ok(ExitCode::SUCCESS);
@@ -215,7 +232,7 @@ async fn seed(
         not_due_after,
     )
     .await
-    .context("failed to insert demo data (did you run `migrate`?)")?;
+    .map_err(db_failed("failed to insert demo data"))?;
     outln!(
         "seeded {} customers and {} invoices: {} owe a reminder today (spread over {} steps), {} paid, {} not yet due",
         seeded.customers,

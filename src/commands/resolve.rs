@@ -33,7 +33,7 @@ pub(super) async fn resolve(
         .collect();
     let rows = db::resolve::named_rows(&database, &named, &windows)
         .await
-        .context("failed to read the reminders (did you run `migrate`?)")?;
+        .map_err(super::db_failed("failed to read the reminders"))?;
     let mut refused = 0;
     for id in &named {
         if !rows.iter().any(|r| r.id == *id) {

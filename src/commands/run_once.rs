@@ -109,13 +109,17 @@ pub struct DryRun {
     pub today: NaiveDate,
     /// Each invoice that owes a reminder and the step it would get.
     pub would_send: Vec<OwedReminder>,
-    /// How many owe one in all (`would_send` stops at the limit).
+    /// How many owe one in all (`would_send` stops at the limit), source
+    /// problems among the listed rows left out.
     pub total: i64,
     /// How many would get each step, in stage order (listed ones only).
     pub per_step: Vec<(String, usize)>,
+    /// Listed rows that would be skipped as source problems.
+    pub source_problems: usize,
 }
 
-/// Lists the reminders the next tick would try (new and retries).
+/// Lists the reminders the next tick would try (new and retries); rows
+/// with a source problem are left out (a tick skips them) and counted.
 pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     let s = &ctx.settings;
     let today = db::today(&ctx.db, s.schedule.timezone)
@@ -127,15 +131,20 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
         timezone: s.schedule.timezone.name(),
         min_days_between: s.reminders.min_days_between,
     };
-    let (would_send, total) = db::owed::owed_now(
+    let listing = db::owed::owed_listing(
         &ctx.db,
         &stages.windows(today),
         owed,
-        Some(s.reminders.max_attempts),
+        s.reminders.max_attempts,
         limit,
     )
     .await
     .map_err(db_err("reading the invoices that owe a reminder"))?;
+    let (sendable, problems): (Vec<_>, Vec<_>) = listing
+        .rows
+        .iter()
+        .partition(|r| r.copies == 1 && crate::problems::check(r.row.clone()).is_ok());
+    let would_send: Vec<OwedReminder> = sendable.into_iter().filter_map(|r| r.reminder()).collect();
     let per_step = stages
         .steps()
         .iter()
@@ -148,7 +157,10 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     Ok(DryRun {
         today,
         would_send,
-        total,
+        total: listing
+            .total
+            .saturating_sub(i64::try_from(problems.len()).unwrap_or(i64::MAX)),
         per_step,
+        source_problems: problems.len(),
     })
 }

@@ -1,16 +1,20 @@
-//! The source problems `audit` and `check-source` list: a bounded check of
-//! the rows that owe a reminder today, by the same rules a tick applies
+//! What is owed today, as the operator's commands survey it (`audit`,
+//! `check-source`, `run-once --dry-run`): the rows that owe a step, and
+//! among them the source problems, by the same rules a tick applies
 //! (`crate::problems`).
 //!
-//! Cost: one pass over the first [`ROWS_CHECKED`] owed rows in scan order
-//! (the tick's own page query, unbounded by page), one probe of the source
-//! by key per row (to see repeated keys), and one query for the rows
-//! without a key or a due date (at most [`UNUSABLE_CHECKED`]).
+//! Cost: one pass over the owed rows (`db::owed::owed_listing`: the source
+//! joined with the reminders, counted in full, the first
+//! [`ROWS_CHECKED`] returned with one lookup of their key each, to see
+//! repeats), and one query for the rows without a key or a due date (at
+//! most [`UNUSABLE_CHECKED`]). Problems among owed rows past the first
+//! [`ROWS_CHECKED`] are not seen (the headline says so).
 
 use chrono::NaiveDate;
 
 use crate::config::Settings;
 use crate::db::invoices::Owed;
+use crate::db::owed::OwedListing;
 use crate::db::{self, Db};
 use crate::domain::SourceProblem;
 use crate::problems;
@@ -69,12 +73,15 @@ impl SourceProblems {
     }
 }
 
-/// Checks today's owed rows for problems.
-pub async fn check(
-    db: &Db,
-    settings: &Settings,
-    today: NaiveDate,
-) -> Result<SourceProblems, sqlx::Error> {
+/// What is owed today and which of it cannot be sent.
+#[derive(Debug, Clone, Default)]
+pub struct Survey {
+    pub owed: OwedListing,
+    pub problems: SourceProblems,
+}
+
+/// Surveys today's owed rows (new and retries).
+pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
     let reminders = &settings.reminders;
     let windows = reminders.stages.windows(today);
     let owed = Owed {
@@ -82,11 +89,10 @@ pub async fn check(
         timezone: settings.schedule.timezone.name(),
         min_days_between: reminders.min_days_between,
     };
-    let rows =
-        db::owed::owed_rows_to_check(db, &windows, owed, reminders.max_attempts, ROWS_CHECKED)
-            .await?;
-    let rows_checked = rows.len();
-    let mut found = problems::list(rows.into_iter().map(|r| (r.row, r.copies)));
+    let listing =
+        db::owed::owed_listing(db, &windows, owed, reminders.max_attempts, ROWS_CHECKED).await?;
+    let rows_checked = listing.rows.len();
+    let mut found = problems::list(listing.rows.iter().map(|r| (r.row.clone(), r.copies)));
     if let Some(due_by) = windows.iter().map(|w| w.due_to).max() {
         let unusable = db::owed::unusable_rows(db, due_by, UNUSABLE_CHECKED).await?;
         // NULL keys among the owed rows were found above already.
@@ -97,9 +103,12 @@ pub async fn check(
                 .filter_map(|r| r.into_parts().err()),
         );
     }
-    Ok(SourceProblems {
-        count: found.len(),
-        listed: found.into_iter().take(LISTED).collect(),
-        rows_checked,
+    Ok(Survey {
+        owed: listing,
+        problems: SourceProblems {
+            count: found.len(),
+            listed: found.into_iter().take(LISTED).collect(),
+            rows_checked,
+        },
     })
 }

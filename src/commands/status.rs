@@ -47,9 +47,12 @@ pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result
         last_runs: db::runs::recent_runs(&ctx.db, runs)
             .await
             .context("failed to read job_runs")?,
-        counts: db::audit::counts_by_status(&ctx.db)
+        counts: db::audit::counts(&ctx.db)
             .await
-            .context("failed to read reminders")?,
+            .context("failed to read reminders")?
+            .0
+            .into_iter()
+            .collect(),
     };
     if json {
         outln!(

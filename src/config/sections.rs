@@ -23,9 +23,15 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// Client-side deadline of every database call (see `db::conn`).
+    /// Client-side deadline of every database call of a tick (see
+    /// `db::conn`).
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
+    /// The same deadline for the operator's commands (`seed`, `audit`,
+    /// `check-source`, `status`, `resolve`, `preview`), whose statements read
+    /// or write whole tables and are long by nature.
+    #[serde(with = "humantime_serde")]
+    pub command_timeout: Duration,
     pub pooler: Pooler,
     /// Where our tables live (`reminders`, `job_runs`, ..., the demo tables
     /// and the default source view); created by `migrate`.

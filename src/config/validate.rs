@@ -17,6 +17,7 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     at_least_one("database.max_connections", s.database.max_connections)?;
     positive("database.connect_timeout", s.database.connect_timeout)?;
     positive("database.statement_timeout", s.database.statement_timeout)?;
+    positive("database.command_timeout", s.database.command_timeout)?;
     if s.database.pooler == super::Pooler::Transaction
         && s.lock.backend == super::LockBackendKind::Postgres
     {

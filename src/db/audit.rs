@@ -1,6 +1,8 @@
 //! Queries behind `audit`: what an operator needs to trust (or distrust)
 //! the reminders table.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 
@@ -92,23 +94,23 @@ pub async fn failed(db: &Db) -> Result<Vec<FailedRow>, sqlx::Error> {
     .await)
 }
 
-/// Row counts by status.
-pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
-        "SELECT status, count(*) FROM {ir}.reminders GROUP BY status ORDER BY status"
-    ))
+/// Reminders by status, and those sent by step (`period`): one pass.
+pub async fn counts(
+    db: &Db,
+) -> Result<(BTreeMap<String, i64>, BTreeMap<String, i64>), sqlx::Error> {
+    let rows: Vec<(String, String, i64)> = on_db!(db, |c| sqlx::query_as(
+        db.sql("SELECT status, period, count(*) FROM {ir}.reminders GROUP BY status, period")
+    )
     .persistent(db.named())
     .fetch_all(&mut *c)
-    .await)
-}
-
-/// Reminders sent, by step (`period`).
-pub async fn sent_by_step(db: &Db) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
-        "SELECT period, count(*) FROM {ir}.reminders WHERE status = 'sent'
-          GROUP BY period ORDER BY period"
-    ),)
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    .await)?;
+    let (mut by_status, mut sent_by_step) = (BTreeMap::new(), BTreeMap::new());
+    for (status, period, n) in rows {
+        let total: &mut i64 = by_status.entry(status.clone()).or_default();
+        *total = total.saturating_add(n);
+        if status == "sent" {
+            sent_by_step.insert(period, n);
+        }
+    }
+    Ok((by_status, sent_by_step))
 }

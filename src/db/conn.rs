@@ -29,6 +29,8 @@ use crate::config::{Pooler, Settings};
 pub struct Db {
     pool: PgPool,
     deadline: Duration,
+    /// The setting `deadline` comes from, named when a call runs into it.
+    deadline_key: &'static str,
     pooled: bool,
     /// How a transaction starts (see [`Db::begin_sql`]).
     begin: Arc<str>,
@@ -52,9 +54,21 @@ impl Db {
         Self {
             pool,
             deadline: settings.statement_timeout,
+            deadline_key: "database.statement_timeout",
             pooled,
             begin,
             names,
+        }
+    }
+
+    /// For the operator's commands: every call under
+    /// `database.command_timeout` instead (their statements read whole
+    /// tables).
+    pub fn for_commands(pool: PgPool, settings: &Settings) -> Self {
+        Self {
+            deadline: settings.database.command_timeout,
+            deadline_key: "database.command_timeout",
+            ..Self::new(pool, settings)
         }
     }
 
@@ -64,6 +78,7 @@ impl Db {
         Self {
             pool,
             deadline: Duration::from_secs(60),
+            deadline_key: "the test deadline",
             pooled: false,
             begin: "BEGIN".into(),
             names: Arc::new(Names::defaults()),
@@ -121,18 +136,19 @@ impl Db {
             Ok(result) => result,
             Err(_) => {
                 conn.close_on_drop();
-                Err(E::from(timed_out(self.deadline)))
+                Err(E::from(timed_out(self.deadline, self.deadline_key)))
             }
         }
     }
 }
 
-/// The error of a call that got no answer in time.
-pub fn timed_out(deadline: Duration) -> sqlx::Error {
+/// The error of a call that got no answer within `deadline`, naming the
+/// setting (`key`) to raise.
+pub fn timed_out(deadline: Duration, key: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
-            "no answer from PostgreSQL within database.statement_timeout ({})",
+            "no answer from PostgreSQL within {key} ({}); if the statement is just slow, raise {key}",
             humantime::format_duration(deadline)
         ),
     ))

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::Db;
 use super::conn::on_db;
-use super::runs::{run_ended, run_gone};
 use super::invoices::window_arrays;
+use super::runs::{run_ended, run_gone};
 use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 use crate::stages::Window;
 

@@ -56,15 +56,52 @@ pub struct Owed<'a> {
 /// gap in days, `$3` the time zone. A statement that uses them binds
 /// [`Owed`] first with [`bind_owed!`] and numbers its own parameters from
 /// `$4`, so no statement can bind the shared values in the wrong order.
-macro_rules! owed_conditions {
+///
+/// `owed_flags!` is the row's own flags (paid, paused); the gap test
+/// ("no reminder sent or being sent within `min_days_between` days") comes
+/// as a per-row probe of the (invoice_id, period) index (`gap_probe!`, kept
+/// a probe by `OFFSET 0`: for a page's few hundred rows) or as a plain
+/// `NOT EXISTS` the planner may turn into an anti-join (`gap_anti!`: for
+/// listings over a whole backlog, where 1M probes took 6 s and a hash
+/// anti-join under one). `owed_conditions!` is the flags and the probe.
+macro_rules! owed_flags {
     () => {
         concat!(
             " AND NOT s.is_paid",
             " AND s.paused IS NOT TRUE",
-            " AND (s.paused_until IS NULL OR s.paused_until < $1)",
+            " AND (s.paused_until IS NULL OR s.paused_until < $1)"
+        )
+    };
+}
+pub(crate) use owed_flags;
+
+macro_rules! gap_probe {
+    () => {
+        concat!(
             " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
             " AND g.status IN ('sent', 'sending')",
             " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)"
+        )
+    };
+}
+pub(crate) use gap_probe;
+
+macro_rules! gap_anti {
+    () => {
+        concat!(
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
+            " AND g.status IN ('sent', 'sending')",
+            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3))"
+        )
+    };
+}
+pub(crate) use gap_anti;
+
+macro_rules! owed_conditions {
+    () => {
+        concat!(
+            $crate::db::invoices::owed_flags!(),
+            $crate::db::invoices::gap_probe!()
         )
     };
 }

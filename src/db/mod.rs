@@ -42,14 +42,26 @@ fn pool_options(settings: &Settings) -> PgPoolOptions {
 /// (refused, unknown database, ...).
 pub async fn connect(settings: &Settings) -> Result<PgPool, sqlx::Error> {
     pool_options(settings)
-        .connect_with(settings.pg_connect_options())
+        .connect_with(connect_options(settings))
         .await
 }
 
 /// Connects on first use: the daemon starts (and keeps scheduling) while
 /// PostgreSQL is down, and each tick reports the failure on its own.
 pub fn connect_lazy(settings: &Settings) -> PgPool {
-    pool_options(settings).connect_lazy_with(settings.pg_connect_options())
+    pool_options(settings).connect_lazy_with(connect_options(settings))
+}
+
+/// The settings' connect options, with sqlx's slow-statement report at
+/// debug level: at its default (warn) it printed whole statements, dozens
+/// of lines each, into the operator's log whenever a command read a large
+/// table. Our own errors say what was being done and which deadline ran
+/// out.
+fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
+    use sqlx::ConnectOptions as _;
+    settings
+        .pg_connect_options()
+        .log_slow_statements(log::LevelFilter::Debug, std::time::Duration::from_secs(1))
 }
 
 /// Applies pending migrations into `database.schema` (see [`migrate`]).

@@ -2,19 +2,36 @@
 //! (`run-once --dry-run`, `audit`, `check-source`): the reminders the next
 //! tick would try, and the source rows to check for problems. The tick
 //! itself reads pages (`invoices`); these are bounded listings over the
-//! same conditions.
+//! same conditions, one pass over the source each.
 
 use chrono::NaiveDate;
 use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{Owed, SourceRow, bind_owed, owed_conditions, source_columns, window_arrays};
+use super::invoices::{
+    Owed, SourceRow, bind_owed, gap_anti, owed_flags, source_columns, window_arrays,
+};
 use crate::domain::InvoiceId;
 use crate::stages::Window;
 
-/// An invoice owed a reminder today (for `run-once --dry-run` and `audit`).
-#[derive(Debug, Clone, FromRow, serde::Serialize)]
+/// A source row that owes its due step today, as a listing reads it.
+#[derive(Debug, Clone, FromRow)]
+pub struct OwedRow {
+    #[sqlx(flatten)]
+    pub row: SourceRow,
+    /// The step it owes.
+    pub step: String,
+    /// `new`, or `retry` for a `failed` row of that step with attempts left.
+    pub kind: String,
+    /// How many rows of the source carry its key (1 when all is well; 0
+    /// for a NULL key).
+    pub copies: i64,
+}
+
+/// An invoice owed a reminder today, as `run-once --dry-run` and `audit`
+/// list it.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct OwedReminder {
     pub invoice_id: InvoiceId,
     pub number: String,
@@ -26,92 +43,71 @@ pub struct OwedReminder {
     pub kind: String,
 }
 
-/// The rows of the source that owe their due step today, joined with the
-/// step and that step's reminder row: `$4`-`$6` the windows, `$7` the
-/// attempts a retry may have used (0: no retries).
-macro_rules! owed_rows {
-    () => {
-        concat!(
-            " FROM unnest($4::text[], $5::date[], $6::date[]) AS w(key, due_from, due_to)",
-            " JOIN {src} s ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
-            " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
-            " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $7))",
-            owed_conditions!(),
-        )
-    };
+impl OwedRow {
+    /// The row as a listing shows it; None for a row without a key or a
+    /// due date.
+    pub fn reminder(&self) -> Option<OwedReminder> {
+        Some(OwedReminder {
+            invoice_id: self.row.invoice_id.clone()?,
+            number: self.row.number.clone().unwrap_or_default(),
+            customer_email: self.row.customer_email.clone().unwrap_or_default(),
+            due_date: self.row.due_date?,
+            step: self.step.clone(),
+            kind: self.kind.clone(),
+        })
+    }
+}
+
+/// The first rows of a listing, and how many there are in all.
+#[derive(Debug, Clone, Default)]
+pub struct OwedListing {
+    pub rows: Vec<OwedRow>,
+    /// Rows that owe a step, new claims and retries.
+    pub total: i64,
+    /// Of those, the new claims (no reminder row for the step yet).
+    pub total_new: i64,
 }
 
 #[derive(FromRow)]
-struct OwedRow {
+struct Listed {
     #[sqlx(flatten)]
-    reminder: OwedReminder,
+    owed: OwedRow,
     total: i64,
+    total_new: i64,
 }
 
-/// Every invoice that owes its due step today, as a new claim or (with
-/// `max_attempts`) as a retry of a `failed` row, in `(due_date, id)` order;
-/// at most `limit`, and how many there are in all, in one statement. Rows
-/// with a NULL key are left out (they are source problems). Read-only.
-pub async fn owed_now(
-    db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
-    max_attempts: Option<u32>,
-    limit: u32,
-) -> Result<(Vec<OwedReminder>, i64), sqlx::Error> {
-    let (keys, froms, tos) = window_arrays(windows);
-    let sql = db.sql(concat!(
-        "SELECT s.invoice_id::text AS invoice_id, COALESCE(s.invoice_number::text, '') AS number,",
-        " COALESCE(s.email::text, '') AS customer_email, s.due_date, w.key AS step,",
-        " CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind, count(*) OVER () AS total",
-        owed_rows!(),
-        " AND s.invoice_id IS NOT NULL",
-        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $8"
-    ));
-    let rows: Vec<OwedRow> = on_db!(db, |c| bind_owed!(
-        sqlx::query_as(sql).persistent(db.named()),
-        owed
-    )
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(i64::from(max_attempts.unwrap_or(0)))
-    .bind(i64::from(limit))
-    .fetch_all(&mut *c)
-    .await)?;
-    let total = rows.first().map_or(0, |r| r.total);
-    Ok((rows.into_iter().map(|r| r.reminder).collect(), total))
-}
-
-/// A source row that owes a reminder today, and how many rows of the
-/// source carry its key (1 when all is well; 0 for a NULL key).
-#[derive(Debug, Clone, FromRow)]
-pub struct CheckedRow {
-    #[sqlx(flatten)]
-    pub row: SourceRow,
-    pub copies: i64,
-}
-
-/// The first `limit` source rows that owe their due step today (new or
-/// retry), in scan order, each with the number of rows carrying its key:
-/// what `audit` and `check-source` check for problems. Costs one probe of
-/// the source by key per row returned, on top of the scan.
-pub async fn owed_rows_to_check(
+/// The source rows that owe their due step today, as new claims or (with
+/// `max_attempts` > 0) as retries of `failed` rows with attempts left, in
+/// scan order: the first `limit` of them, each with its key's number of
+/// source rows, and how many there are in all. Read-only, one statement:
+/// the windows joined with the source and (a hash anti-join, not a probe
+/// per row) with the reminders, the gap tested only for what is left, and
+/// the per-key count only for the rows returned. Measured at 1M invoices
+/// all reminded: under a second.
+pub async fn owed_listing(
     db: &Db,
     windows: &[Window],
     owed: Owed<'_>,
     max_attempts: u32,
     limit: u32,
-) -> Result<Vec<CheckedRow>, sqlx::Error> {
+) -> Result<OwedListing, sqlx::Error> {
     let (keys, froms, tos) = window_arrays(windows);
     let sql = db.sql(concat!(
-        "SELECT ",
+        "SELECT o.*, (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = o.invoice_id) AS copies",
+        " FROM (SELECT ",
         source_columns!(),
-        ", (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = s.invoice_id::text) AS copies",
-        owed_rows!(),
-        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $8"
+        ", w.key AS step, CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind,",
+        " count(*) OVER () AS total, count(*) FILTER (WHERE r.id IS NULL) OVER () AS total_new",
+        " FROM unnest($4::text[], $5::date[], $6::date[]) AS w(key, due_from, due_to)",
+        " JOIN {src} s ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
+        " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
+        " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $7))",
+        owed_flags!(),
+        gap_anti!(),
+        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $8) o",
+        " ORDER BY o.due_date, o.invoice_id COLLATE \"C\""
     ));
-    on_db!(db, |c| bind_owed!(
+    let rows: Vec<Listed> = on_db!(db, |c| bind_owed!(
         sqlx::query_as(sql).persistent(db.named()),
         owed
     )
@@ -121,7 +117,12 @@ pub async fn owed_rows_to_check(
     .bind(i64::from(max_attempts))
     .bind(i64::from(limit))
     .fetch_all(&mut *c)
-    .await)
+    .await)?;
+    Ok(OwedListing {
+        total: rows.first().map_or(0, |r| r.total),
+        total_new: rows.first().map_or(0, |r| r.total_new),
+        rows: rows.into_iter().map(|r| r.owed).collect(),
+    })
 }
 
 /// Up to `limit` unpaid, unpaused source rows that no scan meets because

@@ -9,8 +9,8 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::runs::run_ended;
 use super::invoices::window_arrays;
+use super::runs::run_ended;
 use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;
 

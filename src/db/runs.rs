@@ -30,8 +30,13 @@ use crate::domain::Counts;
 macro_rules! run_ended {
     ($j:literal) => {
         concat!(
-            "(", $j, ".id IS NULL OR ", $j, ".finished_at IS NOT NULL OR COALESCE(",
-            $j, ".lease_until, '-infinity') < now())"
+            "(",
+            $j,
+            ".id IS NULL OR ",
+            $j,
+            ".finished_at IS NOT NULL OR COALESCE(",
+            $j,
+            ".lease_until, '-infinity') < now())"
         )
     };
 }
@@ -43,7 +48,11 @@ pub(crate) use run_ended;
 macro_rules! run_gone {
     ($j:literal) => {
         concat!(
-            "(", $j, ".id IS NULL OR COALESCE(", $j, ".lease_until, '-infinity') < now())"
+            "(",
+            $j,
+            ".id IS NULL OR COALESCE(",
+            $j,
+            ".lease_until, '-infinity') < now())"
         )
     };
 }

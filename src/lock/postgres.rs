@@ -245,7 +245,7 @@ async fn within<T>(
 ) -> Result<T, sqlx::Error> {
     match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
-        Err(_) => Err(db::conn::timed_out(deadline)),
+        Err(_) => Err(db::conn::timed_out(deadline, "database.statement_timeout")),
     }
 }
 

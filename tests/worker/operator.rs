@@ -216,3 +216,50 @@ async fn a_wrong_redis_password_is_one_configuration_error_naming_redis_url() {
         "no ambiguity path: {stderr}"
     );
 }
+
+/// A view of the demo invoices that takes `seconds` to read, however few
+/// rows it has.
+async fn use_slow_view(world: &mut World, seconds: f64) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA slow;
+         CREATE VIEW slow.invoices AS
+         SELECT * FROM invoice_reminder.reminder_source WHERE pg_sleep({seconds}) IS NOT NULL;"
+    )))
+    .execute(world.pool())
+    .await
+    .unwrap();
+    world.set("source.relation", "slow.invoices");
+}
+
+#[tokio::test]
+async fn a_command_that_runs_into_its_deadline_names_the_key_to_raise_and_never_suggests_migrate() {
+    let mut world = World::new().await;
+    common::insert_overdue(world.pool(), 1).await;
+    use_slow_view(&mut world, 1.0).await;
+    world.set("database.command_timeout", "300ms");
+
+    let out = common::cli(&world, &["audit"]).await;
+
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("database.command_timeout (300ms)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("migrate"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_slow_statement_is_not_printed_into_the_operators_log() {
+    let mut world = World::new().await;
+    common::insert_overdue(world.pool(), 1).await;
+    // sqlx reports statements slower than a second.
+    use_slow_view(&mut world, 1.2).await;
+
+    let out = common::cli(&world, &["audit"]).await;
+
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("slow statement"), "{stderr}");
+    assert!(!stderr.contains("SELECT"), "{stderr}");
+}
