@@ -15,10 +15,12 @@
 //! - every invalid row is reported with its problem (`audit --json`, and
 //!   the last tick's `job_runs.source_problems`), and no valid row is.
 //!
-//! CI runs three seeds. The soak runs many (minutes):
+//! CI runs three seeds. The soak runs many (FUZZ_SEEDS, 200 by default,
+//! from FUZZ_FIRST_SEED or a printed random one; ~10 s a seed here):
 //!
 //! ```text
-//! FUZZ_SEEDS=200 cargo nextest run --test faults --run-ignored only -E 'test(/random::soak/)'
+//! FUZZ_SEEDS=200 cargo nextest run --test faults --run-ignored only fuzz_many
+//! FUZZ_FIRST_SEED=500 FUZZ_SEEDS=20 cargo nextest run --test faults --run-ignored only fuzz_many
 //! FUZZ_SEED=17 cargo nextest run --test faults -E 'test(/random::random_sources/)'  # one seed
 //! ```
 //!
@@ -62,7 +64,7 @@ async fn random_sources_under_random_faults_mail_each_valid_reminder_once_and_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: minutes long; run with --run-ignored only"]
-async fn soak_many_random_sources_under_random_faults() {
+async fn fuzz_many_seeds_of_random_sources_under_random_faults() {
     let seeds = env_u64("FUZZ_SEEDS").unwrap_or(200);
     if let Some(seed) = env_u64("FUZZ_SEED") {
         return run_seed(seed).await;

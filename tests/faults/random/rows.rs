@@ -92,13 +92,15 @@ impl<'a> Generator<'a> {
         let n = self.next_n();
         let r = self.rng.next_u64();
         let wide = self.shape.invoice_id != "character(24)";
-        match self.rng.below(if wide { 7 } else { 6 }) {
+        match self.rng.below(if wide { 9 } else { 8 }) {
             0 => n.to_string(),
             1 => format!("INV-{n:05}"),
             2 => format!("inv/{n}"),
             3 => format!("é{n}"),
             4 => format!("k {n}#"),
             5 => format!("{n}-{:x}", r & 0xffff),
+            6 => format!(" {n}"),
+            7 => format!("cr\r\nlf{n}"),
             _ => format!(
                 "{:08x}-{:04x}-4{:03x}-8{:03x}-{n:012}",
                 r >> 32,
@@ -253,7 +255,7 @@ impl<'a> Generator<'a> {
         let max = amount.type_max();
         let text = match amount {
             AmountType::Minor(_) => {
-                let m = *self.rng.pick(&[0, 1, 12_345, max, max - 1]);
+                let m = *self.rng.pick(&[0, 1, 12_345, max, max - 1, -1, -12_345]);
                 let m = if self.rng.chance(30) {
                     self.rng.range(0, max.min(1_000_000_000_000))
                 } else {
@@ -264,17 +266,22 @@ impl<'a> Generator<'a> {
             _ if amount.decimal() => {
                 // Minor units written as a major amount, exact or with more
                 // decimals than the currency has (rounded half away).
-                let minor = *self
-                    .rng
-                    .pick(&[0, 1, 12_345, 99_999_999, i64::MAX, i64::MAX - 1]);
-                let whole = minor / scale;
-                let fraction = minor % scale;
+                let minor =
+                    *self
+                        .rng
+                        .pick(&[0, 1, 12_345, 99_999_999, i64::MAX, i64::MAX - 1, -12_345]);
+                let sign = if minor < 0 { "-" } else { "" };
+                let whole = minor.unsigned_abs() / scale.unsigned_abs();
+                let fraction = minor.unsigned_abs() % scale.unsigned_abs();
                 let mut text = if exponent == 0 {
-                    whole.to_string()
+                    format!("{sign}{whole}")
                 } else {
-                    format!("{whole}.{fraction:0width$}", width = exponent as usize)
+                    format!(
+                        "{sign}{whole}.{fraction:0width$}",
+                        width = exponent as usize
+                    )
                 };
-                if minor < 1_000_000_000 && self.rng.chance(40) {
+                if minor.abs() < 1_000_000_000 && self.rng.chance(40) {
                     text.push_str(if exponent == 0 { ".4" } else { "5" });
                 }
                 text
@@ -282,7 +289,7 @@ impl<'a> Generator<'a> {
             _ => {
                 // An integer major amount: its minor units must fit.
                 let top = max.min(i64::MAX / scale);
-                self.rng.pick(&[0, 1, 5, 1000, top]).to_string()
+                self.rng.pick(&[0, 1, 5, 1000, top, -5]).to_string()
             }
         };
         if let AmountType::Major(_) = amount {

@@ -185,8 +185,13 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings) -> Source 
     let domain = &settings.smtp.message_id_domain;
 
     let owed = g.rng().range(20, 60);
-    for _ in 0..owed {
-        let (row, age) = g.valid_owed();
+    // Sometimes one key is the empty string: a key like any other.
+    let empty_key = g.rng().chance(30);
+    for i in 0..owed {
+        let (mut row, age) = g.valid_owed();
+        if empty_key && i == 0 {
+            row.invoice_id = Some(String::new());
+        }
         let key = row.invoice_id.clone().expect("a valid row has a key");
         let step = stages
             .due_step(age)
