@@ -123,7 +123,8 @@ pub const AMOUNT_COLUMNS: &[ContractColumn] = &[
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize)]
 pub struct FoundColumn {
     pub name: String,
-    /// `format_type` of the column's type (its base type for a domain).
+    /// `format_type` of the column's type (its base type for a domain),
+    /// without a schema: `citext` wherever the extension is installed.
     pub data_type: String,
 }
 
@@ -150,12 +151,16 @@ pub async fn columns(db: &Db) -> Result<Option<Vec<FoundColumn>>, sqlx::Error> {
     if !exists {
         return Ok(None);
     }
+    // A type outside pg_catalog is named without its schema: format_type
+    // would qualify it when the schema is not on our search_path (citext
+    // installed in `extensions`, as Supabase does, is `extensions.citext`).
     on_db!(db, |c| sqlx::query_as(
         "SELECT a.attname::text AS name,
-                format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END, NULL)
-                    AS data_type
+                CASE WHEN b.typnamespace = 'pg_catalog'::regnamespace
+                     THEN format_type(b.oid, NULL) ELSE b.typname::text END AS data_type
            FROM pg_attribute a
            JOIN pg_type t ON t.oid = a.atttypid
+           JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
           WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
           ORDER BY a.attnum"
     )

@@ -65,6 +65,8 @@ struct State {
     mode: Mutex<Option<Mode>>,
     received: Mutex<Vec<Received>>,
     refused: Mutex<u64>,
+    /// Messages whose end of data arrived and that are not answered yet.
+    answering: std::sync::atomic::AtomicUsize,
 }
 
 /// A running sink. It serves until the test process exits.
@@ -124,6 +126,15 @@ impl SmtpSink {
         *self.state.refused.lock().unwrap()
     }
 
+    /// Messages whose end of data has arrived but that are not yet counted
+    /// (a [`Mode::Delay`] holds them) nor refused. Once a client is gone
+    /// and this is 0, [`Self::received`] is final for what it sent.
+    pub fn answering(&self) -> usize {
+        self.state
+            .answering
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Invoice ids of every accepted message, in arrival order.
     pub fn invoice_ids(&self) -> Vec<i64> {
         self.received()
@@ -155,6 +166,7 @@ impl Handler for SinkHandler {
     }
 
     fn data_end(&mut self) -> Response {
+        let _answering = Answering::start(&self.state);
         let mode = self
             .state
             .mode
@@ -213,6 +225,26 @@ impl Handler for SinkHandler {
             received_at: std::time::Instant::now(),
         });
         mailin_embedded::response::OK
+    }
+}
+
+/// Counts a message in [`State::answering`] until it is answered.
+struct Answering<'a>(&'a State);
+
+impl<'a> Answering<'a> {
+    fn start(state: &'a State) -> Self {
+        state
+            .answering
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(state)
+    }
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0
+            .answering
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

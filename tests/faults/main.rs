@@ -16,6 +16,7 @@ mod http;
 mod lock_failure;
 mod pgbouncer;
 mod postgres;
+mod random;
 mod redis_outage;
 mod replicas;
 mod secrets;

@@ -113,6 +113,37 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
 }
 
 #[tokio::test]
+async fn a_citext_column_is_accepted_when_the_extension_lives_in_a_schema_of_its_own() {
+    // As Supabase and many DBAs install extensions: in `extensions`, not
+    // on the worker's search_path (the type is then `extensions.citext`).
+    let mut world = World::new().await;
+    sqlx::raw_sql(
+        "CREATE SCHEMA extensions;
+         CREATE EXTENSION citext SCHEMA extensions;
+         CREATE SCHEMA erp;
+         CREATE VIEW erp.ci AS
+         SELECT invoice_id::extensions.citext AS invoice_id, invoice_number,
+                customer_name::extensions.citext AS customer_name,
+                email::extensions.citext AS email, locale, amount_minor,
+                currency::extensions.citext AS currency, due_date, is_paid, paused,
+                paused_until, payment_url
+           FROM invoice_reminder.reminder_source;",
+    )
+    .execute(world.pool())
+    .await
+    .unwrap();
+    common::insert_overdue(world.pool(), 2).await;
+    world.set("source.relation", "erp.ci");
+
+    let check = cli(&world, &["check-source"]).await;
+    let once = cli(&world, &["run-once"]).await;
+
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    assert_eq!(once.status.code(), Some(0), "{}", stderr(&once));
+    assert_eq!(world.sink.count(), 2);
+}
+
+#[tokio::test]
 async fn a_view_missing_a_column_or_with_a_wrong_type_fails_start_up_with_exit_2_naming_it() {
     let mut world = World::new().await;
     sqlx::raw_sql(

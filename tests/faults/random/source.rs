@@ -1,0 +1,265 @@
+//! Source views generated from a seed, and what each row must come to.
+//!
+//! The view's column types are drawn among those the contract accepts
+//! ([`Shape`]); its rows are made by `rows` from known values, so what
+//! each must come to is known before any tick runs ([`Expected`]): a valid
+//! row owes its due step (exactly one mail, its Message-ID computed here
+//! with the library) or owes nothing (no mail, no report); an invalid row
+//! has exactly one defect and is reported with its label.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::NaiveDate;
+use invoice_reminder::config::Settings;
+use invoice_reminder::domain::InvoiceId;
+
+use super::rng::Rng;
+use super::rows::Generator;
+
+/// The SQL type of the view's amount column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmountType {
+    /// `amount_minor` of this integer type.
+    Minor(&'static str),
+    /// `amount` (major units) of this type (`fz.money` is a domain over
+    /// numeric).
+    Major(&'static str),
+}
+
+impl AmountType {
+    pub(super) fn column(self) -> &'static str {
+        match self {
+            Self::Minor(_) => "amount_minor",
+            Self::Major(_) => "amount",
+        }
+    }
+
+    pub(super) fn sql_type(self) -> &'static str {
+        match self {
+            Self::Minor(t) | Self::Major(t) => t,
+        }
+    }
+
+    pub(super) fn decimal(self) -> bool {
+        matches!(self, Self::Major("numeric") | Self::Major("fz.money"))
+    }
+
+    /// The largest value the column's type holds.
+    pub(super) fn type_max(self) -> i64 {
+        match self.sql_type() {
+            "smallint" => i64::from(i16::MAX),
+            "integer" => i64::from(i32::MAX),
+            _ => i64::MAX,
+        }
+    }
+}
+
+/// The view's column types, drawn per seed among those the contract allows.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub invoice_id: &'static str,
+    /// `text`-like, or `bigint`/`integer` (then numbers are integers).
+    pub invoice_number: &'static str,
+    pub customer_name: &'static str,
+    pub email: &'static str,
+    pub currency: &'static str,
+    pub amount: AmountType,
+    /// The schema citext is installed in (`public`, or one of its own, off
+    /// the worker's search_path, as Supabase installs extensions).
+    pub citext_schema: &'static str,
+}
+
+impl Shape {
+    pub(super) fn draw(rng: &mut Rng) -> Self {
+        Self {
+            invoice_id: *rng.pick(&["text", "varchar", "varchar(40)", "character(24)", "citext"]),
+            invoice_number: *rng.pick(&["text", "varchar", "bigint", "integer"]),
+            customer_name: *rng.pick(&["text", "varchar", "citext"]),
+            email: *rng.pick(&["text", "varchar", "varchar(2000)", "citext"]),
+            currency: *rng.pick(&["text", "varchar", "citext"]),
+            amount: *rng.pick(&[
+                AmountType::Minor("bigint"),
+                AmountType::Minor("integer"),
+                AmountType::Minor("smallint"),
+                AmountType::Major("numeric"),
+                AmountType::Major("fz.money"),
+                AmountType::Major("bigint"),
+                AmountType::Major("integer"),
+                AmountType::Major("smallint"),
+            ]),
+            citext_schema: *rng.pick(&["public", "fz_ext"]),
+        }
+    }
+
+    pub(super) fn numeric_numbers(&self) -> bool {
+        matches!(self.invoice_number, "bigint" | "integer")
+    }
+
+    /// The schema, its loosely typed table and the view over it.
+    pub fn ddl(&self) -> String {
+        let typed = |t: &str| match t {
+            "citext" => format!("{}.citext", self.citext_schema),
+            other => other.to_owned(),
+        };
+        format!(
+            "CREATE SCHEMA IF NOT EXISTS {ext};
+             CREATE EXTENSION IF NOT EXISTS citext SCHEMA {ext};
+             CREATE SCHEMA fz;
+             CREATE DOMAIN fz.money AS numeric;
+             CREATE TABLE fz.rows (
+                 n serial PRIMARY KEY, invoice_id text, invoice_number text, customer_name text,
+                 email text, locale text, currency text, due_date date, is_paid boolean,
+                 paused boolean, paused_until date, payment_url text, amount text);
+             CREATE VIEW fz.source AS
+             SELECT invoice_id::{id} AS invoice_id, invoice_number::{number} AS invoice_number,
+                    customer_name::{name} AS customer_name, email::{email} AS email,
+                    locale, currency::{currency} AS currency, due_date, is_paid, paused,
+                    paused_until, payment_url::varchar AS payment_url,
+                    amount::{amount_type} AS {amount_column}
+               FROM fz.rows;",
+            ext = self.citext_schema,
+            id = typed(self.invoice_id),
+            number = self.invoice_number,
+            name = typed(self.customer_name),
+            email = typed(self.email),
+            currency = typed(self.currency),
+            amount_type = self.amount.sql_type(),
+            amount_column = self.amount.column(),
+        )
+    }
+}
+
+/// One row of `fz.rows`, every column as the view reads it (text casts).
+#[derive(Debug, Clone, Default)]
+pub struct Row {
+    pub invoice_id: Option<String>,
+    pub invoice_number: Option<String>,
+    pub customer_name: Option<String>,
+    pub email: Option<String>,
+    pub locale: Option<String>,
+    pub currency: Option<String>,
+    pub due_date: Option<NaiveDate>,
+    pub is_paid: Option<bool>,
+    pub paused: Option<bool>,
+    pub paused_until: Option<NaiveDate>,
+    pub payment_url: Option<String>,
+    pub amount: Option<String>,
+}
+
+/// How audit names a problem row: by its key, or by its number when the
+/// key is NULL.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Named {
+    Id(String),
+    Number(String),
+}
+
+/// What the seed's rows must come to.
+#[derive(Debug, Default)]
+pub struct Expected {
+    /// Message-ID (without brackets) -> (invoice key, step): each valid
+    /// owed row, mailed exactly once by the end.
+    pub mails: BTreeMap<String, (String, String)>,
+    /// Each invalid row (each repeated key once) with its problem label.
+    pub problems: BTreeSet<(Named, &'static str)>,
+    /// Keys of valid rows that owe nothing today (no mail, no report).
+    pub quiet: BTreeSet<String>,
+}
+
+/// A generated source: its shape, its rows (in insertion order) and what
+/// they must come to.
+pub struct Source {
+    pub shape: Shape,
+    pub rows: Vec<Row>,
+    pub expected: Expected,
+}
+
+/// Draws a source for `seed`: `today` is the database's date, `settings`
+/// gives the stages and the Message-ID domain.
+pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings) -> Source {
+    let shape = Shape::draw(rng);
+    let mut g = Generator::new(rng, shape.clone(), today);
+    let mut rows = Vec::new();
+    let mut expected = Expected::default();
+    let stages = &settings.reminders.stages;
+    let domain = &settings.smtp.message_id_domain;
+
+    let owed = g.rng().range(20, 60);
+    // Sometimes one key is the empty string: a key like any other.
+    let empty_key = g.rng().chance(30);
+    for i in 0..owed {
+        let (mut row, age) = g.valid_owed();
+        if empty_key && i == 0 {
+            row.invoice_id = Some(String::new());
+        }
+        let key = row.invoice_id.clone().expect("a valid row has a key");
+        let step = stages
+            .due_step(age)
+            .unwrap_or_else(|| panic!("age {age} owes no step"))
+            .key
+            .clone();
+        let id = invoice_reminder::mail::message_id(&InvoiceId(key.clone()), &step, domain);
+        expected.mails.insert(id, (key, step));
+        rows.push(row);
+    }
+    let quiet = g.rng().range(4, 15);
+    for _ in 0..quiet {
+        let row = g.valid_not_owed();
+        expected
+            .quiet
+            .insert(row.invoice_id.clone().expect("a valid row has a key"));
+        rows.push(row);
+    }
+    let invalid = g.rng().range(8, 30);
+    for _ in 0..invalid {
+        let (label, bad_rows) = g.invalid();
+        let first = &bad_rows[0];
+        let named = match &first.invoice_id {
+            Some(id) => Named::Id(id.clone()),
+            None => Named::Number(first.invoice_number.clone().expect("a numbered row")),
+        };
+        assert!(
+            expected.problems.insert((named, label)),
+            "two invalid rows share a name"
+        );
+        rows.extend(bad_rows);
+    }
+    // Shuffle, so that no order of the table is assumed (Fisher-Yates).
+    for i in (1..rows.len()).rev() {
+        let j = g.rng().below(i as u64 + 1) as usize;
+        rows.swap(i, j);
+    }
+    Source {
+        shape,
+        rows,
+        expected,
+    }
+}
+
+/// Inserts `rows` into `fz.rows`.
+pub async fn insert(pool: &sqlx::PgPool, rows: &[Row]) {
+    let mut tx = pool.begin().await.expect("begin");
+    for r in rows {
+        sqlx::query(
+            "INSERT INTO fz.rows (invoice_id, invoice_number, customer_name, email, locale, currency,
+                                  due_date, is_paid, paused, paused_until, payment_url, amount)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(&r.invoice_id)
+        .bind(&r.invoice_number)
+        .bind(&r.customer_name)
+        .bind(&r.email)
+        .bind(&r.locale)
+        .bind(&r.currency)
+        .bind(r.due_date)
+        .bind(r.is_paid)
+        .bind(r.paused)
+        .bind(r.paused_until)
+        .bind(&r.payment_url)
+        .bind(&r.amount)
+        .execute(&mut *tx)
+        .await
+        .unwrap_or_else(|e| panic!("insert {r:?}: {e}"));
+    }
+    tx.commit().await.expect("commit");
+}
