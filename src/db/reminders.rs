@@ -39,6 +39,8 @@
 //! overlapping batches take the unique-index locks in the same order and
 //! cannot deadlock.
 
+use std::collections::HashMap;
+
 use sqlx::{FromRow, PgConnection};
 use uuid::Uuid;
 
@@ -115,29 +117,51 @@ pub struct Claim {
     pub repeated: Vec<SourceRow>,
 }
 
-/// One row of a claim's result: a claimed row, or (no reminder id) a row
-/// of a repeated key.
+/// One row of a claim's result: a claimed row (its id, attempts and
+/// step, and its key as `invoice_id`), or a source row (no reminder id):
+/// of an owed key, or (`repeated`) of a key on several rows.
 #[derive(FromRow)]
 struct ClaimResult {
     reminder_id: Option<ReminderId>,
     attempts: Option<i32>,
     period: Option<String>,
+    repeated: bool,
     #[sqlx(flatten)]
     source: SourceRow,
 }
 
 impl Claim {
+    /// Pairs each claimed row with its key's one source row. The pairing
+    /// is done here, by key, not in SQL: joined in the statement,
+    /// PostgreSQL (estimating each side at one row) compared every claimed
+    /// row with every owed one, 250,000 comparisons a claim (20 ms of its
+    /// 28, measured).
     fn from_results(results: Vec<ClaimResult>) -> Self {
         let mut claim = Self::default();
+        let mut claimed = Vec::new();
+        let mut owed: HashMap<InvoiceId, SourceRow> = HashMap::new();
         for r in results {
             match (r.reminder_id, r.attempts, r.period) {
-                (Some(id), Some(attempts), Some(period)) => claim.claimed.push(ClaimedRow {
+                (Some(id), Some(attempts), Some(period)) => {
+                    claimed.push((id, attempts, period, r.source.invoice_id))
+                }
+                _ if r.repeated => claim.repeated.push(r.source),
+                _ => {
+                    if let Some(key) = r.source.invoice_id.clone() {
+                        owed.insert(key, r.source);
+                    }
+                }
+            }
+        }
+        for (id, attempts, period, key) in claimed {
+            // The claim inserted only keys of `owed`, each on one row.
+            if let Some(source) = key.and_then(|k| owed.get(&k)).cloned() {
+                claim.claimed.push(ClaimedRow {
                     id,
                     attempts,
                     period,
-                    source: r.source,
-                }),
-                _ => claim.repeated.push(r.source),
+                    source,
+                });
             }
         }
         claim
@@ -193,13 +217,17 @@ pub async fn claim_batch(
              ON CONFLICT (invoice_id, period) DO NOTHING
              RETURNING id, invoice_id, attempts, period
          )
-         SELECT c.id AS reminder_id, c.attempts, c.period, o.*
-           FROM claimed c JOIN owed o ON o.invoice_id = c.invoice_id
+         SELECT c.id AS reminder_id, c.attempts, c.period, false AS repeated, c.invoice_id,
+                NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
+                NULL AS currency, NULL::date AS due_date, NULL AS payment_url,
+                NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale
+           FROM claimed c
          UNION ALL
-         SELECT NULL, NULL, NULL, ",
+         SELECT NULL, NULL, NULL, false, o.* FROM owed o
+         UNION ALL
+         SELECT NULL, NULL, NULL, true, ",
         source_columns!(),
-        " FROM keyed s WHERE s.copies > 1
-          ORDER BY invoice_id"
+        " FROM keyed s WHERE s.copies > 1"
     ));
     let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use super::TickError;
 use super::db_err;
 use super::pipeline::Pipeline;
+use super::timings::Spent;
 use crate::db;
 use crate::db::invoices::{OverdueKey, Owed, SourceRow};
 use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
@@ -186,10 +187,21 @@ impl<'p, 'a> Claimer<'p, 'a> {
             let Some(limit) = self.room(batch_size) else {
                 return Ok(false);
             };
-            let page =
-                db::invoices::fetch_owed_page(&self.p.ctx().db, window, self.owed, after, limit)
-                    .await
-                    .map_err(db_err("reading the invoices that owe a reminder"))?;
+            let page = self
+                .p
+                .timings()
+                .time(
+                    Spent::ClaimPages,
+                    db::invoices::fetch_owed_page(
+                        &self.p.ctx().db,
+                        window,
+                        self.owed,
+                        after,
+                        limit,
+                    ),
+                )
+                .await
+                .map_err(db_err("reading the invoices that owe a reminder"))?;
             let Some(last) = page.last else {
                 return Ok(true);
             };
@@ -242,21 +254,31 @@ impl<'p, 'a> Claimer<'p, 'a> {
         ids: &[InvoiceId],
         batches: &mpsc::Sender<Vec<Claimed>>,
     ) -> Result<bool, TickError> {
-        let Some(reserved) = self.p.bound().reserve(ids.len()).await else {
+        let reserving = self.p.bound().reserve(ids.len());
+        let Some(reserved) = self
+            .p
+            .timings()
+            .time(Spent::ClaimWaitingForRoom, reserving)
+            .await
+        else {
             return Ok(false);
         };
         if self.p.stop_reason().is_some() {
             return Ok(false);
         }
-        let claim = db::reminders::claim_batch(
+        let claiming = db::reminders::claim_batch(
             &self.p.ctx().db,
             ids,
             window,
             self.owed,
             self.p.run_id(),
             self.p.fence(),
-        )
-        .await;
+        );
+        let claim = self
+            .p
+            .timings()
+            .time(Spent::ClaimStatements, claiming)
+            .await;
         let Some(claim) = self.fenced(claim, "claiming reminders")? else {
             return Ok(false);
         };

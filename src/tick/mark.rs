@@ -21,6 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::bounds::MarkWindow;
 use super::pipeline::{Pipeline, Stop};
+use super::timings::Spent;
 use crate::db;
 use crate::domain::{Claimed, Counts, ReminderId, count_of};
 
@@ -57,7 +58,13 @@ impl<'p, 'a> Marker<'p, 'a> {
     ) {
         loop {
             if self.buffer.is_empty() {
-                match claimed.recv().await {
+                let waiting = claimed.recv();
+                match self
+                    .p
+                    .timings()
+                    .time(Spent::MarkWaitingForRows, waiting)
+                    .await
+                {
                     Some(batch) => self.buffer.extend(batch),
                     None => return,
                 }
@@ -79,7 +86,13 @@ impl<'p, 'a> Marker<'p, 'a> {
             return self.skip_buffered();
         }
         let n = self.buffer.len().min(self.window.group());
-        let Some(permits) = self.window.open(n, self.buffer.len()).await else {
+        let opening = self.window.open(n, self.buffer.len());
+        let Some(permits) = self
+            .p
+            .timings()
+            .time(Spent::MarkWaitingForRoom, opening)
+            .await
+        else {
             return self.skip_buffered();
         };
         // Waiting for room may have outlasted the lease.
@@ -89,7 +102,8 @@ impl<'p, 'a> Marker<'p, 'a> {
         let take = permits.len().min(self.buffer.len());
         let rows: Vec<Claimed> = self.buffer.drain(..take).collect();
         let ids: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
-        let marked = db::deliveries::mark_started(&self.p.ctx().db, self.p.run_id(), &ids).await;
+        let marking = db::deliveries::mark_started(&self.p.ctx().db, self.p.run_id(), &ids);
+        let marked = self.p.timings().time(Spent::MarkStatements, marking).await;
         let marked: HashSet<ReminderId> = match marked {
             Ok(marked) => marked.into_iter().collect(),
             Err(e) => {

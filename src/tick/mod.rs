@@ -27,6 +27,7 @@ mod mark;
 mod pipeline;
 mod record;
 mod send;
+mod timings;
 
 use std::time::Duration;
 
@@ -307,6 +308,7 @@ async fn finish(
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }
     report_problems(p);
+    p.timings().log();
     let stop = p.stop_reason();
     let (outcome, error) = match (&result, stop) {
         (_, Some(Stop::RecordFailed)) => (

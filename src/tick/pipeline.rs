@@ -33,6 +33,7 @@ use super::claim::Claimer;
 use super::mark::Marker;
 use super::record::Recorder;
 use super::send::Sender;
+use super::timings::Timings;
 use crate::context::Context;
 use crate::db;
 use crate::db::reminders::Fence;
@@ -77,6 +78,7 @@ pub(super) struct Pipeline<'a> {
     counts: Mutex<Counts>,
     problems: Mutex<Tally>,
     bound: ClaimBound,
+    timings: Timings,
     /// Rows marked started whose send then did not begin (stopped after the
     /// mark): returned at the end like rows never started.
     unsent: Mutex<Vec<ReminderId>>,
@@ -104,6 +106,7 @@ impl<'a> Pipeline<'a> {
             counts: Mutex::default(),
             problems: Mutex::default(),
             bound: ClaimBound::new(ctx.settings.reminders.batch_size),
+            timings: Timings::default(),
             unsent: Mutex::default(),
         }
     }
@@ -131,6 +134,11 @@ impl<'a> Pipeline<'a> {
     /// Rows claimed and not yet recorded.
     pub fn bound(&self) -> &ClaimBound {
         &self.bound
+    }
+
+    /// Where the stages spent their time (a diagnostic).
+    pub fn timings(&self) -> &Timings {
+        &self.timings
     }
 
     pub fn stop_reason(&self) -> Option<Stop> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::pipeline::{Pipeline, Stop};
+use super::timings::Spent;
 use super::{TickError, db_err};
 use crate::db;
 use crate::domain::{Attempted, Counts};
@@ -83,13 +84,18 @@ impl<'p, 'a> Recorder<'p, 'a> {
         // each new attempt could wait out a whole statement deadline.
         let written = match self.failure {
             None => Some(
-                db::deliveries::record_deliveries(
-                    &ctx.db,
-                    self.p.run_id(),
-                    max_attempts,
-                    &deliveries,
-                )
-                .await,
+                self.p
+                    .timings()
+                    .time(
+                        Spent::RecordStatements,
+                        db::deliveries::record_deliveries(
+                            &ctx.db,
+                            self.p.run_id(),
+                            max_attempts,
+                            &deliveries,
+                        ),
+                    )
+                    .await,
             ),
             Some(_) => None,
         };

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
+use super::timings::Spent;
 use crate::domain::{Attempted, Claimed, Delivery};
 use crate::mail::{self, SendError};
 
@@ -29,9 +30,12 @@ impl<'p, 'a> Sender<'p, 'a> {
         let concurrency = usize::try_from(self.p.ctx().settings.reminders.send_concurrency)
             .unwrap_or(1)
             .max(1);
-        let mut outcomes = tokio_stream::wrappers::ReceiverStream::new(marked)
-            .map(|m| self.attempt(m))
-            .buffer_unordered(concurrency);
+        let rows = TimedRows {
+            marked,
+            timings: self.p.timings(),
+            waiting_since: None,
+        };
+        let mut outcomes = rows.map(|m| self.attempt(m)).buffer_unordered(concurrency);
         while let Some(attempt) = outcomes.next().await {
             if let Some(attempted) = attempt
                 && results.send(attempted).await.is_err()
@@ -124,5 +128,38 @@ impl<'p, 'a> Sender<'p, 'a> {
     fn not_sent(&self, row: &Claimed) -> Option<Attempted> {
         self.p.not_sent(row.id);
         None
+    }
+}
+
+/// The marked rows as a stream that notes how long it kept the senders
+/// waiting: it is polled only when a send slot is free, so the time between
+/// a poll that found nothing and the row that followed is time a slot
+/// stood idle.
+struct TimedRows<'t> {
+    marked: mpsc::Receiver<Marked>,
+    timings: &'t super::timings::Timings,
+    waiting_since: Option<tokio::time::Instant>,
+}
+
+impl futures::Stream for TimedRows<'_> {
+    type Item = Marked;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Marked>> {
+        let polled = self.marked.poll_recv(cx);
+        match &polled {
+            std::task::Poll::Pending => {
+                self.waiting_since
+                    .get_or_insert_with(tokio::time::Instant::now);
+            }
+            std::task::Poll::Ready(_) => {
+                if let Some(since) = self.waiting_since.take() {
+                    self.timings.add(Spent::SendWaitingForRows, since.elapsed());
+                }
+            }
+        }
+        polled
     }
 }
