@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench throughput                       # everything (BENCHMARKS.md)
-//! BENCH_SIZES=10000,20000 BENCH_ONE_TICK=0 ...         # quicker
+//! BENCH_SIZES=10000,20000 ...                          # quicker (no 1M tick)
 //! BENCH_BASELINE=0ec0ae5 ...                           # A/B against that revision
 //! ```
 //!
@@ -11,8 +11,9 @@
 //! * `BENCH_SIZES` (default `10000,20000,100000`): the backlogs measured in
 //!   `BENCH_ROUNDS` interleaved rounds;
 //! * `BENCH_ROUNDS` (default 3): rounds per backlog; tables show medians;
-//! * `BENCH_ONE_TICK` (default 1000000, 0 = none): the backlog worked once,
-//!   in one tick, followed by `audit` and `check-source`;
+//! * `BENCH_ONE_TICK` (default 1000000, or 0 when `BENCH_SIZES` is set;
+//!   0 = none): the backlog worked once, in one tick, followed by `audit`
+//!   and `check-source`;
 //! * `BENCH_SOURCE_MAX` (default 100000): the most messages one
 //!   `smtp-source` measurement sends (the whole backlog up to this);
 //! * `BENCH_BASELINE` (a git revision, default none): builds it once
@@ -98,7 +99,14 @@ impl Knobs {
         Self {
             sizes: env_list("BENCH_SIZES", "10000,20000,100000"),
             rounds: env_number("BENCH_ROUNDS", 3).max(1),
-            one_tick: env_number("BENCH_ONE_TICK", 1_000_000),
+            // A quick run that names its sizes gets no 1M tick unless asked.
+            one_tick: env_number(
+                "BENCH_ONE_TICK",
+                match std::env::var_os("BENCH_SIZES") {
+                    Some(_) => 0,
+                    None => 1_000_000,
+                },
+            ),
             source_max: env_number("BENCH_SOURCE_MAX", 100_000).max(1),
             naive_max: env_number("BENCH_NAIVE_MAX", 10_000),
             diag_max: env_number("BENCH_DIAG_MAX", 100_000),

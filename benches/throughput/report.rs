@@ -268,7 +268,11 @@ pub fn summarize(rows: &[Row], commands: &[CommandRun], one_tick: usize, extras:
             Some(row) => {
                 let x = row.e2e_per_source();
                 target(
-                    &format!("{label} ({} rounds)", row.rounds.len()),
+                    &format!(
+                        "{label} ({} round{})",
+                        row.rounds.len(),
+                        if row.rounds.len() == 1 { "" } else { "s" }
+                    ),
                     format!("{x:.2}x"),
                     x >= 1.0,
                 );
@@ -290,7 +294,7 @@ pub fn summarize(rows: &[Row], commands: &[CommandRun], one_tick: usize, extras:
                 x >= 0.8,
             );
         }
-        None => not_measured(&label, "BENCH_ONE_TICK=0"),
+        None => not_measured(&label, "no BENCH_ONE_TICK"),
     }
     let label = format!("peak RSS at {} <= 1.5x at 10k", human(one_tick));
     match (tick_row, at(10_000)) {
@@ -315,7 +319,7 @@ pub fn summarize(rows: &[Row], commands: &[CommandRun], one_tick: usize, extras:
             format!("{:.2} s, {}", c.secs, outcome(c)),
             c.code == 0 && c.secs <= 5.0,
         ),
-        None => not_measured(&label, "BENCH_ONE_TICK=0"),
+        None => not_measured(&label, "no BENCH_ONE_TICK"),
     }
     let label = "end-to-end >= 5x naive at 10k";
     match at(10_000).and_then(|r| r.naive.map(|n| (r, n))) {
