@@ -55,6 +55,8 @@ pub(super) struct Pool {
 /// An open connection; counted open until dropped.
 pub(super) struct Pooled {
     pub conn: AsyncSmtpConnection,
+    /// The server offered PIPELINING (RFC 2920) on this connection.
+    pub pipelining: bool,
     _open: Open,
 }
 
@@ -76,7 +78,7 @@ pub(super) struct Connecting {
 impl Connecting {
     /// The attempt succeeded: the connection counts open from the same
     /// instant it stops counting as connecting.
-    pub fn opened(mut self, conn: AsyncSmtpConnection) -> Pooled {
+    pub fn opened(mut self, conn: AsyncSmtpConnection, pipelining: bool) -> Pooled {
         self.opened = true;
         self.counts.send_modify(|c| {
             c.connecting = c.connecting.saturating_sub(1);
@@ -84,6 +86,7 @@ impl Connecting {
         });
         Pooled {
             conn,
+            pipelining,
             _open: Open(Arc::clone(&self.counts)),
         }
     }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use lettre::transport::smtp::authentication::{Credentials, Mechanism};
 use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
+use lettre::transport::smtp::commands::Ehlo;
 use lettre::transport::smtp::extension::ClientId;
 use prometheus_client::metrics::histogram::Histogram;
 use secrecy::ExposeSecret;
@@ -150,8 +151,8 @@ impl Mailer {
             }
             let connecting = pool.connecting();
             match self.connect().await {
-                Ok(conn) => {
-                    let pooled = connecting.opened(conn);
+                Ok((conn, pipelining)) => {
+                    let pooled = connecting.opened(conn, pipelining);
                     if !may_start() {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
@@ -209,8 +210,13 @@ impl Mailer {
     /// One transaction on `pooled`, which goes back to the pool if it can
     /// be reused and is closed (no longer counted open) otherwise.
     async fn transact(&self, mut pooled: Pooled, mail: &OutgoingMail) -> Result<(), SendError> {
-        let (result, reusable) =
-            transact(&mut pooled.conn, mail, self.inner.settings.timeout).await;
+        let (result, reusable) = transact(
+            &mut pooled.conn,
+            pooled.pipelining,
+            mail,
+            self.inner.settings.timeout,
+        )
+        .await;
         if reusable {
             self.inner.pool.put_idle(pooled);
         }
@@ -229,7 +235,9 @@ impl Mailer {
         builder.build_rustls().map(Some).map_err(|e| e.to_string())
     }
 
-    async fn connect(&self) -> Result<AsyncSmtpConnection, ConnectError> {
+    /// A new connection, greeted, upgraded and logged in as configured,
+    /// and whether the server offers PIPELINING on it.
+    async fn connect(&self) -> Result<(AsyncSmtpConnection, bool), ConnectError> {
         let s = &self.inner.settings;
         let at = |e: &dyn std::fmt::Display| {
             format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port)
@@ -273,6 +281,7 @@ impl Mailer {
                         .map_err(|e| ConnectError::Failed(at(&format!("STARTTLS failed: {e}"))))?;
                 }
             }
+            let pipelining = offers_pipelining(&mut conn, &self.inner.hello).await;
             if let (Some(user), Some(password)) = (&s.username, &s.password) {
                 let credentials =
                     Credentials::new(user.clone(), password.expose_secret().to_owned());
@@ -287,7 +296,7 @@ impl Mailer {
                     });
                 }
             }
-            Ok::<_, ConnectError>(conn)
+            Ok::<_, ConnectError>((conn, pipelining))
         };
         match timeout(s.timeout, connecting).await {
             Ok(result) => result,
@@ -296,6 +305,18 @@ impl Mailer {
                 humantime::format_duration(s.timeout)
             )))),
         }
+    }
+}
+
+/// Whether the server offers PIPELINING: lettre keeps only the EHLO
+/// keywords it uses itself, so the EHLO is asked again (once per
+/// connection, before AUTH) and its lines read. Any trouble: no.
+async fn offers_pipelining(conn: &mut AsyncSmtpConnection, hello: &ClientId) -> bool {
+    match conn.command(Ehlo::new(hello.clone())).await {
+        Ok(response) => response
+            .message()
+            .any(|line| line.trim().eq_ignore_ascii_case("PIPELINING")),
+        Err(_) => false,
     }
 }
 

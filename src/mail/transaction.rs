@@ -11,6 +11,13 @@
 //!   [`SendError::Unknown`]: the server may have accepted it. We never retry
 //!   those (at-most-once); the row stays `sending` and `audit` lists it.
 //!
+//! With a server that offers PIPELINING (RFC 2920), MAIL, every RCPT and
+//! DATA go out in one write and their replies are read in order: two round
+//! trips per message instead of three plus one per recipient. The body is
+//! sent only after all of them were accepted; if DATA was accepted but an
+//! earlier command was not, the connection is dropped without a body (the
+//! server then delivers nothing).
+//!
 //! [`classify`] turns each of these into the [`Delivery`] that is recorded.
 
 use std::time::Duration;
@@ -92,6 +99,7 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
 /// session reset).
 pub(super) async fn transact(
     conn: &mut AsyncSmtpConnection,
+    pipelining: bool,
     mail: &OutgoingMail,
     limit: Duration,
 ) -> (Result<(), SendError>, bool) {
@@ -135,26 +143,31 @@ pub(super) async fn transact(
         params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
     }
 
-    let envelope = async {
-        step(
-            limit,
-            conn.command(Mail::new(mail.envelope.from().cloned(), params)),
-        )
-        .await?;
-        for to in mail.envelope.to() {
-            step(limit, conn.command(Rcpt::new(to.clone(), vec![]))).await?;
-        }
-        step(limit, conn.command(Data)).await
+    let mail_from = Mail::new(mail.envelope.from().cloned(), params);
+    let rcpts: Vec<Rcpt> = mail
+        .envelope
+        .to()
+        .iter()
+        .map(|to| Rcpt::new(to.clone(), vec![]))
+        .collect();
+    let envelope = if pipelining {
+        pipelined_envelope(conn, mail_from, &rcpts, limit).await
+    } else {
+        stepwise_envelope(conn, mail_from, &rcpts, limit).await
     };
-    if let Err(e) = envelope.await {
-        let e = before_data(e);
-        // After a refused MAIL/RCPT the server expects a reset; a connection
-        // that answered is still good once it is reset.
-        let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
-            && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
-                .await
-                .is_ok();
-        return (Err(e), reusable);
+    match envelope {
+        Ok(()) => {}
+        Err(Envelope::Refused(e)) => {
+            let e = before_data(e);
+            // After a refused MAIL/RCPT the server expects a reset; a
+            // connection that answered is still good once it is reset.
+            let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
+                && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
+                    .await
+                    .is_ok();
+            return (Err(e), reusable);
+        }
+        Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
     }
 
     // From here on the server has (part of) the message.
@@ -175,6 +188,94 @@ pub(super) async fn transact(
             }),
             false,
         ),
+    }
+}
+
+/// Why the envelope (MAIL, RCPT, DATA) was not accepted.
+enum Envelope {
+    /// A command failed; the session can be reset.
+    Refused(StepError),
+    /// DATA was accepted although a command before it failed (pipelined):
+    /// the server waits for a body that must not come, so the connection
+    /// is dropped.
+    InData(StepError),
+}
+
+/// MAIL, RCPT and DATA one at a time, each waiting for its reply.
+async fn stepwise_envelope(
+    conn: &mut AsyncSmtpConnection,
+    mail_from: Mail,
+    rcpts: &[Rcpt],
+    limit: Duration,
+) -> Result<(), Envelope> {
+    step(limit, conn.command(mail_from))
+        .await
+        .map_err(Envelope::Refused)?;
+    for rcpt in rcpts {
+        step(limit, conn.command(rcpt))
+            .await
+            .map_err(Envelope::Refused)?;
+    }
+    step(limit, conn.command(Data))
+        .await
+        .map(|_| ())
+        .map_err(Envelope::Refused)
+}
+
+/// MAIL, every RCPT and DATA in one write (RFC 2920), then their replies
+/// in order. Every reply is read, whatever came before it, so the session
+/// stays in step.
+async fn pipelined_envelope(
+    conn: &mut AsyncSmtpConnection,
+    mail_from: Mail,
+    rcpts: &[Rcpt],
+    limit: Duration,
+) -> Result<(), Envelope> {
+    let group = Group(
+        std::iter::once(mail_from.to_string())
+            .chain(rcpts.iter().map(ToString::to_string))
+            .chain(std::iter::once(Data.to_string()))
+            .collect(),
+    );
+    let mut first_error: Option<StepError> = None;
+    let mut note = |result: Result<(), StepError>| -> Result<(), StepError> {
+        match result {
+            Err(e @ StepError::Smtp(_)) if is_reply(&e) => {
+                first_error.get_or_insert(e);
+                Ok(())
+            }
+            // A broken connection or a timeout: nothing more will come.
+            Err(e) => Err(e),
+            Ok(()) => Ok(()),
+        }
+    };
+    // The group's write, and the reply to MAIL.
+    note(step(limit, conn.command(group)).await.map(|_| ())).map_err(Envelope::Refused)?;
+    for _ in rcpts {
+        note(step(limit, conn.read_response()).await.map(|_| ())).map_err(Envelope::Refused)?;
+    }
+    let data = step(limit, conn.read_response()).await;
+    match (data, first_error) {
+        (Ok(_), None) => Ok(()),
+        (Ok(_), Some(e)) => Err(Envelope::InData(e)),
+        (Err(e), None) => Err(Envelope::Refused(e)),
+        (Err(e), Some(first)) if is_reply(&e) => Err(Envelope::Refused(first)),
+        (Err(e), Some(_)) => Err(Envelope::Refused(e)),
+    }
+}
+
+/// Whether the error is the server's negative reply (the session still in
+/// step), not a broken connection or a timeout.
+fn is_reply(e: &StepError) -> bool {
+    matches!(e, StepError::Smtp(e) if e.is_permanent() || e.is_transient())
+}
+
+/// Several commands sent in one write (the lines of each, in order).
+struct Group(Vec<String>);
+
+impl std::fmt::Display for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|line| f.write_str(line))
     }
 }
 

@@ -31,6 +31,9 @@ pub struct RelayOptions {
     pub auth: Option<(String, String)>,
     /// Offer STARTTLS (and require it before MAIL).
     pub tls: bool,
+    /// Offer PIPELINING (RFC 2920). Without it, a client must wait for
+    /// each reply; the relay counts commands that arrive behind another.
+    pub pipelining: bool,
 }
 
 /// What a connection beyond the limit is told before it is closed.
@@ -46,6 +49,8 @@ struct State {
     most_open: AtomicUsize,
     refused_connections: AtomicUsize,
     rcpt_commands: AtomicUsize,
+    /// Commands that arrived while another was still unanswered (pipelined).
+    pipelined: AtomicUsize,
     auth_failures: AtomicUsize,
     messages: Mutex<Vec<String>>,
 }
@@ -124,6 +129,12 @@ impl Relay {
 
     pub fn refused_connections(&self) -> usize {
         self.state.refused_connections.load(Ordering::SeqCst)
+    }
+
+    /// Commands that arrived in the same write as an earlier, unanswered
+    /// one.
+    pub fn pipelined_commands(&self) -> usize {
+        self.state.pipelined.load(Ordering::SeqCst)
     }
 
     pub fn rcpt_commands(&self) -> usize {
@@ -229,10 +240,16 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Option<Upgrade> {
     let mut authed = options.auth.is_none();
     let mut line = String::new();
+    // Recipients accepted in the current transaction: DATA without any is
+    // refused, as real servers do.
+    let mut accepted = 0usize;
     loop {
         line.clear();
         if conn.read_line(&mut line).await.ok()? == 0 {
             return None;
+        }
+        if !conn.buffer().is_empty() {
+            state.pipelined.fetch_add(1, Ordering::SeqCst);
         }
         let command = line.trim_end().to_owned();
         let verb = command
@@ -248,6 +265,9 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 if options.auth.is_some() {
                     r.push_str("250-AUTH PLAIN LOGIN\r\n");
+                }
+                if options.pipelining {
+                    r.push_str("250-PIPELINING\r\n");
                 }
                 r.push_str("250 8BITMIME\r\n");
                 r
@@ -271,14 +291,21 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
             }
             "MAIL" if options.tls && !secure => "530 5.7.0 must issue STARTTLS first\r\n".into(),
             "MAIL" if !authed => "530 5.7.0 authentication required\r\n".into(),
-            "MAIL" | "RSET" | "NOOP" => "250 2.0.0 ok\r\n".into(),
+            "MAIL" | "RSET" | "NOOP" => {
+                accepted = 0;
+                "250 2.0.0 ok\r\n".into()
+            }
             "RCPT" => {
                 state.rcpt_commands.fetch_add(1, Ordering::SeqCst);
                 match options.rcpt_reply {
                     Some((code, text)) => format!("{code} {text}\r\n"),
-                    None => "250 2.1.5 ok\r\n".into(),
+                    None => {
+                        accepted += 1;
+                        "250 2.1.5 ok\r\n".into()
+                    }
                 }
             }
+            "DATA" if accepted == 0 => "554 5.5.1 no valid recipients\r\n".into(),
             "DATA" => {
                 conn.get_mut().write_all(b"354 go ahead\r\n").await.ok()?;
                 let mut message = String::new();

@@ -265,3 +265,52 @@ async fn starttls_with_a_private_ca_works_when_smtp_ca_file_trusts_it_and_only_t
     assert!(matches!(trusted, TickOutcome::Done(_)), "{trusted:?}");
     assert_eq!(relay.messages(), 3);
 }
+
+#[tokio::test]
+async fn with_a_relay_that_offers_pipelining_the_envelope_goes_out_in_one_write_and_only_then() {
+    let pipelining = Relay::start(RelayOptions {
+        pipelining: true,
+        ..RelayOptions::default()
+    })
+    .await;
+    let stepwise = Relay::start(RelayOptions::default()).await;
+    for relay in [&pipelining, &stepwise] {
+        let world = world_for(relay).await;
+        common::insert_overdue(world.pool(), 20).await;
+        let ctx = world.context().await;
+        let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+        assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
+        assert_eq!(relay.messages(), 20);
+    }
+    // MAIL, RCPT and DATA in one write: RCPT and DATA arrive behind MAIL.
+    assert!(
+        pipelining.pipelined_commands() >= 2 * 20,
+        "{} commands pipelined",
+        pipelining.pipelined_commands()
+    );
+    assert_eq!(
+        stepwise.pipelined_commands(),
+        0,
+        "a relay that does not offer PIPELINING gets one command at a time"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_rcpt_in_a_pipelined_envelope_delivers_nothing_and_is_retried_later() {
+    let relay = Relay::start(RelayOptions {
+        pipelining: true,
+        rcpt_reply: Some((450, "4.2.1 mailbox busy")),
+        ..RelayOptions::default()
+    })
+    .await;
+    let world = world_for(&relay).await;
+    common::insert_overdue(world.pool(), 5).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
+    assert_eq!(relay.messages(), 0);
+    assert_eq!(statuses(&world).await, vec![("failed".to_owned(), 5, 1)]);
+    assert!(relay.pipelined_commands() > 0);
+}
