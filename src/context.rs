@@ -1,6 +1,8 @@
-//! Everything a tick needs, built once from [`Settings`]: the database pool,
-//! the lock backend, the templates, the mailer, the metrics, and the writes
-//! waiting for the database to come back. Building it connects to nothing,
+//! Everything a tick needs, built once from [`Settings`]: the database pool
+//! (and a connection of its own for each of the tick's busiest stages), the
+//! lock backend, the templates, the mailer, the metrics, and the writes
+//! waiting for the database to come back. Cheap to clone: a tick's stages
+//! each hold a clone. Building it connects to nothing,
 //! so a replica starts (and keeps scheduling) while its services are down;
 //! it reads the template files, so a broken template stops start-up.
 
@@ -15,9 +17,14 @@ use crate::mail::{Mailer, TemplateError, Templates};
 use crate::metrics::Metrics;
 use crate::tick::deferred::Deferred;
 
+#[derive(Clone)]
 pub struct Context {
-    pub settings: Settings,
+    pub settings: Arc<Settings>,
     pub db: Db,
+    /// One connection for each of the tick's busiest stages (claims, marks,
+    /// results), so their statements are prepared once per process and
+    /// never wait for the shared pool (see [`crate::db::StageDbs`]).
+    pub stages: crate::db::StageDbs,
     pub lock: LockBackend,
     pub templates: Arc<Templates>,
     pub mailer: Mailer,
@@ -49,14 +56,23 @@ impl Context {
         let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
         let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());
         let db = Db::new(db, &settings);
+        let stages = crate::db::StageDbs::new(&settings, &db);
         Ok(Self {
-            settings,
+            settings: Arc::new(settings),
             db,
+            stages,
             lock,
             templates,
             mailer,
             deferred: Deferred::default(),
             metrics,
         })
+    }
+
+    /// Closes every database connection of this context (the pool and the
+    /// stages' own), waiting for them to end.
+    pub async fn close_database(&self) {
+        self.stages.close().await;
+        self.db.pool().close().await;
     }
 }

@@ -96,6 +96,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             &ctx.settings.smtp.message_id_domain,
         )
         .await;
+    ctx.close_database().await;
     if unwritten > 0 && matches!(exit, Ok(code) if code == ExitCode::SUCCESS) {
         anyhow::bail!(
             "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"

@@ -77,6 +77,7 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
             &ctx.settings.smtp.message_id_domain,
         )
         .await;
+    ctx.close_database().await;
     if unwritten > 0 {
         anyhow::bail!(
             "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"

@@ -61,6 +61,15 @@ impl Db {
         }
     }
 
+    /// The same database through another pool (the names, the deadline and
+    /// the source's shape learned by the start-up check are shared).
+    pub fn with_pool(&self, pool: PgPool) -> Self {
+        Self {
+            pool,
+            ..self.clone()
+        }
+    }
+
     /// For the operator's commands: every call under
     /// `database.command_timeout` instead (their statements read whole
     /// tables).
@@ -126,13 +135,18 @@ impl Db {
     }
 
     /// The result of a call that ran under the deadline; a call that timed
-    /// out closes its connection instead of returning it to the pool.
-    pub(crate) fn settle<T, E: From<sqlx::Error>>(
+    /// out, or whose connection broke, closes its connection instead of
+    /// returning it to the pool.
+    pub(crate) fn settle<T, E: From<sqlx::Error> + Broken>(
         &self,
         mut conn: PoolConnection<Postgres>,
         outcome: Result<Result<T, E>, tokio::time::error::Elapsed>,
     ) -> Result<T, E> {
         match outcome {
+            Ok(Err(e)) if e.broke_connection() => {
+                conn.close_on_drop();
+                Err(e)
+            }
             Ok(result) => result,
             Err(_) => {
                 conn.close_on_drop();
@@ -152,6 +166,22 @@ pub fn timed_out(deadline: Duration, key: &str) -> sqlx::Error {
             humantime::format_duration(deadline)
         ),
     ))
+}
+
+/// Errors that may say the connection a call ran on is broken.
+pub trait Broken {
+    /// The connection cannot be trusted for another call.
+    fn broke_connection(&self) -> bool;
+}
+
+impl Broken for sqlx::Error {
+    fn broke_connection(&self) -> bool {
+        matches!(
+            self,
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_)
+        ) || matches!(self, sqlx::Error::Database(db)
+            if db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P")))
+    }
 }
 
 /// True when the error says the database could not be reached or did not

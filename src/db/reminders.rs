@@ -71,6 +71,15 @@ pub enum ClaimError {
     Database(#[from] sqlx::Error),
 }
 
+impl super::conn::Broken for ClaimError {
+    fn broke_connection(&self) -> bool {
+        match self {
+            Self::Fenced { .. } => false,
+            Self::Database(e) => e.broke_connection(),
+        }
+    }
+}
+
 /// With a fence, advances the lock's high-water mark first (or refuses);
 /// must run in the claim's transaction.
 async fn check_fence(

@@ -10,6 +10,8 @@
 //! the claim itself refuses keys on several rows, and a reminder id that
 //! comes back twice is sent by neither copy.
 
+use std::sync::Arc;
+
 use std::collections::{HashMap, HashSet};
 
 use tokio::sync::mpsc;
@@ -30,25 +32,25 @@ use crate::stages::Window;
 const UNUSABLE_REPORTED: u32 = 1_000;
 
 /// The claim stage of one tick.
-pub(super) struct Claimer<'p, 'a> {
-    p: &'p Pipeline<'a>,
+pub(super) struct Claimer {
+    p: Arc<Pipeline>,
     /// Each step's due-date range today, oldest due dates first.
     windows: Vec<Window>,
-    owed: Owed<'a>,
 }
 
-impl<'p, 'a> Claimer<'p, 'a> {
-    pub fn new(p: &'p Pipeline<'a>) -> Self {
-        let ctx = p.ctx();
-        let reminders = &ctx.settings.reminders;
-        Self {
-            p,
-            windows: reminders.stages.windows(p.today()),
-            owed: Owed {
-                today: p.today(),
-                timezone: ctx.settings.schedule.timezone.name(),
-                min_days_between: reminders.min_days_between,
-            },
+impl Claimer {
+    pub fn new(p: Arc<Pipeline>) -> Self {
+        let windows = p.ctx().settings.reminders.stages.windows(p.today());
+        Self { p, windows }
+    }
+
+    /// What, besides its due step, decides whether an invoice owes one.
+    fn owed(&self) -> Owed<'_> {
+        let settings = &self.p.ctx().settings;
+        Owed {
+            today: self.p.today(),
+            timezone: settings.schedule.timezone.name(),
+            min_days_between: settings.reminders.min_days_between,
         }
     }
 
@@ -147,9 +149,9 @@ impl<'p, 'a> Claimer<'p, 'a> {
                 return Ok(false);
             }
             let reclaimed = db::reminders::reclaim_failed(
-                &self.p.ctx().db,
+                &self.p.ctx().stages.claims,
                 &self.windows,
-                self.owed,
+                self.owed(),
                 self.p.run_id(),
                 s.max_attempts,
                 backoff,
@@ -193,9 +195,9 @@ impl<'p, 'a> Claimer<'p, 'a> {
                 .time(
                     Spent::ClaimPages,
                     db::invoices::fetch_owed_page(
-                        &self.p.ctx().db,
+                        &self.p.ctx().stages.claims,
                         window,
-                        self.owed,
+                        self.owed(),
                         after,
                         limit,
                     ),
@@ -267,10 +269,10 @@ impl<'p, 'a> Claimer<'p, 'a> {
             return Ok(false);
         }
         let claiming = db::reminders::claim_batch(
-            &self.p.ctx().db,
+            &self.p.ctx().stages.claims,
             ids,
             window,
-            self.owed,
+            self.owed(),
             self.p.run_id(),
             self.p.fence(),
         );

@@ -18,7 +18,7 @@
 //! queue holds at most [`MAX_ROWS`] results; beyond that a new result is
 //! logged and dropped (its row stays `sending`: audit reports it unknown).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::db::runs::RunOutcome;
@@ -30,10 +30,11 @@ use crate::mail;
 /// (`tick::pipeline`), so one tick adds at most `2 × batch_size`.
 pub const MAX_ROWS: usize = 50_000;
 
-/// The queue of writes waiting for the database. One per process.
-#[derive(Default)]
+/// The queue of writes waiting for the database. One per process; cheap
+/// to clone (the clones share the queue).
+#[derive(Default, Clone)]
 pub struct Deferred {
-    queue: Mutex<Queue>,
+    queue: Arc<Mutex<Queue>>,
 }
 
 #[derive(Default, Debug)]

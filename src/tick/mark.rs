@@ -15,6 +15,8 @@
 //! Rows never marked are returned at the end of the run, or by a later run
 //! if this process dies.
 
+use std::sync::Arc;
+
 use std::collections::{HashSet, VecDeque};
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -33,15 +35,15 @@ pub(super) struct Marked {
 }
 
 /// The mark stage of one tick.
-pub(super) struct Marker<'p, 'a> {
-    p: &'p Pipeline<'a>,
+pub(super) struct Marker {
+    p: Arc<Pipeline>,
     window: MarkWindow,
     /// Claimed rows waiting for room in the window.
     buffer: VecDeque<Claimed>,
 }
 
-impl<'p, 'a> Marker<'p, 'a> {
-    pub fn new(p: &'p Pipeline<'a>, window: MarkWindow) -> Self {
+impl Marker {
+    pub fn new(p: Arc<Pipeline>, window: MarkWindow) -> Self {
         Self {
             p,
             window,
@@ -102,7 +104,8 @@ impl<'p, 'a> Marker<'p, 'a> {
         let take = permits.len().min(self.buffer.len());
         let rows: Vec<Claimed> = self.buffer.drain(..take).collect();
         let ids: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
-        let marking = db::deliveries::mark_started(&self.p.ctx().db, self.p.run_id(), &ids);
+        let marking =
+            db::deliveries::mark_started(&self.p.ctx().stages.marks, self.p.run_id(), &ids);
         let marked = self.p.timings().time(Spent::MarkStatements, marking).await;
         let marked: HashSet<ReminderId> = match marked {
             Ok(marked) => marked.into_iter().collect(),

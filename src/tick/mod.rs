@@ -257,7 +257,9 @@ async fn work(
     .await
     .map_err(db_err("recording the run"))?;
     let fence = holding.map(|h| h.fence);
-    let pipeline = Pipeline::new(ctx, fence, guard, shutdown, today, run_id, &period);
+    let pipeline = std::sync::Arc::new(Pipeline::new(
+        ctx, fence, guard, shutdown, today, run_id, &period,
+    ));
     async {
         let result = pipeline.claim_send_record().await;
         finish(&pipeline, result, started).await
@@ -296,7 +298,7 @@ async fn today_at(ctx: &Context, slot: Option<DateTime<Utc>>) -> Result<NaiveDat
 
 /// Hands back what never started, records the run and logs its summary.
 async fn finish(
-    p: &Pipeline<'_>,
+    p: &Pipeline,
     result: Result<(), TickError>,
     started: Instant,
 ) -> Result<TickOutcome, TickError> {
@@ -377,7 +379,7 @@ async fn finish(
 
 /// One warning per tick for the source rows skipped, with a few examples,
 /// and their count by problem in the metrics.
-fn report_problems(p: &Pipeline<'_>) {
+fn report_problems(p: &Pipeline) {
     let problems = p.problems();
     let total = problems.total();
     if total == 0 {

@@ -20,12 +20,14 @@
 //! server took whose result was not yet written; later ticks return the
 //! rest.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDate;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::TickError;
 use super::bounds::{ClaimBound, MarkWindow};
@@ -62,18 +64,28 @@ const SMTP_DOWN: u8 = 1;
 const SMTP_AUTH: u8 = 2;
 const RECORD_FAILED: u8 = 3;
 
-/// The run one tick works, and what its stages share.
-pub(super) struct Pipeline<'a> {
-    ctx: &'a Context,
+/// The fencing token a tick's claims present, owned (see [`Fence`]).
+#[derive(Debug, Clone)]
+struct OwnedFence {
+    lock_key: String,
+    token: i64,
+    holder: uuid::Uuid,
+}
+
+/// The run one tick works, and what its stages share. The stages run as
+/// tasks of their own (so a busy sender never delays a mark's reply), each
+/// holding an `Arc` of this.
+pub(super) struct Pipeline {
+    ctx: Context,
     /// Presented with every claim; None without a lock.
-    fence: Option<Fence<'a>>,
-    guard: &'a LeaseGuard,
-    shutdown: &'a CancellationToken,
+    fence: Option<OwnedFence>,
+    guard: LeaseGuard,
+    shutdown: CancellationToken,
     /// The database's date: the due steps and "days overdue" follow it.
     today: NaiveDate,
     run_id: i64,
     /// `job_runs.period`: `today` as text.
-    period: &'a str,
+    period: String,
     stopped: AtomicU8,
     counts: Mutex<Counts>,
     problems: Mutex<Tally>,
@@ -84,24 +96,28 @@ pub(super) struct Pipeline<'a> {
     unsent: Mutex<Vec<ReminderId>>,
 }
 
-impl<'a> Pipeline<'a> {
+impl Pipeline {
     pub fn new(
-        ctx: &'a Context,
-        fence: Option<Fence<'a>>,
-        guard: &'a LeaseGuard,
-        shutdown: &'a CancellationToken,
+        ctx: &Context,
+        fence: Option<Fence<'_>>,
+        guard: &LeaseGuard,
+        shutdown: &CancellationToken,
         today: NaiveDate,
         run_id: i64,
-        period: &'a str,
+        period: &str,
     ) -> Self {
         Self {
-            ctx,
-            fence,
-            guard,
-            shutdown,
+            ctx: ctx.clone(),
+            fence: fence.map(|f| OwnedFence {
+                lock_key: f.lock_key.to_owned(),
+                token: f.token,
+                holder: f.holder,
+            }),
+            guard: guard.clone(),
+            shutdown: shutdown.clone(),
             today,
             run_id,
-            period,
+            period: period.to_owned(),
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
@@ -111,12 +127,16 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    pub fn ctx(&self) -> &'a Context {
-        self.ctx
+    pub fn ctx(&self) -> &Context {
+        &self.ctx
     }
 
-    pub fn fence(&self) -> Option<Fence<'a>> {
-        self.fence
+    pub fn fence(&self) -> Option<Fence<'_>> {
+        self.fence.as_ref().map(|f| Fence {
+            lock_key: &f.lock_key,
+            token: f.token,
+            holder: f.holder,
+        })
     }
 
     pub fn today(&self) -> NaiveDate {
@@ -127,8 +147,8 @@ impl<'a> Pipeline<'a> {
         self.run_id
     }
 
-    pub fn period(&self) -> &'a str {
-        self.period
+    pub fn period(&self) -> &str {
+        &self.period
     }
 
     /// Rows claimed and not yet recorded.
@@ -222,10 +242,13 @@ impl<'a> Pipeline<'a> {
         std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Runs the four stages until the claimer runs out of work (or stops)
-    /// and everything it claimed has been attempted and recorded. Meanwhile
-    /// keeps the run's lease ahead of the database clock.
-    pub async fn claim_send_record(&self) -> Result<(), TickError> {
+    /// Runs the four stages, each a task of its own, until the claimer runs
+    /// out of work (or stops) and everything it claimed has been attempted
+    /// and recorded. Meanwhile keeps the run's lease ahead of the database
+    /// clock. The stage tasks are aborted if this future is dropped; a
+    /// stage that panics ends the tick with an error (its rows are returned
+    /// like any unsent row), never the process.
+    pub async fn claim_send_record(self: &Arc<Self>) -> Result<(), TickError> {
         let reminders = &self.ctx.settings.reminders;
         let window = MarkWindow::new(reminders.send_concurrency);
         let (to_mark, claimed) = mpsc::channel::<Vec<Claimed>>(1);
@@ -233,20 +256,49 @@ impl<'a> Pipeline<'a> {
         let (to_send, marked) = mpsc::channel(window.size());
         // Never full: rows in flight are bounded by the claim bound.
         let (to_record, results) = mpsc::channel::<Attempted>(self.bound.max());
-        let claiming = async move {
-            let claimed = Claimer::new(self).run(&to_mark).await;
-            drop(to_mark);
-            claimed
+        let span = tracing::Span::current();
+        let mut stages = JoinSet::new();
+        let p = Arc::clone(self);
+        stages.spawn(
+            async move {
+                let claimed = Claimer::new(p).run(&to_mark).await;
+                drop(to_mark);
+                claimed
+            }
+            .instrument(span.clone()),
+        );
+        let p = Arc::clone(self);
+        stages.spawn(
+            async move {
+                Marker::new(p, window).run(claimed, to_send).await;
+                Ok(())
+            }
+            .instrument(span.clone()),
+        );
+        let p = Arc::clone(self);
+        stages.spawn(
+            async move {
+                Sender::new(p).run(marked, to_record).await;
+                Ok(())
+            }
+            .instrument(span.clone()),
+        );
+        let p = Arc::clone(self);
+        stages.spawn(Recorder::new(p).run(results).instrument(span));
+        let work = async {
+            let mut first_error = Ok(());
+            while let Some(ended) = stages.join_next().await {
+                let ended = ended.unwrap_or_else(|e| Err(TickError::Stage(e.to_string())));
+                if first_error.is_ok() {
+                    first_error = ended;
+                }
+            }
+            first_error
         };
-        let marking = Marker::new(self, window).run(claimed, to_send);
-        let sending = Sender::new(self).run(marked, to_record);
-        let recording = Recorder::new(self).run(results);
-        let work = async { tokio::join!(claiming, marking, sending, recording) };
-        let (claimed, (), (), recorded) = tokio::select! {
+        tokio::select! {
             done = work => done,
             never = self.keep_lease() => match never {},
-        };
-        claimed.and(recorded)
+        }
     }
 
     /// Extends `job_runs.lease_until` every renewal interval while the lease

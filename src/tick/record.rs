@@ -4,6 +4,8 @@
 //! chunk that cannot be written is kept for later (`tick::deferred`) and
 //! stops new sends.
 
+use std::sync::Arc;
+
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -28,8 +30,8 @@ pub(super) const RECORD_EVERY: Duration = Duration::from_millis(200);
 const RECORD_CHUNKS_PER_BATCH: usize = 2;
 
 /// The record stage of one tick.
-pub(super) struct Recorder<'p, 'a> {
-    p: &'p Pipeline<'a>,
+pub(super) struct Recorder {
+    p: Arc<Pipeline>,
     /// Results per statement.
     chunk: usize,
     /// The first write that failed; later results go straight to the
@@ -37,8 +39,8 @@ pub(super) struct Recorder<'p, 'a> {
     failure: Option<sqlx::Error>,
 }
 
-impl<'p, 'a> Recorder<'p, 'a> {
-    pub fn new(p: &'p Pipeline<'a>) -> Self {
+impl Recorder {
+    pub fn new(p: Arc<Pipeline>) -> Self {
         let batch_size = usize::try_from(p.ctx().settings.reminders.batch_size).unwrap_or(1);
         Self {
             p,
@@ -89,7 +91,7 @@ impl<'p, 'a> Recorder<'p, 'a> {
                     .time(
                         Spent::RecordStatements,
                         db::deliveries::record_deliveries(
-                            &ctx.db,
+                            &ctx.stages.records,
                             self.p.run_id(),
                             max_attempts,
                             &deliveries,

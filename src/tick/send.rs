@@ -6,6 +6,8 @@
 //! connection is ours): a marked row that is not sent after all is returned
 //! at the end of the run, like a row never started.
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -16,12 +18,12 @@ use crate::domain::{Attempted, Claimed, Delivery};
 use crate::mail::{self, SendError};
 
 /// The send stage of one tick.
-pub(super) struct Sender<'p, 'a> {
-    p: &'p Pipeline<'a>,
+pub(super) struct Sender {
+    p: Arc<Pipeline>,
 }
 
-impl<'p, 'a> Sender<'p, 'a> {
-    pub fn new(p: &'p Pipeline<'a>) -> Self {
+impl Sender {
+    pub fn new(p: Arc<Pipeline>) -> Self {
         Self { p }
     }
 

@@ -97,7 +97,7 @@ async fn a_tick_costs_at_most_80_transactions_per_1000_reminders_and_3_rows_writ
 
     let ctx = world.context().await;
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-    ctx.db.pool().close().await;
+    ctx.close_database().await;
     let after = db_stats(&world.db.name).await;
 
     let TickOutcome::Done(summary) = outcome else {
