@@ -27,7 +27,16 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
     let pool = connect(settings).await?;
     super::check_source(&pool).await?;
     if let Some(customer) = &request.customer {
-        return preview_statement(settings, &templates, &pool, customer.trim(), request.html).await;
+        let locale = request.locale.clone();
+        return preview_statement(
+            settings,
+            &templates,
+            &pool,
+            customer.trim(),
+            locale,
+            request.html,
+        )
+        .await;
     }
     let id = InvoiceId::from(request.invoice.trim());
     let rows = db::invoices::rows_by_key(&pool, &id)
@@ -88,7 +97,11 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         today,
     )
     .context("the reminder cannot be built")?;
-    print(&composed, &format!("step {} on {today}", step.key), request.html)
+    print(
+        &composed,
+        &format!("step {} on {today}", step.key),
+        request.html,
+    )
 }
 
 /// Prints a built message: its headers, a comment line, then its text (or
@@ -130,6 +143,7 @@ async fn preview_statement(
     templates: &Templates,
     pool: &db::Db,
     customer: &str,
+    locale: Option<String>,
     html: bool,
 ) -> anyhow::Result<ExitCode> {
     if settings.reminders.group_by != GroupBy::Customer {
@@ -180,18 +194,21 @@ async fn preview_statement(
         );
         return Ok(ExitCode::from(exit::FAILURE));
     };
+    let mut first_customer = first_customer.clone();
+    if locale.is_some() {
+        first_customer.locale = locale;
+    }
     let lines: Vec<mail::statement::Line<'_>> = parts
         .iter()
         .map(|(invoice, _, step)| mail::statement::Line { invoice, step })
         .collect();
-    let message_id =
-        mail::statement_message_id(customer, 0, &settings.smtp.message_id_domain);
+    let message_id = mail::statement_message_id(customer, 0, &settings.smtp.message_id_domain);
     let composed = mail::compose_statement(
         templates,
         stages,
         &settings.smtp,
         &lines,
-        first_customer,
+        &first_customer,
         message_id,
         today,
     )

@@ -81,9 +81,8 @@ impl Names {
     }
 
     pub fn from_settings(settings: &Settings) -> Self {
-        Self::new(&settings.database.schema, &settings.source.relation).by_customer(
-            settings.reminders.group_by == crate::config::GroupBy::Customer,
-        )
+        Self::new(&settings.database.schema, &settings.source.relation)
+            .by_customer(settings.reminders.group_by == crate::config::GroupBy::Customer)
     }
 
     /// The defaults (`invoice_reminder`, `reminder_source`, `amount_minor`),

@@ -117,7 +117,10 @@ impl Templates {
             vars.invoice.amount = amount;
             vars.locale = format_locale.to_string();
             let payment_url = self.payment_link(line.invoice, &vars)?;
-            match totals.iter_mut().find(|t| t.currency == line.invoice.currency) {
+            match totals
+                .iter_mut()
+                .find(|t| t.currency == line.invoice.currency)
+            {
                 Some(t) => t.amount = t.amount.saturating_add(amount),
                 None => totals.push(Total {
                     currency: line.invoice.currency.clone(),

@@ -262,7 +262,11 @@ impl Templates {
     /// else `company.payment_url` rendered; empty when there is none or it
     /// is not an absolute http(s) URL (then with a warning naming the
     /// invoice: the reminder goes out without the link).
-    pub(super) fn payment_link(&self, invoice: &Invoice, vars: &Vars<'_>) -> Result<String, RenderError> {
+    pub(super) fn payment_link(
+        &self,
+        invoice: &Invoice,
+        vars: &Vars<'_>,
+    ) -> Result<String, RenderError> {
         let (link, origin) = match (&invoice.payment_url, &self.payment_url) {
             (Some(link), _) => (link.trim().to_owned(), "the source's payment_url"),
             (None, Some(template)) => (
@@ -419,7 +423,9 @@ pub enum RenderError {
 /// A template that does not render against the sample reminder.
 fn sample_failed(locale: &str, template: &str, e: RenderError) -> TemplateError {
     match e {
-        RenderError::Template { file, line, reason } => TemplateError::Broken { file, line, reason },
+        RenderError::Template { file, line, reason } => {
+            TemplateError::Broken { file, line, reason }
+        }
         RenderError::Missing(reason) | RenderError::Data(reason) => TemplateError::Broken {
             file: format!("{locale}/{template}"),
             line: None,

@@ -20,10 +20,10 @@ use super::TickError;
 use super::db_err;
 use super::pipeline::Pipeline;
 use super::timings::Spent;
+use crate::config::GroupBy;
 use crate::db;
 use crate::db::invoices::{OverdueKey, Owed, SourceRow};
 use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
-use crate::config::GroupBy;
 use crate::domain::{Claimed, Counts, InvoiceId, Letter, Problem, count_of};
 use crate::lock::LostReason;
 use crate::problems;
@@ -313,7 +313,9 @@ impl Claimer {
             per_customer,
         )
         .await
-        .map_err(db_err("reading the invoices of the customers that owe a reminder"))?;
+        .map_err(db_err(
+            "reading the invoices of the customers that owe a reminder",
+        ))?;
         let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
         for id in owed.iter().filter_map(|o| o.row.invoice_id.clone()) {
             let n = copies.entry(id).or_insert(0);
@@ -477,7 +479,10 @@ impl Claimer {
         let mut index: HashMap<Option<String>, usize> = HashMap::new();
         let mut by_customer: Vec<Vec<Claimed>> = Vec::new();
         for row in rows {
-            match index.get(&row.customer.id).and_then(|i| by_customer.get_mut(*i)) {
+            match index
+                .get(&row.customer.id)
+                .and_then(|i| by_customer.get_mut(*i))
+            {
                 Some(rows) => rows.push(row),
                 None => {
                     index.insert(row.customer.id.clone(), by_customer.len());

@@ -130,7 +130,8 @@ impl Marker {
                 continue;
             }
             if let Err(unsent) = to_send.send(Marked { letter, permit }).await {
-                self.p.not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
+                self.p
+                    .not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
             }
         }
         if skipped > 0 {

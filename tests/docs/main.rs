@@ -486,8 +486,10 @@ fn every_statement_variable_the_readme_lists_exists() {
         })
         .collect();
     assert!(listed.len() >= 20, "{listed:?}");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("readme-statement-{}", uuid::Uuid::new_v4().simple()));
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "readme-statement-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
     std::fs::create_dir_all(dir.join("en")).unwrap();
     let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
     std::fs::write(dir.join("en/statement.subject.j2"), "s").unwrap();

@@ -29,8 +29,7 @@ async fn seed_customers(pool: &sqlx::PgPool) -> i64 {
 }
 
 #[tokio::test]
-async fn three_replicas_and_a_killed_holder_mail_each_invoice_once_in_one_statement_per_customer()
-{
+async fn three_replicas_and_a_killed_holder_mail_each_invoice_once_in_one_statement_per_customer() {
     let backend = Backend::Redis;
     let mut world = harness::world_for(backend).await;
     harness::slow_down(&mut world);
@@ -74,17 +73,24 @@ async fn three_replicas_and_a_killed_holder_mail_each_invoice_once_in_one_statem
         .iter()
         .filter_map(|u| u["invoice_id"].as_str().map(str::to_owned))
         .collect();
-    let never_received = unknown.iter().filter(|id| !mailed.contains_key(*id)).count();
+    let never_received = unknown
+        .iter()
+        .filter(|id| !mailed.contains_key(*id))
+        .count();
     let reminded = i64::try_from(mailed.len() + never_received).unwrap();
     assert_eq!(
-        reminded, invoices,
+        reminded,
+        invoices,
         "every owed invoice mailed once or reported unknown ({} mailed, {} unknown)",
         mailed.len(),
         unknown.len()
     );
     // One statement per customer, except a customer whose statement the
     // killed holder had started (unknown: never sent again by itself).
-    let multi: Vec<_> = statements_per_customer.iter().filter(|(_, n)| **n > 1).collect();
+    let multi: Vec<_> = statements_per_customer
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .collect();
     assert!(multi.is_empty(), "customers with two statements: {multi:?}");
     // The mark window is 4 x send_concurrency = 8 statements: the rows the
     // server never received belong to at most 8 customers.

@@ -8,7 +8,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, World};
 
-
 async fn world_in_customer_mode() -> World {
     let mut world = World::new().await;
     world.set("reminders.group_by", "customer");
@@ -111,14 +110,26 @@ async fn a_customer_with_five_invoices_across_three_steps_gets_one_mail_listing_
         .filter(|r| invoices.contains(&r.0))
         .map(|r| (r.2.as_str(), r.3.clone()))
         .collect();
-    assert_eq!(message_ids.len(), 1, "every row of the mail: sent, one Message-ID");
+    assert_eq!(
+        message_ids.len(),
+        1,
+        "every row of the mail: sent, one Message-ID"
+    );
     let (status, id) = message_ids.into_iter().next().unwrap();
     assert_eq!(status, "sent");
     assert_eq!(
         five.header("Message-ID").map(str::trim),
         id.map(|id| format!("<{id}>")).as_deref()
     );
-    assert_eq!(listed(mails.iter().find(|m| m.to.iter().any(|t| t.contains("other@"))).unwrap()), other);
+    assert_eq!(
+        listed(
+            mails
+                .iter()
+                .find(|m| m.to.iter().any(|t| t.contains("other@")))
+                .unwrap()
+        ),
+        other
+    );
 
     tick(&world).await;
     assert_eq!(world.sink.count(), 2, "the next tick sends nothing");
@@ -218,7 +229,11 @@ async fn preview_customer_prints_the_statement_the_tick_sends() {
     world.set("reminders.min_days_between", 0);
     let (customer, _) = customer_with(world.pool(), "Peek", &[4, 11, 30]).await;
     let out = common::cli(&world, &["preview", "--customer", &customer.to_string()]).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let preview = common::stdout(&out);
     assert_eq!(world.sink.count(), 0, "preview sends nothing");
     let written: i64 = sqlx::query_scalar("SELECT count(*) FROM reminders")
@@ -230,8 +245,14 @@ async fn preview_customer_prints_the_statement_the_tick_sends() {
     let mails = world.sink.received();
     assert_eq!(mails.len(), 1);
     let sent = &mails[0];
-    assert!(preview.contains(&format!("Subject: {}", sent.subject)), "{preview}");
+    assert!(
+        preview.contains(&format!("Subject: {}", sent.subject)),
+        "{preview}"
+    );
     for line in sent.body.lines().filter(|l| !l.trim().is_empty()) {
-        assert!(preview.contains(line.trim_end()), "{line:?} not in the preview:\n{preview}");
+        assert!(
+            preview.contains(line.trim_end()),
+            "{line:?} not in the preview:\n{preview}"
+        );
     }
 }
