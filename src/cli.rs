@@ -76,8 +76,12 @@ pub enum Command {
     /// builds it (headers and text, or the HTML); sends and writes nothing.
     Preview {
         /// The invoice's id.
-        #[arg(long, value_name = "ID")]
-        invoice: String,
+        #[arg(long, value_name = "ID", required_unless_present = "customer")]
+        invoice: Option<String>,
+        /// With reminders.group_by = "customer": the statement this customer
+        /// (the source's customer_id) would get today.
+        #[arg(long, value_name = "ID", conflicts_with_all = ["invoice", "stage"])]
+        customer: Option<String>,
         /// A step key such as `overdue` or `final-2` [default: the
         /// invoice's due step today]
         #[arg(long, value_name = "STEP")]

@@ -52,6 +52,9 @@ impl Context {
             &settings.company,
             &settings.reminders.stages,
         )?);
+        if settings.reminders.group_by == crate::config::GroupBy::Customer {
+            templates.check_statement()?;
+        }
         let metrics = Metrics::default();
         let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
         let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());

@@ -63,6 +63,8 @@ pub struct Customer {
     pub email: String,
     /// BCP 47 tag (`de-CH`); None: `templates.default_locale`.
     pub locale: Option<String>,
+    /// The source's `customer_id` (customer mode only).
+    pub id: Option<String>,
 }
 
 /// What a reminder is about.
@@ -114,6 +116,21 @@ pub struct Claimed {
     pub period: String,
     pub invoice: Invoice,
     pub customer: Customer,
+}
+
+/// The claimed reminders one message covers: one in invoice mode; in
+/// customer mode every reminder this tick claimed for one customer (at
+/// most `reminders.max_invoices_per_mail`), oldest due date first. Its rows
+/// are marked started together and their result is written together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Letter {
+    pub rows: Vec<Claimed>,
+}
+
+impl Letter {
+    pub fn ids(&self) -> impl Iterator<Item = ReminderId> + '_ {
+        self.rows.iter().map(|r| r.id)
+    }
 }
 
 /// What one send attempt ended in, as recorded on the row.

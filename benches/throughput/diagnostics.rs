@@ -91,6 +91,7 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
                         name,
                         email,
                         locale: None,
+                        id: None,
                     },
                 )
             },
@@ -259,6 +260,7 @@ pub fn rendering_cost(settings: &Settings, n: usize) -> MessageCost {
         name: "Customer 7".into(),
         email: "customer7@example.test".into(),
         locale: None,
+        id: None,
     };
     let mut bytes = 0usize;
     let started = Instant::now();

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{UsageError, connect};
 use crate::config::Settings;
 use crate::db::invoices::Owed;
-use crate::db::source::{AMOUNT_COLUMNS, CONTRACT, FoundColumn};
+use crate::db::source::{AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, FoundColumn};
 use crate::db::{self, Db};
 
 /// A sequential scan over a table this large is worth a warning.
@@ -32,7 +32,11 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
     };
     outln!();
     outln!("{:<16} {:<40} {:<20}", "column", "accepted types", "found");
-    for col in CONTRACT.iter().chain(AMOUNT_COLUMNS) {
+    let customer: &[_] = match db.names().reads_customer() {
+        true => std::slice::from_ref(&CUSTOMER_COLUMN),
+        false => &[],
+    };
+    for col in CONTRACT.iter().chain(AMOUNT_COLUMNS).chain(customer) {
         let has = found.iter().find(|f| f.name == col.name);
         let verdict = match has {
             None if AMOUNT_COLUMNS.iter().any(|a| a.name == col.name) => "-".to_owned(),
@@ -43,7 +47,7 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
         outln!("{:<16} {:<40} {}", col.name, col.types.join(" | "), verdict);
     }
     outln!("(exactly one of amount_minor and amount)");
-    print_extra(&found)?;
+    print_extra(&found, customer)?;
     if let Err(e) = db::source::check(&db).await {
         return Err(UsageError(e.to_string()).into());
     }
@@ -64,13 +68,17 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_extra(found: &[FoundColumn]) -> std::io::Result<()> {
+fn print_extra(
+    found: &[FoundColumn],
+    customer: &[db::source::ContractColumn],
+) -> std::io::Result<()> {
     let extra: Vec<&str> = found
         .iter()
         .filter(|f| {
             !CONTRACT
                 .iter()
                 .chain(AMOUNT_COLUMNS)
+                .chain(customer)
                 .any(|c| c.name == f.name)
         })
         .map(|f| f.name.as_str())

@@ -102,12 +102,14 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         } => audit::audit(&settings, json, unknown_after).await,
         Command::Preview {
             invoice,
+            customer,
             stage,
             locale,
             html,
         } => {
             let request = preview::Request {
-                invoice,
+                invoice: invoice.unwrap_or_default(),
+                customer,
                 stage,
                 locale,
                 html,

@@ -7,13 +7,15 @@ use std::process::ExitCode;
 use anyhow::{Context as _, anyhow};
 
 use super::{connect, exit};
-use crate::config::Settings;
+use crate::config::{GroupBy, Settings};
 use crate::db;
 use crate::domain::InvoiceId;
 use crate::mail::{self, Templates};
 
 pub(super) struct Request {
     pub invoice: String,
+    /// Customer mode: the statement for this customer instead.
+    pub customer: Option<String>,
     pub stage: Option<String>,
     pub locale: Option<String>,
     pub html: bool,
@@ -22,9 +24,21 @@ pub(super) struct Request {
 pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Result<ExitCode> {
     let stages = &settings.reminders.stages;
     let templates = Templates::load(&settings.templates, &settings.company, stages)?;
-    let id = InvoiceId::from(request.invoice.trim());
     let pool = connect(settings).await?;
     super::check_source(&pool).await?;
+    if let Some(customer) = &request.customer {
+        let locale = request.locale.clone();
+        return preview_statement(
+            settings,
+            &templates,
+            &pool,
+            customer.trim(),
+            locale,
+            request.html,
+        )
+        .await;
+    }
+    let id = InvoiceId::from(request.invoice.trim());
     let rows = db::invoices::rows_by_key(&pool, &id)
         .await
         .context("failed to read the invoice from source.relation")?;
@@ -83,6 +97,16 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         today,
     )
     .context("the reminder cannot be built")?;
+    print(
+        &composed,
+        &format!("step {} on {today}", step.key),
+        request.html,
+    )
+}
+
+/// Prints a built message: its headers, a comment line, then its text (or
+/// HTML) body. Exit 1 when the HTML part is asked for and there is none.
+fn print(composed: &mail::OutgoingMail, what: &str, html: bool) -> anyhow::Result<ExitCode> {
     let raw = composed.formatted();
     let headers_end = raw
         .windows(4)
@@ -93,13 +117,9 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         .parse(raw)
         .ok_or_else(|| anyhow!("the built message does not parse"))?;
     outln!("{}", headers.replace("\r\n", "\n"));
-    outln!(
-        "# step {} on {today}; subject: {}",
-        step.key,
-        parsed.subject().unwrap_or("")
-    );
+    outln!("# {what}; subject: {}", parsed.subject().unwrap_or(""));
     outln!();
-    if request.html {
+    if html {
         let has_html = parsed
             .html_part(0)
             .is_some_and(|p| matches!(p.body, mail_parser::PartType::Html(_)));
@@ -112,4 +132,90 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         outln!("{}", parsed.body_text(0).unwrap_or_default());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `preview --customer`: the statement the next tick would send this
+/// customer, from the same rows and code the tick uses (customer mode),
+/// claimed by nothing. Its Message-ID ends in `.0`: the tick's names the
+/// mail's first reminder row, which only a claim creates.
+async fn preview_statement(
+    settings: &Settings,
+    templates: &Templates,
+    pool: &db::Db,
+    customer: &str,
+    locale: Option<String>,
+    html: bool,
+) -> anyhow::Result<ExitCode> {
+    if settings.reminders.group_by != GroupBy::Customer {
+        return Err(super::UsageError(
+            "preview --customer needs reminders.group_by = \"customer\"".into(),
+        )
+        .into());
+    }
+    let stages = &settings.reminders.stages;
+    let today = db::today(pool, settings.schedule.timezone)
+        .await
+        .context("failed to read the database clock")?;
+    let owed = db::invoices::Owed {
+        today,
+        timezone: settings.schedule.timezone.name(),
+        min_days_between: settings.reminders.min_days_between,
+    };
+    let rows = db::customers::owed_of_customers(
+        pool,
+        &stages.windows(today),
+        owed,
+        &[customer.to_owned()],
+        settings.reminders.max_invoices_per_mail,
+    )
+    .await
+    .context("failed to read the customer's invoices from source.relation")?;
+    let mut copies: std::collections::HashMap<Option<InvoiceId>, usize> = Default::default();
+    for row in &rows {
+        let n = copies.entry(row.row.invoice_id.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+    }
+    let mut parts = Vec::new();
+    for owed in rows {
+        if copies.get(&owed.row.invoice_id).is_some_and(|n| *n > 1) {
+            continue;
+        }
+        let Some(step) = stages.step(&owed.step) else {
+            continue;
+        };
+        match crate::problems::check(owed.row) {
+            Ok((invoice, customer)) => parts.push((invoice, customer, step)),
+            Err(problem) => outln!("# left out: {problem}"),
+        }
+    }
+    let Some((_, first_customer, _)) = parts.first() else {
+        outln!(
+            "customer {customer:?} owes no reminder on {today} (none of its invoices owes a step, or it was reminded within reminders.min_days_between)"
+        );
+        return Ok(ExitCode::from(exit::FAILURE));
+    };
+    let mut first_customer = first_customer.clone();
+    if locale.is_some() {
+        first_customer.locale = locale;
+    }
+    let lines: Vec<mail::statement::Line<'_>> = parts
+        .iter()
+        .map(|(invoice, _, step)| mail::statement::Line { invoice, step })
+        .collect();
+    let message_id = mail::statement_message_id(customer, 0, &settings.smtp.message_id_domain);
+    let composed = mail::compose_statement(
+        templates,
+        stages,
+        &settings.smtp,
+        &lines,
+        &first_customer,
+        message_id,
+        today,
+    )
+    .context("the statement cannot be built")?;
+    print(
+        &composed,
+        &format!("statement of {} invoice(s) on {today}", lines.len()),
+        html,
+    )
 }

@@ -128,9 +128,26 @@ pub enum OnBackendError {
     DatabaseOnly,
 }
 
+/// What one mail covers (`reminders.group_by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupBy {
+    /// One mail per (invoice, step): the stage's own template.
+    Invoice,
+    /// One mail per customer and tick, listing every invoice of that
+    /// customer that owes a step today (the `statement` template); the
+    /// source needs a `customer_id` column.
+    Customer,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderSettings {
+    /// One mail per invoice (default) or per customer.
+    pub group_by: GroupBy,
+    /// Customer mode: at most this many invoices in one mail, oldest due
+    /// date first; the rest wait for the next tick.
+    pub max_invoices_per_mail: u32,
     /// `[[reminders.stages]]`: what is sent when (see `crate::stages`).
     #[serde(deserialize_with = "types::stages")]
     pub stages: Stages,

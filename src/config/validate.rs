@@ -83,6 +83,16 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
     }
     at_least_one("reminders.max_attempts", r.max_attempts)?;
     at_least_one("reminders.send_concurrency", r.send_concurrency)?;
+    let by_customer = r.group_by == super::GroupBy::Customer;
+    if r.max_invoices_per_mail == 0 || (by_customer && r.max_invoices_per_mail > r.batch_size) {
+        return Err(ConfigError::new(
+            "reminders.max_invoices_per_mail",
+            format!(
+                "must be between 1 and reminders.batch_size ({}) with reminders.group_by = \"customer\"",
+                r.batch_size
+            ),
+        ));
+    }
     if r.retry_backoff > r.retry_backoff_max {
         return Err(ConfigError::new(
             "reminders.retry_backoff",

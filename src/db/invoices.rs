@@ -134,7 +134,8 @@ macro_rules! source_columns {
             " NULLIF(s.payment_url::text, '') AS payment_url,",
             " s.customer_name::text AS customer_name,",
             " s.email::text AS customer_email,",
-            " NULLIF(s.locale::text, '') AS customer_locale"
+            " NULLIF(s.locale::text, '') AS customer_locale,",
+            " {customer} AS customer_id"
         )
     };
 }
@@ -154,6 +155,8 @@ pub struct SourceRow {
     pub customer_name: Option<String>,
     pub customer_email: Option<String>,
     pub customer_locale: Option<String>,
+    /// The source's `customer_id` in customer mode; None in invoice mode.
+    pub customer_id: Option<String>,
 }
 
 impl SourceRow {
@@ -204,6 +207,7 @@ impl SourceRow {
                 name: self.customer_name.unwrap_or_default(),
                 email,
                 locale: self.customer_locale,
+                id: self.customer_id,
             },
         ))
     }

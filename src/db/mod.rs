@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod conn;
+pub mod customers;
 pub mod deliveries;
 pub mod invoices;
 pub mod locks;

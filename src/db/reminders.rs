@@ -219,8 +219,8 @@ pub async fn claim_batch(
         owed_conditions!(),
         "
          ), claimed AS (
-             INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token)
-             SELECT o.invoice_id, $5, 'sending', $6, $7
+             INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id)
+             SELECT o.invoice_id, $5, 'sending', $6, $7, o.customer_id
                FROM owed o
               ORDER BY o.invoice_id
              ON CONFLICT (invoice_id, period) DO NOTHING
@@ -229,7 +229,8 @@ pub async fn claim_batch(
          SELECT c.id AS reminder_id, c.attempts, c.period, false AS repeated, c.invoice_id,
                 NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
                 NULL AS currency, NULL::date AS due_date, NULL AS payment_url,
-                NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale
+                NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale,
+                NULL AS customer_id
            FROM claimed c
          UNION ALL
          SELECT NULL, NULL, NULL, false, o.* FROM owed o

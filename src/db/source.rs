@@ -171,6 +171,49 @@ pub async fn columns(db: &Db) -> Result<Option<Vec<FoundColumn>>, sqlx::Error> {
     .map(Some)
 }
 
+/// Customer mode's extra column (`reminders.group_by = "customer"`).
+pub const CUSTOMER_COLUMN: ContractColumn = ContractColumn {
+    name: "customer_id",
+    types: &[
+        "text",
+        "character varying",
+        "character",
+        "citext",
+        "bigint",
+        "integer",
+        "uuid",
+    ],
+    nullable: false,
+    meaning: "your key for the customer; with reminders.group_by = \"customer\" one mail lists every invoice of one customer_id",
+};
+
+/// Checks `found` against the contract, and (`by_customer`) customer
+/// mode's `customer_id`: the amount column it has, or the first problem,
+/// in one line naming the column.
+pub fn verify_for(found: &[FoundColumn], by_customer: bool) -> Result<AmountColumn, String> {
+    let amount = verify(found)?;
+    if by_customer {
+        let col = &CUSTOMER_COLUMN;
+        match found.iter().find(|c| c.name == col.name) {
+            None => {
+                return Err(format!(
+                    "column \"customer_id\" is missing (reminders.group_by = \"customer\" needs it: {})",
+                    col.meaning
+                ));
+            }
+            Some(c) if !col.types.contains(&c.data_type.as_str()) => {
+                return Err(format!(
+                    "column \"customer_id\" has type {}; expected {} (reminders.group_by = \"customer\")",
+                    c.data_type,
+                    col.types.join(" or ")
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(amount)
+}
+
 /// Checks `found` against the contract: the amount column it has, or the
 /// first problem, in one line naming the column.
 pub fn verify(found: &[FoundColumn]) -> Result<AmountColumn, String> {
@@ -230,7 +273,8 @@ pub async fn check(db: &Db) -> Result<(), SourceError> {
             "relation {relation} does not exist (create the view, or run `invoice-reminder migrate` for the default one)"
         )));
     };
-    let amount = verify(&found).map_err(|e| SourceError::Contract(format!("{relation}: {e}")))?;
+    let amount = verify_for(&found, db.names().reads_customer())
+        .map_err(|e| SourceError::Contract(format!("{relation}: {e}")))?;
     // Readable by us (a grant missing on the view or a table under it)?
     let readable = on_db!(db, |c| sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT 1 FROM {relation} s LIMIT 0"

@@ -50,6 +50,10 @@ pub struct Names {
     source: RelationName,
     source_sql: String,
     amount: OnceLock<AmountColumn>,
+    /// Customer mode (`reminders.group_by = "customer"`): statements read
+    /// the source's `customer_id`; otherwise `{customer}` is NULL, and the
+    /// source need not have the column.
+    by_customer: bool,
 }
 
 impl Names {
@@ -60,11 +64,25 @@ impl Names {
             source: source.clone(),
             source_sql: source.qualified(schema),
             amount: OnceLock::new(),
+            by_customer: false,
         }
+    }
+
+    /// The same names for customer mode: `{customer}` reads the source's
+    /// `customer_id`.
+    pub fn by_customer(mut self, on: bool) -> Self {
+        self.by_customer = on;
+        self
+    }
+
+    /// Whether statements read the source's `customer_id`.
+    pub fn reads_customer(&self) -> bool {
+        self.by_customer
     }
 
     pub fn from_settings(settings: &Settings) -> Self {
         Self::new(&settings.database.schema, &settings.source.relation)
+            .by_customer(settings.reminders.group_by == crate::config::GroupBy::Customer)
     }
 
     /// The defaults (`invoice_reminder`, `reminder_source`, `amount_minor`),
@@ -118,6 +136,14 @@ impl Names {
                 a if a.starts_with("{src}") => (self.source_sql.as_str(), "{src}".len()),
                 a if a.starts_with("{amount}") => (amount.select(), "{amount}".len()),
                 a if a.starts_with("{amount_value}") => (amount.value(), "{amount_value}".len()),
+                a if a.starts_with("{customer}") => (
+                    if self.by_customer {
+                        "s.customer_id::text"
+                    } else {
+                        "NULL::text"
+                    },
+                    "{customer}".len(),
+                ),
                 _ => ("{", 1),
             };
             out.push_str(value);

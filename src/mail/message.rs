@@ -184,14 +184,77 @@ pub fn build_message(
     period: &str,
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
-    let invoice_id = &invoice.id;
+    let id = message_id(&invoice.id, period, &smtp.message_id_domain);
+    let keys = MailKeys {
+        invoice_id: &invoice.id,
+        message_id: id,
+        invoice_header: id_token(&invoice.id),
+        period_header: period.to_owned(),
+    };
+    build(smtp, reply_to, customer, keys, rendered)
+}
+
+/// `statement-{customer}.{reminder}@{domain}`: one per statement, from its
+/// customer (as [`id_token`] writes ids) and its first reminder row.
+pub fn statement_message_id(customer_id: &str, first_reminder: i64, domain: &str) -> String {
+    format!(
+        "statement-{}.{first_reminder}@{domain}",
+        id_token(&InvoiceId(customer_id.to_owned()))
+    )
+}
+
+/// Builds a statement: `invoices` (with their steps, in order) to
+/// `customer`, under `message_id`. `X-Invoice-Id` and `X-Reminder-Period`
+/// list every invoice and step, comma-separated, in the same order.
+pub fn build_statement(
+    smtp: &SmtpSettings,
+    reply_to: Option<&Mailbox>,
+    invoices: &[(&Invoice, &str)],
+    customer: &Customer,
+    message_id: String,
+    rendered: Rendered,
+) -> Result<OutgoingMail, MessageError> {
+    let Some((first, _)) = invoices.first() else {
+        return Err(MessageError::Build {
+            invoice_id: InvoiceId::default(),
+            reason: "a statement without invoices".into(),
+        });
+    };
+    let tokens: Vec<String> = invoices.iter().map(|(i, _)| id_token(&i.id)).collect();
+    let periods: Vec<&str> = invoices.iter().map(|(_, p)| *p).collect();
+    let keys = MailKeys {
+        invoice_id: &first.id,
+        message_id,
+        invoice_header: tokens.join(", "),
+        period_header: periods.join(", "),
+    };
+    build(smtp, reply_to, customer, keys, rendered)
+}
+
+/// What identifies one message: its Message-ID and our own headers.
+struct MailKeys<'a> {
+    /// Named in errors (a statement's first invoice).
+    invoice_id: &'a InvoiceId,
+    message_id: String,
+    invoice_header: String,
+    period_header: String,
+}
+
+fn build(
+    smtp: &SmtpSettings,
+    reply_to: Option<&Mailbox>,
+    customer: &Customer,
+    keys: MailKeys<'_>,
+    rendered: Rendered,
+) -> Result<OutgoingMail, MessageError> {
+    let invoice_id = keys.invoice_id;
     let addresses =
         parse_recipients(&customer.email).map_err(|reason| MessageError::InvalidAddress {
             invoice_id: invoice_id.clone(),
             reason,
         })?;
     let name = sanitize(&customer.name, MAX_NAME_CHARS);
-    let id = message_id(invoice_id, period, &smtp.message_id_domain);
+    let id = keys.message_id;
     let mut builder = Message::builder().from(smtp.from.clone());
     for address in addresses {
         builder = builder.to(Mailbox::new(
@@ -202,8 +265,8 @@ pub fn build_message(
     let mut builder = builder
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
-        .header(XInvoiceId(id_token(invoice_id)))
-        .header(XReminderPeriod(period.to_owned()));
+        .header(XInvoiceId(keys.invoice_header))
+        .header(XReminderPeriod(keys.period_header));
     if let Some(reply_to) = reply_to {
         builder = builder.reply_to(reply_to.clone());
     }
@@ -256,6 +319,7 @@ mod tests {
             name: name.into(),
             email: email.into(),
             locale: None,
+            id: None,
         }
     }
 

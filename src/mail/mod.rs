@@ -12,6 +12,7 @@ mod links;
 pub mod message;
 mod pool;
 pub mod smtp;
+pub mod statement;
 pub mod templates;
 pub mod transaction;
 mod vars;
@@ -22,7 +23,9 @@ use crate::config::SmtpSettings;
 use crate::domain::{Customer, Invoice};
 use crate::stages::{Stages, Step};
 
-pub use message::{MessageError, OutgoingMail, build_message, message_id};
+pub use message::{
+    MessageError, OutgoingMail, build_message, build_statement, message_id, statement_message_id,
+};
 pub use smtp::Mailer;
 pub use templates::{Rendered, TemplateError, Templates};
 pub use transaction::{SendError, classify};
@@ -51,6 +54,42 @@ pub fn compose(
         invoice,
         customer,
         &step.key,
+        rendered,
+    )
+}
+
+/// The statement listing `lines` to `customer` (customer mode), rendered
+/// and built under `message_id`: what the tick sends and what
+/// `preview --customer` prints.
+pub fn compose_statement(
+    templates: &Templates,
+    stages: &Stages,
+    smtp: &SmtpSettings,
+    lines: &[statement::Line<'_>],
+    customer: &Customer,
+    message_id: String,
+    today: NaiveDate,
+) -> Result<OutgoingMail, MessageError> {
+    let first = lines
+        .first()
+        .map(|l| l.invoice.id.clone())
+        .unwrap_or_default();
+    let rendered = templates
+        .render_statement(stages, lines, customer, today)
+        .map_err(|e| MessageError::Render {
+            invoice_id: first,
+            reason: e.to_string(),
+        })?;
+    let invoices: Vec<(&Invoice, &str)> = lines
+        .iter()
+        .map(|l| (l.invoice, l.step.key.as_str()))
+        .collect();
+    build_statement(
+        smtp,
+        templates.reply_to(),
+        &invoices,
+        customer,
+        message_id,
         rendered,
     )
 }

@@ -24,6 +24,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use super::filters::add_filters;
 use super::format::{Formats, parse_locale};
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
+use super::statement::{Line, STATEMENT};
 use super::vars::{Vars, sample};
 use crate::config::{CompanySettings, TemplateSettings};
 use crate::domain::{Amount, Customer, Invoice};
@@ -48,8 +49,8 @@ macro_rules! builtin {
 
 /// The templates shipped in `templates/`, compiled in.
 const BUILTIN: &[(&str, &str)] = builtin! {
-    "en": "upcoming", "overdue", "final";
-    "de": "upcoming", "overdue", "final";
+    "en": "upcoming", "overdue", "final", "statement";
+    "de": "upcoming", "overdue", "final", "statement";
 };
 
 /// A template problem found at start-up; `main` exits 2 with it.
@@ -185,6 +186,23 @@ impl Templates {
             })
             .collect();
         for (locale, template) in pairs {
+            let customer = Customer {
+                locale: Some(locale.clone()),
+                ..customer.clone()
+            };
+            if template == STATEMENT {
+                let lines: Vec<Line<'_>> = stages
+                    .steps()
+                    .iter()
+                    .map(|step| Line {
+                        invoice: &invoice,
+                        step,
+                    })
+                    .collect();
+                self.render_statement(stages, &lines, &customer, today)
+                    .map_err(|e| sample_failed(&locale, &template, e))?;
+                continue;
+            }
             let step = stages
                 .steps()
                 .iter()
@@ -196,10 +214,6 @@ impl Templates {
                     occurrence: 1,
                     offset: 0,
                 });
-            let customer = Customer {
-                locale: Some(locale.clone()),
-                ..customer.clone()
-            };
             self.render(
                 &template,
                 &step,
@@ -208,16 +222,7 @@ impl Templates {
                 &customer,
                 today,
             )
-            .map_err(|e| match e {
-                RenderError::Template { file, line, reason } => {
-                    TemplateError::Broken { file, line, reason }
-                }
-                RenderError::Missing(reason) | RenderError::Data(reason) => TemplateError::Broken {
-                    file: format!("{locale}/{template}"),
-                    line: None,
-                    reason,
-                },
-            })?;
+            .map_err(|e| sample_failed(&locale, &template, e))?;
         }
         Ok(())
     }
@@ -257,7 +262,11 @@ impl Templates {
     /// else `company.payment_url` rendered; empty when there is none or it
     /// is not an absolute http(s) URL (then with a warning naming the
     /// invoice: the reminder goes out without the link).
-    fn payment_link(&self, invoice: &Invoice, vars: &Vars<'_>) -> Result<String, RenderError> {
+    pub(super) fn payment_link(
+        &self,
+        invoice: &Invoice,
+        vars: &Vars<'_>,
+    ) -> Result<String, RenderError> {
         let (link, origin) = match (&invoice.payment_url, &self.payment_url) {
             (Some(link), _) => (link.trim().to_owned(), "the source's payment_url"),
             (None, Some(template)) => (
@@ -281,6 +290,26 @@ impl Templates {
         }))
     }
 
+    pub(super) fn company(&self) -> &CompanySettings {
+        &self.company
+    }
+
+    /// With `group_by = "customer"`: the statement template exists in the
+    /// default locale (it is built in for `en` and `de`).
+    pub fn check_statement(&self) -> Result<(), TemplateError> {
+        for part in ["subject", "txt"] {
+            let name = format!("{}/{STATEMENT}.{part}.j2", self.default_locale);
+            if !self.origins.contains_key(&name) {
+                return Err(TemplateError::Missing {
+                    locale: self.default_locale.clone(),
+                    stage: "reminders.group_by = \"customer\"".into(),
+                    file: name,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// `company.reply_to`, for the Reply-To header.
     pub fn reply_to(&self) -> Option<&lettre::message::Mailbox> {
         self.company.reply_to.as_ref()
@@ -288,7 +317,7 @@ impl Templates {
 
     /// The locale whose `template` is used for a customer with `tag`, and
     /// the locale amounts and dates are formatted in.
-    fn resolve(&self, template: &str, tag: Option<&str>) -> (String, Locale) {
+    pub(super) fn resolve(&self, template: &str, tag: Option<&str>) -> (String, Locale) {
         let parsed = tag.and_then(parse_locale);
         let mut chain = Vec::new();
         if let Some(locale) = &parsed {
@@ -328,11 +357,22 @@ impl Templates {
         vars.invoice.amount = amount;
         vars.locale = format_locale.to_string();
         vars.company.payment_url = self.payment_link(invoice, &vars)?;
+        self.render_parts(&locale, template, &vars)
+    }
+
+    /// Renders `{locale}/{template}`'s subject, text and (when it exists)
+    /// HTML with `vars`.
+    pub(super) fn render_parts(
+        &self,
+        locale: &str,
+        template: &str,
+        vars: &impl serde::Serialize,
+    ) -> Result<Rendered, RenderError> {
         let name = |part: &str| format!("{locale}/{template}.{part}.j2");
-        let subject = self.render_one(&name("subject"), &vars)?;
-        let text = self.render_one(&name("txt"), &vars)?;
+        let subject = self.render_one(&name("subject"), vars)?;
+        let text = self.render_one(&name("txt"), vars)?;
         let html = match self.origins.contains_key(&name("html")) {
-            true => Some(self.render_one(&name("html"), &vars)?),
+            true => Some(self.render_one(&name("html"), vars)?),
             false => None,
         };
         Ok(Rendered {
@@ -343,7 +383,7 @@ impl Templates {
     }
 
     /// The invoice's amount in minor units of its currency.
-    fn minor_units(&self, invoice: &Invoice) -> Result<i64, RenderError> {
+    pub(super) fn minor_units(&self, invoice: &Invoice) -> Result<i64, RenderError> {
         match &invoice.amount {
             Amount::Minor(minor) => Ok(*minor),
             Amount::Major(major) => {
@@ -353,7 +393,7 @@ impl Templates {
         }
     }
 
-    fn render_one(&self, name: &str, vars: &Vars<'_>) -> Result<String, RenderError> {
+    fn render_one(&self, name: &str, vars: &impl serde::Serialize) -> Result<String, RenderError> {
         let template = self
             .env
             .get_template(name)
@@ -378,6 +418,20 @@ pub enum RenderError {
     /// The invoice's data cannot make a reminder (its amount).
     #[error("{0}")]
     Data(String),
+}
+
+/// A template that does not render against the sample reminder.
+fn sample_failed(locale: &str, template: &str, e: RenderError) -> TemplateError {
+    match e {
+        RenderError::Template { file, line, reason } => {
+            TemplateError::Broken { file, line, reason }
+        }
+        RenderError::Missing(reason) | RenderError::Data(reason) => TemplateError::Broken {
+            file: format!("{locale}/{template}"),
+            line: None,
+            reason,
+        },
+    }
 }
 
 fn broken(origin: &str, e: &minijinja::Error) -> TemplateError {

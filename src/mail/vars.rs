@@ -120,6 +120,7 @@ pub(super) fn sample(today: NaiveDate) -> (Invoice, Customer) {
             name: "Ada Lovelace".into(),
             email: "ada@example.com".into(),
             locale: None,
+            id: None,
         },
     )
 }

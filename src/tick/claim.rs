@@ -20,10 +20,11 @@ use super::TickError;
 use super::db_err;
 use super::pipeline::Pipeline;
 use super::timings::Spent;
+use crate::config::GroupBy;
 use crate::db;
 use crate::db::invoices::{OverdueKey, Owed, SourceRow};
 use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
-use crate::domain::{Claimed, Counts, InvoiceId, Problem, count_of};
+use crate::domain::{Claimed, Counts, InvoiceId, Letter, Problem, count_of};
 use crate::lock::LostReason;
 use crate::problems;
 use crate::stages::Window;
@@ -36,12 +37,23 @@ pub(super) struct Claimer {
     p: Arc<Pipeline>,
     /// Each step's due-date range today, oldest due dates first.
     windows: Vec<Window>,
+    /// Customer mode: the customers this tick has handled (each gets one
+    /// mail per tick; what did not fit waits for the next).
+    handled: std::sync::Mutex<HashSet<String>>,
 }
 
 impl Claimer {
     pub fn new(p: Arc<Pipeline>) -> Self {
         let windows = p.ctx().settings.reminders.stages.windows(p.today());
-        Self { p, windows }
+        Self {
+            p,
+            windows,
+            handled: std::sync::Mutex::default(),
+        }
+    }
+
+    fn by_customer(&self) -> bool {
+        self.p.ctx().settings.reminders.group_by == GroupBy::Customer
     }
 
     /// What, besides its due step, decides whether an invoice owes one.
@@ -54,7 +66,7 @@ impl Claimer {
         }
     }
 
-    pub async fn run(self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<(), TickError> {
+    pub async fn run(self, batches: &mpsc::Sender<Vec<Letter>>) -> Result<(), TickError> {
         self.tidy_up().await?;
         self.report_unusable_rows().await?;
         if !self.claim_retries(batches).await? {
@@ -132,7 +144,7 @@ impl Claimer {
 
     /// Re-claims failed rows whose backoff is over, a batch at a time.
     /// Ok(false): stop claiming altogether.
-    async fn claim_retries(&self, batches: &mpsc::Sender<Vec<Claimed>>) -> Result<bool, TickError> {
+    async fn claim_retries(&self, batches: &mpsc::Sender<Vec<Letter>>) -> Result<bool, TickError> {
         let s = &self.p.ctx().settings.reminders;
         let backoff = Backoff {
             first: s.retry_backoff,
@@ -178,7 +190,7 @@ impl Claimer {
     async fn claim_window(
         &self,
         window: &Window,
-        batches: &mpsc::Sender<Vec<Claimed>>,
+        batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
         let batch_size = self.p.ctx().settings.reminders.batch_size;
         let mut after: Option<OverdueKey> = None;
@@ -209,8 +221,14 @@ impl Claimer {
             };
             after = Some(last);
             let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
-            let ids = self.candidates(page.owed);
-            if !ids.is_empty() && !self.claim_keys(window, &ids, batches).await? {
+            let carried = if self.by_customer() {
+                let customers = self.customers_of(page.owed);
+                customers.is_empty() || self.claim_customers(&customers, batches).await?
+            } else {
+                let ids = self.candidates(page.owed);
+                ids.is_empty() || self.claim_keys(window, &ids, batches).await?
+            };
+            if !carried {
                 return Ok(false);
             }
             if !full_page {
@@ -248,14 +266,115 @@ impl Claimer {
         ids
     }
 
+    /// Customer mode: the customers of a page's usable rows that this tick
+    /// has not handled yet, each once. Problems are reported as in invoice
+    /// mode, and a row without a `customer_id` is one (`missing_field`).
+    fn customers_of(&self, rows: Vec<SourceRow>) -> Vec<String> {
+        let customer_of: HashMap<InvoiceId, Option<String>> = rows
+            .iter()
+            .filter_map(|r| Some((r.invoice_id.clone()?, r.customer_id.clone())))
+            .collect();
+        let mut customers = Vec::new();
+        let mut handled = self.handled.lock().unwrap_or_else(|p| p.into_inner());
+        for id in self.candidates(rows) {
+            match customer_of.get(&id) {
+                Some(Some(customer)) => {
+                    if handled.insert(customer.clone()) {
+                        customers.push(customer.clone());
+                    }
+                }
+                _ => self.p.problem(crate::domain::SourceProblem {
+                    invoice_id: Some(id),
+                    invoice_number: None,
+                    problem: Problem::MissingField,
+                    detail: "customer_id is NULL (reminders.group_by = \"customer\")".into(),
+                }),
+            }
+        }
+        customers
+    }
+
+    /// Customer mode: claims every invoice of `customers` that owes a step
+    /// today (at most `max_invoices_per_mail` each), step by step, and
+    /// hands on one letter per customer. Rows with a problem are left out
+    /// here without a report: the scan reports each when its own page meets
+    /// it. Ok(false): stop claiming altogether.
+    async fn claim_customers(
+        &self,
+        customers: &[String],
+        batches: &mpsc::Sender<Vec<Letter>>,
+    ) -> Result<bool, TickError> {
+        let per_customer = self.p.ctx().settings.reminders.max_invoices_per_mail;
+        let owed = db::customers::owed_of_customers(
+            &self.p.ctx().stages.claims,
+            &self.windows,
+            self.owed(),
+            customers,
+            per_customer,
+        )
+        .await
+        .map_err(db_err(
+            "reading the invoices of the customers that owe a reminder",
+        ))?;
+        let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
+        for id in owed.iter().filter_map(|o| o.row.invoice_id.clone()) {
+            let n = copies.entry(id).or_insert(0);
+            *n = n.saturating_add(1);
+        }
+        let mut claimed = Vec::new();
+        for window in &self.windows {
+            let ids: Vec<InvoiceId> = owed
+                .iter()
+                .filter(|o| o.step == window.step.key)
+                .filter(|o| {
+                    // A repeated key goes to the claim, which refuses and reports it.
+                    let repeated = o
+                        .row
+                        .invoice_id
+                        .as_ref()
+                        .is_some_and(|id| copies.get(id).is_some_and(|n| *n > 1));
+                    repeated || problems::check(o.row.clone()).is_ok()
+                })
+                .filter_map(|o| o.row.invoice_id.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            match self.claim_rows(window, &ids).await? {
+                Some(rows) => claimed.extend(rows),
+                None => {
+                    self.hand_on(batches, claimed).await;
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(self.hand_on(batches, claimed).await)
+    }
+
     /// Claims `ids` (distinct keys) for `window` and hands on what it took.
     /// Ok(false): stop claiming altogether.
     async fn claim_keys(
         &self,
         window: &Window,
         ids: &[InvoiceId],
-        batches: &mpsc::Sender<Vec<Claimed>>,
+        batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
+        match self.claim_rows(window, ids).await? {
+            Some(rows) => Ok(self.hand_on(batches, rows).await),
+            None => Ok(false),
+        }
+    }
+
+    /// Claims `ids` (distinct keys) for `window`, within the claim bound,
+    /// and reports what the claim refused. Ok(None): stop claiming
+    /// altogether.
+    async fn claim_rows(
+        &self,
+        window: &Window,
+        ids: &[InvoiceId],
+    ) -> Result<Option<Vec<ClaimedRow>>, TickError> {
         let reserving = self.p.bound().reserve(ids.len());
         let Some(reserved) = self
             .p
@@ -263,10 +382,10 @@ impl Claimer {
             .time(Spent::ClaimWaitingForRoom, reserving)
             .await
         else {
-            return Ok(false);
+            return Ok(None);
         };
         if self.p.stop_reason().is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         let claiming = db::reminders::claim_batch(
             &self.p.ctx().stages.claims,
@@ -282,7 +401,7 @@ impl Claimer {
             .time(Spent::ClaimStatements, claiming)
             .await;
         let Some(claim) = self.fenced(claim, "claiming reminders")? else {
-            return Ok(false);
+            return Ok(None);
         };
         let repeated = problems::repeated_keys(&claim.repeated);
         let refused = repeated.len();
@@ -296,14 +415,14 @@ impl Claimer {
             skipped: count_of(skipped),
             ..Counts::default()
         });
-        Ok(self.hand_on(batches, rows).await)
+        Ok(Some(rows))
     }
 
     /// Checks claimed rows and passes the good ones to the marker; false if
     /// the marker is gone. A row that fails its check now, or whose
     /// reminder id came back more than once, is not sent: it frees its room
     /// and the end of the run returns it.
-    async fn hand_on(&self, batches: &mpsc::Sender<Vec<Claimed>>, rows: Vec<ClaimedRow>) -> bool {
+    async fn hand_on(&self, batches: &mpsc::Sender<Vec<Letter>>, rows: Vec<ClaimedRow>) -> bool {
         self.p.add(&Counts {
             claimed: count_of(rows.len()),
             ..Counts::default()
@@ -344,7 +463,45 @@ impl Claimer {
             }
         }
         self.p.bound().release(dropped);
-        batch.is_empty() || batches.send(batch).await.is_ok()
+        batch.is_empty() || batches.send(self.letters(batch)).await.is_ok()
+    }
+
+    /// Claimed rows as letters: one per row in invoice mode; in customer
+    /// mode one per customer (at most `max_invoices_per_mail` rows each),
+    /// oldest due date first.
+    fn letters(&self, rows: Vec<Claimed>) -> Vec<Letter> {
+        if !self.by_customer() {
+            return rows.into_iter().map(|r| Letter { rows: vec![r] }).collect();
+        }
+        let max = usize::try_from(self.p.ctx().settings.reminders.max_invoices_per_mail)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut index: HashMap<Option<String>, usize> = HashMap::new();
+        let mut by_customer: Vec<Vec<Claimed>> = Vec::new();
+        for row in rows {
+            match index
+                .get(&row.customer.id)
+                .and_then(|i| by_customer.get_mut(*i))
+            {
+                Some(rows) => rows.push(row),
+                None => {
+                    index.insert(row.customer.id.clone(), by_customer.len());
+                    by_customer.push(vec![row]);
+                }
+            }
+        }
+        let mut letters = Vec::new();
+        for mut rows in by_customer {
+            rows.sort_by(|a, b| {
+                (a.invoice.due_date, &a.invoice.id).cmp(&(b.invoice.due_date, &b.invoice.id))
+            });
+            while !rows.is_empty() {
+                let rest = rows.split_off(rows.len().min(max));
+                letters.push(Letter { rows });
+                rows = rest;
+            }
+        }
+        letters
     }
 
     /// How many rows the next claim may take: `batch_size`, or less near

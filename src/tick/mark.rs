@@ -1,9 +1,11 @@
 //! The mark stage: claimed rows are recorded as started (`started_at`) a
-//! group at a time, ahead of the senders, and only then handed to them.
+//! group of letters at a time (a letter is the rows of one message, all
+//! marked in the same statement), ahead of the senders, and only then
+//! handed to them.
 //!
 //! A mark is its own statement and commit, but it is not on the send path:
 //! while one group is being sent the next is marked, so a send never waits
-//! for a round trip or a WAL flush. At most [`MarkWindow::size`] rows
+//! for a round trip or a WAL flush. At most [`MarkWindow::size`] letters
 //! (`4 × send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
 //! SIGKILL can leave unknown. A mark is taken once the window has room for
@@ -25,12 +27,12 @@ use super::bounds::MarkWindow;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
 use crate::db;
-use crate::domain::{Claimed, Counts, ReminderId, count_of};
+use crate::domain::{Counts, Letter, ReminderId, count_of};
 
-/// A row marked started, with its place in the mark window (given back
-/// when its send ends).
+/// A letter whose rows are marked started, with its place in the mark
+/// window (given back when its send ends).
 pub(super) struct Marked {
-    pub row: Claimed,
+    pub letter: Letter,
     pub permit: OwnedSemaphorePermit,
 }
 
@@ -38,8 +40,8 @@ pub(super) struct Marked {
 pub(super) struct Marker {
     p: Arc<Pipeline>,
     window: MarkWindow,
-    /// Claimed rows waiting for room in the window.
-    buffer: VecDeque<Claimed>,
+    /// Claimed letters waiting for room in the window.
+    buffer: VecDeque<Letter>,
 }
 
 impl Marker {
@@ -55,7 +57,7 @@ impl Marker {
     /// on, until the claimer is done and every row is marked or skipped.
     pub async fn run(
         mut self,
-        mut claimed: mpsc::Receiver<Vec<Claimed>>,
+        mut claimed: mpsc::Receiver<Vec<Letter>>,
         to_send: mpsc::Sender<Marked>,
     ) {
         loop {
@@ -102,8 +104,8 @@ impl Marker {
             return self.skip_buffered();
         }
         let take = permits.len().min(self.buffer.len());
-        let rows: Vec<Claimed> = self.buffer.drain(..take).collect();
-        let ids: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
+        let letters: Vec<Letter> = self.buffer.drain(..take).collect();
+        let ids: Vec<ReminderId> = letters.iter().flat_map(Letter::ids).collect();
         let marking =
             db::deliveries::mark_started(&self.p.ctx().stages.marks, self.p.run_id(), &ids);
         let marked = self.p.timings().time(Spent::MarkStatements, marking).await;
@@ -119,15 +121,17 @@ impl Marker {
             }
         };
         let mut skipped = 0usize;
-        for (row, permit) in rows.into_iter().zip(permits) {
-            if !marked.contains(&row.id) {
-                // Returned by another run's sweep: not ours to send.
-                skipped = skipped.saturating_add(1);
+        for (mut letter, permit) in letters.into_iter().zip(permits) {
+            // A row another run's sweep returned is not ours to send.
+            let before = letter.rows.len();
+            letter.rows.retain(|r| marked.contains(&r.id));
+            skipped = skipped.saturating_add(before.saturating_sub(letter.rows.len()));
+            if letter.rows.is_empty() {
                 continue;
             }
-            let id = row.id;
-            if to_send.send(Marked { row, permit }).await.is_err() {
-                self.p.not_sent(id);
+            if let Err(unsent) = to_send.send(Marked { letter, permit }).await {
+                self.p
+                    .not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
             }
         }
         if skipped > 0 {
@@ -142,7 +146,7 @@ impl Marker {
     /// The tick stopped: buffered rows are never marked; the end of the run
     /// returns them.
     fn skip_buffered(&mut self) {
-        let n = self.buffer.len();
+        let n = self.buffer.iter().map(|l| l.rows.len()).sum();
         self.buffer.clear();
         self.p.bound().release(n);
     }

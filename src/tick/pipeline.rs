@@ -39,7 +39,7 @@ use super::timings::Timings;
 use crate::context::Context;
 use crate::db;
 use crate::db::reminders::Fence;
-use crate::domain::{Attempted, Claimed, Counts, ReminderId, SourceProblem};
+use crate::domain::{Attempted, Counts, Letter, ReminderId, SourceProblem};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::problems::Tally;
 
@@ -219,17 +219,8 @@ impl Pipeline {
         self.problems.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A marked row that was not sent: returned at the end of the run, and
-    /// its room in the claim bound freed.
-    pub fn not_sent(&self, id: ReminderId) {
-        self.unsent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(id);
-        self.bound.release(1);
-    }
-
-    /// Marked rows that were not sent (see [`Pipeline::not_sent`]).
+    /// Marked rows that were not sent: returned at the end of the run, and
+    /// their room in the claim bound freed.
     pub fn not_sent_all(&self, ids: impl IntoIterator<Item = ReminderId>) {
         let mut unsent = self.unsent.lock().unwrap_or_else(|p| p.into_inner());
         let before = unsent.len();
@@ -251,11 +242,11 @@ impl Pipeline {
     pub async fn claim_send_record(self: &Arc<Self>) -> Result<(), TickError> {
         let reminders = &self.ctx.settings.reminders;
         let window = MarkWindow::new(reminders.send_concurrency);
-        let (to_mark, claimed) = mpsc::channel::<Vec<Claimed>>(1);
+        let (to_mark, claimed) = mpsc::channel::<Vec<Letter>>(1);
         // Never full: marked rows are bounded by the window.
         let (to_send, marked) = mpsc::channel(window.size());
         // Never full: rows in flight are bounded by the claim bound.
-        let (to_record, results) = mpsc::channel::<Attempted>(self.bound.max());
+        let (to_record, results) = mpsc::channel::<Vec<Attempted>>(self.bound.max());
         let span = tracing::Span::current();
         let mut stages = JoinSet::new();
         let p = Arc::clone(self);

@@ -1,6 +1,6 @@
 //! The record stage: delivery results written in one statement per chunk
-//! of half a `batch_size`, or per [`RECORD_EVERY`], whichever comes
-//! first. A written result frees its row's room in the claim bound. A
+//! of half a `batch_size` messages, or per [`RECORD_EVERY`], whichever
+//! comes first; a message's rows are always in the same statement. A written result frees its row's room in the claim bound. A
 //! chunk that cannot be written is kept for later (`tick::deferred`) and
 //! stops new sends.
 
@@ -50,24 +50,28 @@ impl Recorder {
     }
 
     /// Writes results until the senders are done.
-    pub async fn run(mut self, mut results: mpsc::Receiver<Attempted>) -> Result<(), TickError> {
+    /// Each message's results arrive together and are written in the same
+    /// statement.
+    pub async fn run(
+        mut self,
+        mut results: mpsc::Receiver<Vec<Attempted>>,
+    ) -> Result<(), TickError> {
         loop {
-            let mut deliveries = Vec::with_capacity(self.chunk);
-            if results.recv_many(&mut deliveries, self.chunk).await == 0 {
+            let mut letters = Vec::with_capacity(self.chunk);
+            if results.recv_many(&mut letters, self.chunk).await == 0 {
                 break;
             }
             let deadline = tokio::time::Instant::now() + RECORD_EVERY;
-            while deliveries.len() < self.chunk {
-                let more = self.chunk.saturating_sub(deliveries.len());
+            while letters.len() < self.chunk {
+                let more = self.chunk.saturating_sub(letters.len());
                 // `recv_many` is cancel-safe: nothing is lost at the deadline.
-                match tokio::time::timeout_at(deadline, results.recv_many(&mut deliveries, more))
-                    .await
+                match tokio::time::timeout_at(deadline, results.recv_many(&mut letters, more)).await
                 {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
             }
-            self.write(deliveries).await;
+            self.write(letters.into_iter().flatten().collect()).await;
         }
         match self.failure {
             Some(e) => Err(db_err("recording delivery results")(e)),

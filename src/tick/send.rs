@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
-use crate::domain::{Attempted, Claimed, Delivery};
+use crate::config::GroupBy;
+use crate::domain::{Attempted, Claimed, Delivery, Letter};
 use crate::mail::{self, SendError};
 
 /// The send stage of one tick.
@@ -28,7 +29,7 @@ impl Sender {
     }
 
     /// Sends marked rows until the marker is done; hands each result on.
-    pub async fn run(self, marked: mpsc::Receiver<Marked>, results: mpsc::Sender<Attempted>) {
+    pub async fn run(self, marked: mpsc::Receiver<Marked>, results: mpsc::Sender<Vec<Attempted>>) {
         let concurrency = usize::try_from(self.p.ctx().settings.reminders.send_concurrency)
             .unwrap_or(1)
             .max(1);
@@ -47,31 +48,39 @@ impl Sender {
         }
     }
 
-    /// One marked reminder: wait for a rate slot, check we may still send,
-    /// build, send, classify. None: nothing was sent (returned at the end).
-    async fn attempt(&self, marked: Marked) -> Option<Attempted> {
-        // Held until this send ends: the row's place in the mark window.
+    /// One marked letter: wait for a rate slot, check we may still send,
+    /// build, send, classify; one result per row, all the same. None:
+    /// nothing was sent (returned at the end).
+    async fn attempt(&self, marked: Marked) -> Option<Vec<Attempted>> {
+        // Held until this send ends: the letter's place in the mark window.
         let Marked {
-            row,
+            letter,
             permit: _window,
         } = marked;
         let ctx = self.p.ctx();
-        let invoice_id = row.invoice.id.clone();
+        let first = letter.rows.first()?;
+        let invoice_id = first.invoice.id.clone();
         ctx.mailer.pace().await;
         if let Some(stop) = self.p.stop_reason() {
             tracing::debug!(%invoice_id, ?stop, "not sending");
-            return self.not_sent(&row);
+            return self.not_sent(&letter);
         }
-        let finished = |delivery| {
-            Some(Attempted {
-                id: row.id,
-                invoice: invoice_id.clone(),
-                period: row.period.clone(),
-                attempts_before: row.attempts,
-                delivery,
-            })
+        let finished = |delivery: Delivery| {
+            Some(
+                letter
+                    .rows
+                    .iter()
+                    .map(|row| Attempted {
+                        id: row.id,
+                        invoice: row.invoice.id.clone(),
+                        period: row.period.clone(),
+                        attempts_before: row.attempts,
+                        delivery: delivery.clone(),
+                    })
+                    .collect(),
+            )
         };
-        let mail = match self.compose(&row) {
+        let mail = match self.compose(&letter) {
             Ok(mail) => mail,
             Err(e) => {
                 tracing::warn!(%invoice_id, error = %e, "reminder discarded");
@@ -87,12 +96,12 @@ impl Sender {
             Ok(()) => finished(Delivery::Sent {
                 message_id: mail.message_id,
             }),
-            Err(SendError::NotStarted) => self.not_sent(&row),
+            Err(SendError::NotStarted) => self.not_sent(&letter),
             Err(e @ SendError::LoginRefused { .. }) => {
                 if self.p.stop(Stop::SmtpAuth) {
                     tracing::error!(error = %e, "the SMTP server refused our login (check smtp.username and smtp.password); no more mail is started this tick");
                 }
-                self.not_sent(&row)
+                self.not_sent(&letter)
             }
             Err(e) => {
                 if e.is_unreachable() && self.p.stop(Stop::SmtpDown) {
@@ -103,34 +112,72 @@ impl Sender {
         }
     }
 
-    /// The message for `row`, as `preview` would build it.
-    fn compose(&self, row: &Claimed) -> Result<mail::OutgoingMail, mail::MessageError> {
+    /// The message for `letter`, as `preview` would build it: the stage's
+    /// template for one invoice, or (customer mode) the statement.
+    fn compose(&self, letter: &Letter) -> Result<mail::OutgoingMail, mail::MessageError> {
         let settings = &self.p.ctx().settings;
         let stages = &settings.reminders.stages;
-        let Some(step) = stages.step(&row.period) else {
+        let mut lines = Vec::with_capacity(letter.rows.len());
+        for row in &letter.rows {
+            lines.push(mail::statement::Line {
+                invoice: &row.invoice,
+                step: step_of(stages, row)?,
+            });
+        }
+        let (Some(first), Some(line)) = (letter.rows.first(), lines.first()) else {
             return Err(mail::MessageError::Render {
-                invoice_id: row.invoice.id.clone(),
-                reason: format!(
-                    "step {:?} is not one of reminders.stages (was the configuration changed?)",
-                    row.period
-                ),
+                invoice_id: Default::default(),
+                reason: "a message without reminders".into(),
             });
         };
-        mail::compose(
+        if settings.reminders.group_by == GroupBy::Invoice {
+            return mail::compose(
+                &self.p.ctx().templates,
+                stages,
+                &settings.smtp,
+                &first.invoice,
+                &first.customer,
+                line.step,
+                self.p.today(),
+            );
+        }
+        let first_id = letter.ids().min().map_or(0, |id| id.0);
+        let message_id = mail::statement_message_id(
+            first.customer.id.as_deref().unwrap_or_default(),
+            first_id,
+            &settings.smtp.message_id_domain,
+        );
+        mail::compose_statement(
             &self.p.ctx().templates,
             stages,
             &settings.smtp,
-            &row.invoice,
-            &row.customer,
-            step,
+            &lines,
+            &first.customer,
+            message_id,
             self.p.today(),
         )
     }
 
-    fn not_sent(&self, row: &Claimed) -> Option<Attempted> {
-        self.p.not_sent(row.id);
+    fn not_sent(&self, letter: &Letter) -> Option<Vec<Attempted>> {
+        self.p.not_sent_all(letter.ids().collect::<Vec<_>>());
         None
     }
+}
+
+/// The configured step a claimed row is for.
+fn step_of<'s>(
+    stages: &'s crate::stages::Stages,
+    row: &Claimed,
+) -> Result<&'s crate::stages::Step, mail::MessageError> {
+    stages
+        .step(&row.period)
+        .ok_or_else(|| mail::MessageError::Render {
+            invoice_id: row.invoice.id.clone(),
+            reason: format!(
+                "step {:?} is not one of reminders.stages (was the configuration changed?)",
+                row.period
+            ),
+        })
 }
 
 /// The marked rows as a stream that notes how long it kept the senders

@@ -439,6 +439,7 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
             name: "Ada".into(),
             email: "ada@example.com".into(),
             locale: None,
+            id: None,
         };
         let rendered = templates
             .render(
@@ -463,4 +464,51 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
         );
         assert_eq!(url.fragment(), None, "{example} -> {link}");
     }
+}
+
+#[test]
+fn every_statement_variable_the_readme_lists_exists() {
+    let readme = readme();
+    let listed: Vec<String> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| statement variable | meaning |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .flat_map(|l| {
+            l.split('|')
+                .nth(1)
+                .unwrap_or_default()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(listed.len() >= 20, "{listed:?}");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "readme-statement-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(dir.join("en")).unwrap();
+    let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
+    std::fs::write(dir.join("en/statement.subject.j2"), "s").unwrap();
+    std::fs::write(dir.join("en/statement.txt.j2"), &body).unwrap();
+    let settings = Settings::load(&ConfigSource {
+        path: None,
+        env: vec![(
+            "INVOICE_REMINDER__TEMPLATES__DIR".into(),
+            dir.display().to_string(),
+        )],
+    })
+    .unwrap();
+    // Loading renders every statement template against a sample statement;
+    // rendering is strict, so a listed variable the code lacks fails it.
+    let loaded = invoice_reminder::mail::Templates::load(
+        &settings.templates,
+        &settings.company,
+        &settings.reminders.stages,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
 }

@@ -11,6 +11,7 @@ mod harness;
 
 mod bad_input;
 mod clock;
+mod customers;
 mod exits;
 mod http;
 mod lock_failure;

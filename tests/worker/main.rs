@@ -8,6 +8,7 @@ mod claims;
 mod cli;
 mod config;
 mod costs;
+mod customers;
 mod delivery;
 mod fencing;
 mod limits;

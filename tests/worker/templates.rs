@@ -544,3 +544,41 @@ async fn a_company_payment_url_that_does_not_render_to_an_http_url_stops_start_u
     }
     assert_eq!(world.sink.count(), 0);
 }
+
+#[tokio::test]
+async fn english_reminders_start_the_sentence_after_the_salutation_with_a_capital() {
+    let world = World::new().await;
+    // One English invoice per built-in step: 3 days before due, 10 and 40 after.
+    let mut ids = Vec::new();
+    for (name, days) in [("Up", -3), ("Over", 10), ("Final", 40)] {
+        ids.push(
+            common::insert_invoice_in(world.pool(), name, Some("en"), days, 5_000, "EUR").await,
+        );
+    }
+    tick(&world).await;
+    for id in ids {
+        let mail = mail_for(&world, id);
+        let first_sentence = mail
+            .body
+            .lines()
+            .skip_while(|l| !l.starts_with("Dear ") && !l.starts_with("Hello "))
+            .skip(1)
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            first_sentence.starts_with(char::is_uppercase),
+            "step {:?}: the text body's first sentence starts in lower case: {first_sentence:?} in {:?}",
+            mail.period(),
+            mail.body
+        );
+        let html = mail.html.clone().unwrap_or_default();
+        let after = html.split("</p>").nth(1).unwrap_or_default();
+        let text = after.trim_start().trim_start_matches("<p>");
+        assert!(
+            text.starts_with(char::is_uppercase),
+            "step {:?}: the HTML body's first sentence starts in lower case: {text:?}",
+            mail.period()
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! The statement: one mail listing every invoice of one customer that owes
+//! a step today (`reminders.group_by = "customer"`), rendered from the
+//! `statement` template (`{locale}/statement.subject.j2`, `.txt.j2`,
+//! `.html.j2`; built in for `en` and `de`, overridable through
+//! `templates.dir` like the stage templates).
+//!
+//! Its variables (the README's "One mail per customer" lists them; a docs
+//! test checks the list): `customer`, `invoices` (each with `id`, `number`,
+//! `amount`, `currency`, `due_date`, `days_overdue`, `payment_url` and its
+//! `step`), `totals` (one per currency, in order of first appearance),
+//! `stage` (the most severe step in the mail: the latest stage in the list,
+//! its latest occurrence, with `position`, 1 for the first stage, and
+//! `last`), `company`,
+//! `today` and `locale`. Guarantee: a statement is built only from the rows
+//! given, in the order given, and names no invoice twice.
+
+use chrono::NaiveDate;
+use serde::Serialize;
+
+use super::templates::{RenderError, Templates};
+use super::vars::{CompanyVars, CustomerVars, Vars};
+use crate::domain::{Customer, Invoice};
+use crate::stages::{Stages, Step};
+
+/// The template every statement is rendered from.
+pub const STATEMENT: &str = "statement";
+
+/// One invoice of a statement, with the step it is reminded for.
+#[derive(Debug, Clone, Copy)]
+pub struct Line<'a> {
+    pub invoice: &'a Invoice,
+    pub step: &'a Step,
+}
+
+#[derive(Serialize)]
+pub(super) struct StatementVars<'a> {
+    customer: CustomerVars<'a>,
+    invoices: Vec<LineVars>,
+    totals: Vec<Total>,
+    stage: StepVars,
+    company: CompanyVars<'a>,
+    today: String,
+    locale: String,
+}
+
+#[derive(Serialize)]
+struct LineVars {
+    id: String,
+    number: String,
+    amount: i64,
+    currency: String,
+    due_date: String,
+    days_overdue: i64,
+    payment_url: String,
+    step: StepVars,
+}
+
+#[derive(Serialize, Clone)]
+struct StepVars {
+    name: String,
+    key: String,
+    occurrence: u32,
+    /// The stage's place in `reminders.stages`, from 1.
+    position: usize,
+    /// Whether it is the last stage of the list (the final notice).
+    last: bool,
+}
+
+#[derive(Serialize)]
+struct Total {
+    currency: String,
+    /// Minor units, saturating.
+    amount: i64,
+}
+
+fn step_vars(stages: &Stages, step: &Step) -> StepVars {
+    StepVars {
+        name: stages.stage(step).name.clone(),
+        key: step.key.clone(),
+        occurrence: step.occurrence,
+        position: step.stage.saturating_add(1),
+        last: step.stage.saturating_add(1) >= stages.stages().len(),
+    }
+}
+
+impl Templates {
+    /// Renders the statement for `lines` (at least one) to `customer`.
+    pub fn render_statement(
+        &self,
+        stages: &Stages,
+        lines: &[Line<'_>],
+        customer: &Customer,
+        today: NaiveDate,
+    ) -> Result<super::Rendered, RenderError> {
+        let Some(worst) = lines
+            .iter()
+            .map(|l| l.step)
+            .max_by_key(|s| (s.stage, s.occurrence))
+        else {
+            return Err(RenderError::Data("a statement needs an invoice".into()));
+        };
+        let (locale, format_locale) = self.resolve(STATEMENT, customer.locale.as_deref());
+        let mut invoices = Vec::with_capacity(lines.len());
+        let mut totals: Vec<Total> = Vec::new();
+        let mut first: Option<Vars<'_>> = None;
+        for line in lines {
+            let stage = stages.stage(line.step);
+            let mut vars = Vars::new(
+                line.invoice,
+                customer,
+                line.step,
+                &stage.name,
+                self.company(),
+                today,
+            );
+            let amount = self.minor_units(line.invoice)?;
+            vars.invoice.amount = amount;
+            vars.locale = format_locale.to_string();
+            let payment_url = self.payment_link(line.invoice, &vars)?;
+            match totals
+                .iter_mut()
+                .find(|t| t.currency == line.invoice.currency)
+            {
+                Some(t) => t.amount = t.amount.saturating_add(amount),
+                None => totals.push(Total {
+                    currency: line.invoice.currency.clone(),
+                    amount,
+                }),
+            }
+            invoices.push(LineVars {
+                id: vars.invoice.id.clone(),
+                number: vars.invoice.number.clone(),
+                amount,
+                currency: vars.invoice.currency.clone(),
+                due_date: vars.invoice.due_date.clone(),
+                days_overdue: vars.invoice.days_overdue,
+                payment_url,
+                step: step_vars(stages, line.step),
+            });
+            first.get_or_insert(vars);
+        }
+        let Some(first) = first else {
+            return Err(RenderError::Data("a statement needs an invoice".into()));
+        };
+        let vars = StatementVars {
+            customer: first.customer,
+            invoices,
+            totals,
+            stage: step_vars(stages, worst),
+            company: first.company,
+            today: first.today,
+            locale: format_locale.to_string(),
+        };
+        self.render_parts(&locale, STATEMENT, &vars)
+    }
+}
