@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod conn;
 pub mod deliveries;
+pub mod explain;
 pub mod invoices;
 pub mod locks;
 pub mod migrate;

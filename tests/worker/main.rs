@@ -9,6 +9,7 @@ mod cli;
 mod config;
 mod costs;
 mod delivery;
+mod explain;
 mod fencing;
 mod limits;
 mod locking;
