@@ -410,6 +410,8 @@ impl Day<'_> {
         }
         let waits = [self.pause_ends(), self.gap_ends(None).map(|(_, ends)| ends)];
         let common = waits.into_iter().flatten().fold(self.today, NaiveDate::max);
+        let age = self.today.signed_duration_since(self.due_date).num_days();
+        let due_today = self.rules.stages.due_step(age).is_some();
         for j in 0..self.rules.stages.steps().len() {
             let Some((step, first, last)) = self.range(j) else {
                 break;
@@ -423,6 +425,10 @@ impl Day<'_> {
                     RowState::Claimed | RowState::InFlight => return Some((step, self.today)),
                     RowState::Returning if r.row.attempts == 0 => self.today,
                     _ if self.exhausted(r) => continue,
+                    // A failed row of a step that is not due today: the
+                    // next tick discards it (superseded), so the step is
+                    // never claimed again.
+                    _ if Self::retried(r) && first > self.today && due_today => continue,
                     _ if Self::retried(r) && r.row.backoff_over => self.today,
                     _ if Self::retried(r) => r.row.retry_on.unwrap_or(self.today),
                     _ => continue,

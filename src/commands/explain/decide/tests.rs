@@ -217,6 +217,18 @@ fn a_stale_failed_row_speaks_before_the_due_steps_backoff() {
 }
 
 #[test]
+fn a_failed_row_of_a_later_step_is_discarded_by_the_next_tick_and_never_claimed() {
+    // Due 1 day ago: `upcoming` is due; a failed `overdue` row (the clock
+    // went back, or the stages changed) is superseded today.
+    let e = decided(
+        vec![source(1)],
+        vec![row("upcoming", "sent", 1), row("overdue", "failed", 0)],
+    );
+    assert_eq!(e.reason, Reason::Sent);
+    assert_eq!(next(&e), Some(("final", days_ahead(20))));
+}
+
+#[test]
 fn a_reminder_sent_yesterday_holds_the_due_step_until_the_gap_ends() {
     // Due 4 days ago: `overdue` is due; `upcoming` went out yesterday.
     let e = decided(vec![source(4)], vec![row("upcoming", "sent", 1)]);
