@@ -138,6 +138,25 @@ pub enum Command {
     /// reads a large table sequentially, with the index to add.
     CheckSource,
 
+    /// Why an invoice did or did not get a reminder, and when it gets the
+    /// next: its source row, due date and steps, its reminder rows, and one
+    /// reason (the database's today in schedule.timezone). Writes nothing.
+    /// Exits 0 when the invoice is in the source or has reminder rows, 1
+    /// when neither.
+    #[command(group(clap::ArgGroup::new("target").required(true).args(["invoice", "customer"])))]
+    Explain {
+        /// The invoice's id (the source's invoice_id).
+        #[arg(long, value_name = "ID")]
+        invoice: Option<String>,
+        /// Every invoice of this customer (needs a customer_id column in
+        /// source.relation).
+        #[arg(long, value_name = "ID")]
+        customer: Option<String>,
+        /// Print as JSON, with a stable `reason`.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.

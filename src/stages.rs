@@ -133,7 +133,7 @@ impl Stages {
 }
 
 /// `date + days`, saturating at chrono's range.
-fn shift(date: NaiveDate, days: i64) -> NaiveDate {
+pub fn shift(date: NaiveDate, days: i64) -> NaiveDate {
     let magnitude = Days::new(days.unsigned_abs());
     let moved = if days >= 0 {
         date.checked_add_days(magnitude)

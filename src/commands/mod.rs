@@ -13,6 +13,7 @@ macro_rules! outln {
 
 mod audit;
 mod check_source;
+pub mod explain;
 mod health;
 mod preview;
 mod resolve;
@@ -121,6 +122,22 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
         Command::CheckSource => check_source::check_source(&settings).await,
+        Command::Explain {
+            invoice,
+            customer,
+            json,
+        } => {
+            let target = match (invoice, customer) {
+                (Some(id), _) => explain::Target::Invoice(id),
+                (None, Some(id)) => explain::Target::Customer(id),
+                (None, None) => {
+                    return Err(
+                        UsageError("explain needs --invoice ID or --customer ID".into()).into(),
+                    );
+                }
+            };
+            explain::explain(&settings, target, json).await
+        }
     }
 }
 

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod conn;
 pub mod customers;
 pub mod deliveries;
+pub mod explain;
 pub mod invoices;
 pub mod locks;
 pub mod migrate;

@@ -103,6 +103,35 @@ pub struct Backoff {
     pub max: std::time::Duration,
 }
 
+/// SQL: the wait after the last attempt of the `failed` row `r`, with the
+/// first wait (seconds) in parameter `$first` and the longest in `$max`:
+/// [`Backoff`], doubling per attempt made.
+macro_rules! backoff_wait {
+    ($first:literal, $max:literal) => {
+        concat!(
+            "LEAST(make_interval(secs => ",
+            $first,
+            " * power(2, greatest(r.attempts - 1, 0))), make_interval(secs => ",
+            $max,
+            "))"
+        )
+    };
+}
+pub(crate) use backoff_wait;
+
+/// SQL: the `failed` row `r` may be tried again now: it was never
+/// attempted, or its [`backoff_wait!`] is over (database clock, `now()`).
+macro_rules! backoff_over {
+    ($first:literal, $max:literal) => {
+        concat!(
+            "(r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - ",
+            $crate::db::reminders::backoff_wait!($first, $max),
+            ")"
+        )
+    };
+}
+pub(crate) use backoff_over;
+
 /// A row a claim took, with the source row it was claimed from (read in
 /// the claim's own statement, unchecked).
 #[derive(Debug, Clone, FromRow)]
@@ -284,9 +313,9 @@ pub async fn reclaim_failed(
               WHERE r.status = 'failed'
                 AND r.attempts < $7
                 AND r.run_id IS DISTINCT FROM $8
-                AND (r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - LEAST(
-                        make_interval(secs => $11 * power(2, greatest(r.attempts - 1, 0))),
-                        make_interval(secs => $12)))
+                AND ",
+        backoff_over!("$11", "$12"),
+        "
                 AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL
                 AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = r.invoice_id) = 1",
         owed_conditions!(),

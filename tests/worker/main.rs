@@ -10,6 +10,7 @@ mod config;
 mod costs;
 mod customers;
 mod delivery;
+mod explain;
 mod fencing;
 mod limits;
 mod locking;

@@ -1,0 +1,274 @@
+//! `explain`: why an invoice did or did not get a reminder, and when it
+//! will get the next one. Everything is decided for one day, the database's
+//! date in `schedule.timezone` (the tick's "today"), from what the source
+//! and the reminders table hold now; it writes nothing.
+//!
+//! The facts are read by `db::explain`, the decision is pure (`decide`),
+//! and the report's shape, JSON included, is `report`. [`explain_invoice`]
+//! is public so that other modes (a customer's invoices) can call it.
+
+mod decide;
+mod report;
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use chrono::NaiveDate;
+
+use super::{UsageError, db_failed, exit};
+use crate::config::Settings;
+use crate::db::reminders::Backoff;
+use crate::db::{self, Db};
+use crate::domain::InvoiceId;
+
+pub use decide::{Facts, Rules, decide, instant};
+pub use report::{
+    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
+};
+
+/// How many of a customer's invoices `--customer` explains at most.
+const CUSTOMER_INVOICES: u32 = 1_000;
+
+/// What to explain.
+pub(super) enum Target {
+    Invoice(String),
+    Customer(String),
+}
+
+/// The rules the tick applies, from the settings.
+pub fn rules(settings: &Settings) -> Rules<'_> {
+    let r = &settings.reminders;
+    Rules {
+        stages: &r.stages,
+        min_days_between: r.min_days_between,
+        max_attempts: r.max_attempts,
+    }
+}
+
+/// Explains invoice `id` on `today` (the database's date in
+/// `schedule.timezone`): reads its source rows and reminder rows and
+/// decides. Reads only.
+pub async fn explain_invoice(
+    db: &Db,
+    settings: &Settings,
+    today: NaiveDate,
+    id: &InvoiceId,
+) -> anyhow::Result<Explained> {
+    let r = &settings.reminders;
+    let tz = settings.schedule.timezone.name();
+    let sources = db::explain::source_rows(db, id, today)
+        .await
+        .map_err(db_failed("failed to read the invoice from source.relation"))?;
+    let backoff = Backoff {
+        first: r.retry_backoff,
+        max: r.retry_backoff_max,
+    };
+    let reminders = db::explain::reminder_rows(db, id, tz, backoff)
+        .await
+        .map_err(db_failed("failed to read the invoice's reminders"))?;
+    let facts = Facts {
+        invoice_id: id.clone(),
+        today,
+        timezone: tz.to_owned(),
+        sources,
+        reminders,
+    };
+    let mut explained = decide(facts, rules(settings));
+    // The Message-ID every attempt carries, for rows that went to SMTP:
+    // what to look up in the mail server's log.
+    for view in &mut explained.reminders {
+        let row = &mut view.row;
+        if row.message_id.is_none() && (row.started_at.is_some() || row.attempts > 0) {
+            row.message_id = Some(crate::mail::message_id(
+                id,
+                &row.step,
+                &settings.smtp.message_id_domain,
+            ));
+        }
+    }
+    Ok(explained)
+}
+
+pub(super) async fn explain(
+    settings: &Settings,
+    target: Target,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let db = super::connect(settings).await?;
+    super::check_source(&db).await?;
+    let today = db::today(&db, settings.schedule.timezone)
+        .await
+        .context("failed to read the database clock")?;
+    match target {
+        Target::Invoice(id) => {
+            let id = InvoiceId::from(id.trim());
+            let explained = explain_invoice(&db, settings, today, &id).await?;
+            if json {
+                let text = serde_json::to_string_pretty(&explained)
+                    .context("failed to encode the explanation")?;
+                outln!("{text}");
+            } else {
+                print_text(&explained)?;
+            }
+            Ok(exit_for(explained.is_known()))
+        }
+        Target::Customer(customer) => {
+            let customer = customer.trim();
+            let invoices = customer_invoices(&db, settings, customer).await?;
+            let mut explained = Vec::with_capacity(invoices.len());
+            for id in &invoices {
+                explained.push(explain_invoice(&db, settings, today, id).await?);
+            }
+            if json {
+                let report = serde_json::json!({
+                    "customer_id": customer,
+                    "today": today,
+                    "invoices": explained,
+                });
+                let text = serde_json::to_string_pretty(&report)
+                    .context("failed to encode the explanation")?;
+                outln!("{text}");
+            } else {
+                outln!(
+                    "customer {customer}: {} invoice(s) in source.relation",
+                    explained.len()
+                );
+                for e in &explained {
+                    outln!();
+                    print_text(e)?;
+                }
+            }
+            Ok(exit_for(!explained.is_empty()))
+        }
+    }
+}
+
+fn exit_for(known: bool) -> ExitCode {
+    if known {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(exit::FAILURE)
+    }
+}
+
+/// The keys of `customer`'s invoices; a usage error when the source has
+/// no `customer_id` column.
+async fn customer_invoices(
+    db: &Db,
+    settings: &Settings,
+    customer: &str,
+) -> anyhow::Result<Vec<InvoiceId>> {
+    let columns = db::source::columns(db)
+        .await
+        .map_err(db_failed("failed to read the columns of source.relation"))?
+        .unwrap_or_default();
+    if !columns.iter().any(|c| c.name == "customer_id") {
+        return Err(UsageError(format!(
+            "explain --customer needs a customer_id column in source.relation ({}), which reminders.group_by = \"customer\" reads; explain --invoice ID works without it",
+            settings.source.relation
+        ))
+        .into());
+    }
+    db::explain::customer_invoices(db, customer, CUSTOMER_INVOICES)
+        .await
+        .map_err(db_failed("failed to read the customer's invoices"))
+}
+
+/// The explanation for a reader.
+fn print_text(e: &Explained) -> std::io::Result<()> {
+    let or_none = |d: Option<NaiveDate>| d.map_or_else(|| "-".to_owned(), |d| d.to_string());
+    outln!(
+        "invoice {} on {} ({}, database clock)",
+        e.invoice_id,
+        e.today,
+        e.timezone
+    );
+    match (&e.source, e.source_rows) {
+        (Some(s), _) => {
+            outln!(
+                "  source: number {}, {} <{}>, due {}, is_paid {}, paused {}, paused_until {}",
+                s.invoice_number.as_deref().unwrap_or("-"),
+                s.customer_name.as_deref().unwrap_or("-"),
+                s.email.as_deref().unwrap_or("-"),
+                or_none(s.due_date),
+                flag(s.is_paid),
+                flag(s.paused),
+                or_none(s.paused_until)
+            );
+        }
+        (None, 0) => outln!("  source: no row with this invoice_id"),
+        (None, n) => outln!("  source: {n} rows with this invoice_id"),
+    }
+    if let (Some(due), Some(days)) = (e.due_date, e.days_overdue) {
+        outln!(
+            "  due {due}, {days} day(s) overdue; due step today: {}",
+            e.due_step_today.as_deref().unwrap_or("none")
+        );
+        let steps: Vec<String> = e
+            .stages
+            .iter()
+            .map(|o| format!("{} {}", o.name, o.date))
+            .collect();
+        outln!("  steps: {}", steps.join(", "));
+    }
+    if e.reminders.is_empty() {
+        outln!("  reminders: none");
+    } else {
+        outln!("  reminders:");
+    }
+    for v in &e.reminders {
+        let r = &v.row;
+        let state = serde_json::to_value(v.state)
+            .ok()
+            .and_then(|s| s.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let times = [
+            ("claimed", Some(r.claimed_at)),
+            ("started", r.started_at),
+            ("last attempt", r.last_attempt_at),
+            ("sent", r.sent_at),
+        ]
+        .into_iter()
+        .filter_map(|(what, t)| t.map(|t| format!("{what} {}", instant(t))))
+        .collect::<Vec<_>>()
+        .join(", ");
+        let run = match (r.run_id, &r.replica) {
+            (Some(id), Some(replica)) => format!("run {id} ({replica})"),
+            (Some(id), None) => format!("run {id}"),
+            (None, _) => "no run".to_owned(),
+        };
+        outln!(
+            "    {} {} ({state}), {} attempt(s), {times}, {run}{}{}",
+            r.step,
+            r.status,
+            r.attempts,
+            r.message_id
+                .as_deref()
+                .map(|m| format!(", Message-ID <{m}>"))
+                .unwrap_or_default(),
+            r.last_error
+                .as_deref()
+                .map(|m| format!(", last error: {m}"))
+                .unwrap_or_default()
+        );
+    }
+    let until = match e.until {
+        Some(Until::Date(d)) => format!(" {d}"),
+        Some(Until::Time(t)) => format!(" {}", instant(t)),
+        None => String::new(),
+    };
+    outln!("  reason: {}{until}: {}", e.reason.label(), e.reason_detail);
+    match (&e.next_step, e.next_date) {
+        (Some(step), Some(date)) => outln!("  next: {step} on {date}"),
+        _ => outln!("  next: none"),
+    }
+    Ok(())
+}
+
+fn flag(value: Option<bool>) -> &'static str {
+    match value {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "NULL",
+    }
+}

@@ -1,0 +1,222 @@
+//! What `explain` reports about one invoice: the [`Explained`] object
+//! (the JSON of `explain --json`, field names a contract), its
+//! [`Reason`] (a stable label), and the views of the source row and the
+//! reminder rows it shows.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Serialize, Serializer};
+
+use crate::db::explain::{ReminderFacts, SourceFacts};
+use crate::domain::{InvoiceId, Problem};
+
+/// Why an invoice gets, or does not get, a reminder today: the first that
+/// applies, in this order. Serialized as the JSON `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The source has no usable row for the key ([`Unusable`]).
+    SourceProblem,
+    Paid,
+    /// The pause flag, or `paused_until` today or later.
+    Paused,
+    /// Before the first step's date.
+    NotDueUntil,
+    /// Every step from today's due step on was sent or discarded.
+    NoMoreSteps,
+    /// Today's due step was sent.
+    Sent,
+    /// Today's due step was handed to SMTP and its result never came back.
+    UnknownDelivery,
+    /// Today's due step was discarded, or failed as often as allowed.
+    AttemptsExhausted,
+    /// A failed row of a step that is no longer due: the next tick
+    /// discards it.
+    Superseded,
+    /// Today's due step failed; its retry waits for the backoff.
+    BackoffUntil,
+    /// A reminder within `reminders.min_days_between` days.
+    MinGapUntil,
+    WillSendToday,
+}
+
+impl Reason {
+    /// The JSON `reason`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::SourceProblem => "source_problem",
+            Self::Paid => "paid",
+            Self::Paused => "paused",
+            Self::NotDueUntil => "not_due_until",
+            Self::NoMoreSteps => "no_more_steps",
+            Self::Sent => "sent",
+            Self::UnknownDelivery => "unknown_delivery",
+            Self::AttemptsExhausted => "attempts_exhausted",
+            Self::Superseded => "superseded",
+            Self::BackoffUntil => "backoff_until",
+            Self::MinGapUntil => "min_gap_until",
+            Self::WillSendToday => "will_send_today",
+        }
+    }
+}
+
+/// When a wait ends: a date (paused, not due, the gap) or, for a retry's
+/// backoff, an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Until {
+    Date(NaiveDate),
+    Time(DateTime<Utc>),
+}
+
+/// Why the source has no row a reminder can be made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No row of the source carries the key.
+    NotInSource,
+    /// The row check's problem (`repeated_key` for several rows).
+    Row(Problem),
+}
+
+impl Unusable {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NotInSource => "not_in_source",
+            Self::Row(problem) => problem.label(),
+        }
+    }
+}
+
+impl Serialize for Unusable {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.label())
+    }
+}
+
+/// Where a reminder row stands, from its status, its start and its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowState {
+    /// `sending`, not started, its run still working: about to be sent.
+    Claimed,
+    /// `sending`, not started, its run over: the next tick returns it (a
+    /// first claim is deleted, a retry goes back to `failed`).
+    Returning,
+    /// `sending`, started, its run still working: being sent now.
+    InFlight,
+    /// `sending`, started, its run over: delivery unknown.
+    Unknown,
+    Sent,
+    Failed,
+    Discarded,
+}
+
+impl RowState {
+    pub fn of(row: &ReminderFacts) -> Self {
+        match (row.status.as_str(), row.started_at.is_some(), row.run_ended) {
+            ("sent", _, _) => Self::Sent,
+            ("failed", _, _) => Self::Failed,
+            ("sending", false, false) => Self::Claimed,
+            ("sending", false, true) => Self::Returning,
+            ("sending", true, false) => Self::InFlight,
+            ("sending", true, true) => Self::Unknown,
+            _ => Self::Discarded,
+        }
+    }
+}
+
+/// The source row, as `explain` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceView {
+    pub invoice_id: Option<InvoiceId>,
+    pub invoice_number: Option<String>,
+    pub customer_name: Option<String>,
+    pub email: Option<String>,
+    pub locale: Option<String>,
+    pub amount_minor: Option<i64>,
+    pub amount: Option<String>,
+    pub currency: Option<String>,
+    pub due_date: Option<NaiveDate>,
+    pub is_paid: Option<bool>,
+    pub paused: Option<bool>,
+    pub paused_until: Option<NaiveDate>,
+    pub payment_url: Option<String>,
+}
+
+impl From<&SourceFacts> for SourceView {
+    fn from(s: &SourceFacts) -> Self {
+        let r = &s.row;
+        Self {
+            invoice_id: r.invoice_id.clone(),
+            invoice_number: r.number.clone(),
+            customer_name: r.customer_name.clone(),
+            email: r.customer_email.clone(),
+            locale: r.customer_locale.clone(),
+            amount_minor: r.amount_minor,
+            amount: r.amount_major.clone(),
+            currency: r.currency.clone(),
+            due_date: r.due_date,
+            is_paid: s.is_paid,
+            paused: s.paused,
+            paused_until: s.paused_until,
+            payment_url: r.payment_url.clone(),
+        }
+    }
+}
+
+/// One occurrence of a stage for this invoice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Occurrence {
+    /// The step key (`final-2`).
+    pub name: String,
+    /// The stage it is an occurrence of (`final`).
+    pub stage: String,
+    pub date: NaiveDate,
+}
+
+/// A reminder row and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReminderView {
+    #[serde(flatten)]
+    pub row: ReminderFacts,
+    pub state: RowState,
+}
+
+/// Everything `explain` says about one invoice (the JSON object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explained {
+    pub invoice_id: InvoiceId,
+    /// The database's date in `timezone`, which everything is decided for.
+    pub today: NaiveDate,
+    /// `schedule.timezone`.
+    pub timezone: String,
+    pub reason: Reason,
+    /// The reason as a sentence.
+    pub reason_detail: String,
+    pub until: Option<Until>,
+    pub next_step: Option<String>,
+    pub next_date: Option<NaiveDate>,
+    /// The one source row (None when there is none, or several).
+    pub source: Option<SourceView>,
+    /// How many rows of the source carry the key.
+    pub source_rows: i64,
+    pub source_problem: Option<Unusable>,
+    /// `is_paid`, NULL counting as paid.
+    pub paid: Option<bool>,
+    /// The pause flag, NULL counting as not paused.
+    pub paused: Option<bool>,
+    pub paused_until: Option<NaiveDate>,
+    pub due_date: Option<NaiveDate>,
+    /// Days from the due date to today (negative: not yet due).
+    pub days_overdue: Option<i64>,
+    pub due_step_today: Option<String>,
+    pub stages: Vec<Occurrence>,
+    pub reminders: Vec<ReminderView>,
+}
+
+impl Explained {
+    /// The source has a row for the key, or the invoice has reminder rows
+    /// (`explain` exits 0); otherwise nothing is known of it (exit 1).
+    pub fn is_known(&self) -> bool {
+        self.source_rows > 0 || !self.reminders.is_empty()
+    }
+}

@@ -1,0 +1,167 @@
+//! What `explain` reads about one invoice: its source rows (counted, with
+//! the flags that decide whether it owes anything) and every reminder row
+//! it has, with the run and replica that last claimed it. Read-only.
+//!
+//! The conditions are the tick's own, not re-derived: the paid and paused
+//! test is [`owed_flags!`], a run being over is [`run_ended!`] /
+//! [`run_gone!`], and the retry wait is [`backoff_wait!`] /
+//! [`backoff_over!`], the fragments the claim and re-claim statements are
+//! built from. What is left to `commands::explain` is pure: dates from
+//! these facts.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use sqlx::FromRow;
+
+use super::Db;
+use super::conn::on_db;
+use super::invoices::{SourceRow, owed_flags, source_columns};
+use super::reminders::{Backoff, backoff_over, backoff_wait};
+use super::runs::{run_ended, run_gone};
+use crate::domain::{InvoiceId, ReminderId};
+
+/// How many source rows of one key are read (all are counted).
+const ROWS_READ: i64 = 10;
+
+/// One source row of the key, with the columns that decide whether it
+/// owes a reminder, as the source has them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, FromRow)]
+pub struct SourceFacts {
+    #[sqlx(flatten)]
+    pub row: SourceRow,
+    /// NULL counts as paid.
+    pub is_paid: Option<bool>,
+    /// NULL counts as not paused.
+    pub paused: Option<bool>,
+    pub paused_until: Option<NaiveDate>,
+    /// The row passes the tick's paid and paused test today
+    /// ([`owed_flags!`]).
+    pub flags_owe: bool,
+    /// How many rows of the source carry this key.
+    pub copies: i64,
+}
+
+/// One reminder row of the invoice, with its run, and what the tick's
+/// conditions say about it now.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize)]
+pub struct ReminderFacts {
+    pub id: ReminderId,
+    /// The step (`reminders.period`).
+    pub step: String,
+    pub status: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// `created_at`'s date in `schedule.timezone`: what the
+    /// `min_days_between` gap counts from.
+    #[serde(skip)]
+    pub created_on: NaiveDate,
+    pub claimed_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    pub sent_at: Option<DateTime<Utc>>,
+    pub run_id: Option<i64>,
+    /// The replica of `run_id` (None once the run is pruned).
+    pub replica: Option<String>,
+    pub message_id: Option<String>,
+    /// Its run no longer works its rows ([`run_ended!`]).
+    #[serde(skip)]
+    pub run_ended: bool,
+    /// Its run's process can no longer write a result ([`run_gone!`]).
+    #[serde(skip)]
+    pub run_gone: bool,
+    /// A `failed` row's backoff is over: it may be retried now
+    /// ([`backoff_over!`]).
+    #[serde(skip)]
+    pub backoff_over: bool,
+    /// When its backoff ends (None: never attempted).
+    #[serde(skip)]
+    pub retry_at: Option<DateTime<Utc>>,
+    /// `retry_at`'s date in `schedule.timezone`.
+    #[serde(skip)]
+    pub retry_on: Option<NaiveDate>,
+}
+
+/// Every source row whose key is `id` (the first [`ROWS_READ`], each with
+/// the count of all), and whether it passes the paid and paused test on
+/// `today`.
+pub async fn source_rows(
+    db: &Db,
+    id: &InvoiceId,
+    today: NaiveDate,
+) -> Result<Vec<SourceFacts>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(db.sql(concat!(
+        "SELECT ",
+        source_columns!(),
+        ", s.is_paid, s.paused, s.paused_until,",
+        " COALESCE((true",
+        owed_flags!(),
+        "), false) AS flags_owe,",
+        " count(*) OVER () AS copies",
+        " FROM {src} s WHERE s.invoice_id::text = $2 LIMIT $3"
+    )))
+    .persistent(db.named())
+    .bind(today)
+    .bind(id)
+    .bind(ROWS_READ)
+    .fetch_all(&mut *c)
+    .await)
+}
+
+/// Every reminder row of invoice `id`, oldest first, with its run's
+/// replica and, for the retry wait, `backoff` as the re-claim uses it;
+/// dates in the time zone `tz`.
+pub async fn reminder_rows(
+    db: &Db,
+    id: &InvoiceId,
+    tz: &str,
+    backoff: Backoff,
+) -> Result<Vec<ReminderFacts>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(db.sql(concat!(
+        "SELECT r.id, r.period AS step, r.status, r.attempts, r.last_error, r.created_at,",
+        " (r.created_at AT TIME ZONE $2)::date AS created_on,",
+        " r.claimed_at, r.started_at, r.last_attempt_at, r.sent_at, r.run_id,",
+        " j.replica_id AS replica, r.message_id,",
+        " ",
+        run_ended!("j"),
+        " AS run_ended, ",
+        run_gone!("j"),
+        " AS run_gone, ",
+        backoff_over!("$3", "$4"),
+        " AS backoff_over,",
+        " r.last_attempt_at + ",
+        backoff_wait!("$3", "$4"),
+        " AS retry_at,",
+        " ((r.last_attempt_at + ",
+        backoff_wait!("$3", "$4"),
+        ") AT TIME ZONE $2)::date AS retry_on",
+        " FROM {ir}.reminders r LEFT JOIN {ir}.job_runs j ON j.id = r.run_id",
+        " WHERE r.invoice_id = $1 ORDER BY r.created_at, r.id"
+    )))
+    .persistent(db.named())
+    .bind(id)
+    .bind(tz)
+    .bind(backoff.first.as_secs_f64())
+    .bind(backoff.max.as_secs_f64())
+    .fetch_all(&mut *c)
+    .await)
+}
+
+/// The keys of the source's rows whose `customer_id` is `customer`, in
+/// key order (at most `limit`); the caller has checked that the column
+/// exists.
+pub async fn customer_invoices(
+    db: &Db,
+    customer: &str,
+    limit: u32,
+) -> Result<Vec<InvoiceId>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
+        "SELECT DISTINCT s.invoice_id::text FROM {src} s
+          WHERE s.customer_id::text = $1 AND s.invoice_id IS NOT NULL
+          ORDER BY 1 LIMIT $2"
+    ))
+    .persistent(db.named())
+    .bind(customer)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *c)
+    .await)
+}
