@@ -20,6 +20,7 @@ mod run;
 mod run_once;
 mod source_problems;
 mod status;
+mod suppress;
 
 use std::process::ExitCode;
 
@@ -119,6 +120,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         Command::Health { url } => health::health(&settings, url).await,
         Command::Status { json, runs } => status::status(settings, json, runs).await,
         Command::CheckSource => check_source::check_source(&settings).await,
+        Command::Suppress { action } => suppress::suppress(&settings, action).await,
     }
 }
 

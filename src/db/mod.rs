@@ -18,6 +18,7 @@ pub mod resolve;
 pub mod runs;
 pub mod seed;
 pub mod source;
+pub mod suppressions;
 pub mod sql;
 
 use chrono::{DateTime, NaiveDate, Utc};
