@@ -24,3 +24,4 @@ mod shutdown;
 mod smtp;
 mod soak;
 mod source;
+mod webhook;
