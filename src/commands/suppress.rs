@@ -15,7 +15,10 @@ use crate::db::suppressions::{Added, NewSuppression};
 /// The reason `suppress add` stores without `--reason`.
 pub const DEFAULT_REASON: &str = "manual";
 
-pub(super) async fn suppress(settings: &Settings, action: SuppressAction) -> anyhow::Result<ExitCode> {
+pub(super) async fn suppress(
+    settings: &Settings,
+    action: SuppressAction,
+) -> anyhow::Result<ExitCode> {
     match action {
         SuppressAction::Add { address, reason } => {
             let address = checked(&address)?;

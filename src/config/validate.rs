@@ -157,7 +157,7 @@ fn http(s: &Settings) -> Result<(), ConfigError> {
     }
     if let Some(auth) = &s.http.webhook_basic_auth {
         let auth = auth.expose_secret();
-        if !auth.split_once(':').is_some_and(|(user, _)| !user.is_empty()) {
+        if auth.split_once(':').is_none_or(|(user, _)| user.is_empty()) {
             return Err(ConfigError::new(
                 "http.webhook_basic_auth",
                 "must be user:password",

@@ -18,8 +18,8 @@ pub mod resolve;
 pub mod runs;
 pub mod seed;
 pub mod source;
-pub mod suppressions;
 pub mod sql;
+pub mod suppressions;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use chrono_tz::Tz;

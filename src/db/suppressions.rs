@@ -164,9 +164,9 @@ pub async fn record_bounce(
             .bind(WEBHOOK_IDS_KEPT_SECS)
             .execute(&mut *c)
             .await?;
-            let fresh = sqlx::query(db.sql(
-                "INSERT INTO {ir}.webhook_ids (id) VALUES ($1) ON CONFLICT (id) DO NOTHING",
-            ))
+            let fresh = sqlx::query(
+                db.sql("INSERT INTO {ir}.webhook_ids (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"),
+            )
             .persistent(db.named())
             .bind(id)
             .execute(&mut *c)

@@ -168,7 +168,8 @@ mod tests {
 
     #[test]
     fn our_body_is_read_with_its_kind() {
-        let b = parse(br#"{"address":"Ada@Example.com","kind":"complaint","detail":"abuse\nreport"}"#);
+        let b =
+            parse(br#"{"address":"Ada@Example.com","kind":"complaint","detail":"abuse\nreport"}"#);
         assert_eq!(
             b,
             Ok(Bounce {

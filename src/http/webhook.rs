@@ -148,7 +148,9 @@ impl Outcome {
 /// The way in a request took.
 enum Caller {
     /// Standard Webhooks, with its message id.
-    Signed { id: String },
+    Signed {
+        id: String,
+    },
     Postmark,
 }
 
@@ -273,7 +275,11 @@ async fn record(state: &AppState, webhook_id: Option<&str>, bounce: &Bounce) -> 
 }
 
 fn refuse(outcome: Outcome, reason: &str) -> (Outcome, String) {
-    tracing::debug!(outcome = outcome.label(), reason, "bounce webhook request refused");
+    tracing::debug!(
+        outcome = outcome.label(),
+        reason,
+        "bounce webhook request refused"
+    );
     (outcome, reason.to_owned())
 }
 

@@ -496,9 +496,15 @@ async fn the_readmes_bounce_webhook_curl_examples_are_accepted_by_a_real_worker(
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .envs(world.env())
         .env("INVOICE_REMINDER__SCHEDULE__CRON", "0 0 0 1 1 *")
-        .env("INVOICE_REMINDER__HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env(
+            "INVOICE_REMINDER__HTTP__LISTEN",
+            format!("127.0.0.1:{port}"),
+        )
         .env("INVOICE_REMINDER__HTTP__WEBHOOK_SECRET", &secret)
-        .env("INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH", "postmark:change-me")
+        .env(
+            "INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH",
+            "postmark:change-me",
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

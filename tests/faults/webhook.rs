@@ -144,7 +144,12 @@ async fn a_signed_bounce_suppresses_its_address_and_the_same_webhook_id_again_is
     let (status, answer) = post(port, &headers, &body).await;
     let (replayed, replay_answer) = post(port, &headers, &body).await;
     let complaint = bounce("spam@example.test", "complaint");
-    let (second, _) = post(port, &signed(&secret, "msg_second", now(), &complaint), &complaint).await;
+    let (second, _) = post(
+        port,
+        &signed(&secret, "msg_second", now(), &complaint),
+        &complaint,
+    )
+    .await;
     let (_, metrics) = get(port, "/metrics").await.unwrap();
     replica.stop_gracefully().await;
 
@@ -154,8 +159,16 @@ async fn a_signed_bounce_suppresses_its_address_and_the_same_webhook_id_again_is
     assert_eq!(
         suppressed(&world).await,
         vec![
-            ("Gone@Example.test".into(), "hard_bounce".into(), "webhook".into()),
-            ("spam@example.test".into(), "complaint".into(), "webhook".into()),
+            (
+                "Gone@Example.test".into(),
+                "hard_bounce".into(),
+                "webhook".into()
+            ),
+            (
+                "spam@example.test".into(),
+                "complaint".into(),
+                "webhook".into()
+            ),
         ]
     );
     let detail: Option<String> =
@@ -173,7 +186,7 @@ async fn a_signed_bounce_suppresses_its_address_and_the_same_webhook_id_again_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsigned_wrongly_signed_stale_oversized_and_unreadable_requests_are_refused_never_with_500()
-{
+ {
     let world = harness::world_for(Backend::Redis).await;
     let secret = new_secret();
     let (mut replica, port) = spawn_webhook(&world, &secret).await;
@@ -187,9 +200,18 @@ async fn unsigned_wrongly_signed_stale_oversized_and_unreadable_requests_are_ref
     let (tampered_status, _) = post(port, &tampered_headers, &tampered).await;
     tampered_headers[2].1 = "v1,bm90IGEgc2lnbmF0dXJl".into();
     let (garbage_signature, _) = post(port, &tampered_headers, &body).await;
-    let (stale, stale_answer) =
-        post(port, &signed(&secret, "msg_c", now() - 6 * 60, &body), &body).await;
-    let (future, _) = post(port, &signed(&secret, "msg_d", now() + 6 * 60, &body), &body).await;
+    let (stale, stale_answer) = post(
+        port,
+        &signed(&secret, "msg_c", now() - 6 * 60, &body),
+        &body,
+    )
+    .await;
+    let (future, _) = post(
+        port,
+        &signed(&secret, "msg_d", now() + 6 * 60, &body),
+        &body,
+    )
+    .await;
     let mut big = br#"{"address":"big@example.test","kind":"hard_bounce","detail":""#.to_vec();
     big.extend(std::iter::repeat_n(b'x', 64 * 1024));
     big.extend_from_slice(br#""}"#);
@@ -220,7 +242,11 @@ async fn unsigned_wrongly_signed_stale_oversized_and_unreadable_requests_are_ref
     assert_eq!(future, 401);
     assert_eq!(oversized, 413);
     assert_eq!(unreadable, vec![400; 5]);
-    assert_eq!(suppressed(&world).await, vec![], "nothing refused may suppress");
+    assert_eq!(
+        suppressed(&world).await,
+        vec![],
+        "nothing refused may suppress"
+    );
     let count = |outcome: &str| {
         sample(
             &metrics,
@@ -236,12 +262,13 @@ async fn unsigned_wrongly_signed_stale_oversized_and_unreadable_requests_are_ref
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postmarks_documented_bounce_body_with_basic_auth_suppresses_and_a_soft_bounce_is_only_logged()
-{
+ {
     let world = harness::world_for(Backend::Redis).await;
     let secret = new_secret();
     let (mut replica, port) = spawn_webhook(&world, &secret).await;
     let fixture = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/postmark/bounce.json"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/postmark/bounce.json"),
     )
     .unwrap();
     let mut soft: Value = serde_json::from_slice(&fixture).unwrap();
@@ -271,11 +298,21 @@ async fn postmarks_documented_bounce_body_with_basic_auth_suppresses_and_a_soft_
     assert_eq!(none, 401);
     assert_eq!(
         suppressed(&world).await,
-        vec![("john@example.com".into(), "hard_bounce".into(), "postmark".into())]
+        vec![(
+            "john@example.com".into(),
+            "hard_bounce".into(),
+            "postmark".into()
+        )]
     );
     let log = replica.log();
-    assert!(log.contains("full-mailbox@example.test"), "the soft bounce is logged: {log}");
-    assert!(!log.contains("hunter2"), "the basic auth password was logged");
+    assert!(
+        log.contains("full-mailbox@example.test"),
+        "the soft bounce is logged: {log}"
+    );
+    assert!(
+        !log.contains("hunter2"),
+        "the basic auth password was logged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,12 +349,16 @@ async fn a_bounce_received_mid_backlog_stops_the_next_reminder_to_that_address()
         .set("reminders.batch_size", 5)
         .set("reminders.send_concurrency", 1)
         .set("smtp.pool_size", 1);
-    world.sink.set_mode(SmtpMode::Delay(Duration::from_millis(100)));
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(100)));
     // Claimed first: the final step's window comes before the overdue one.
-    let first = common::insert_invoice(world.pool(), "Victim", "victim@example.test", 25, false).await;
+    let first =
+        common::insert_invoice(world.pool(), "Victim", "victim@example.test", 25, false).await;
     common::insert_overdue(world.pool(), 40).await;
     // Claimed last: the newest due date of the overdue window.
-    let second = common::insert_invoice(world.pool(), "Victim", "Victim@Example.test", 5, false).await;
+    let second =
+        common::insert_invoice(world.pool(), "Victim", "Victim@Example.test", 5, false).await;
     let secret = new_secret();
     let (mut replica, port) = spawn_webhook(&world, &secret).await;
 
@@ -337,15 +378,21 @@ async fn a_bounce_received_mid_backlog_stops_the_next_reminder_to_that_address()
     let mailed = world.sink.invoice_ids();
     assert!(!mailed.contains(&second), "reminded after the bounce");
     assert_eq!(mailed.len(), 41, "every other reminder still went out");
-    let (row_status, reason): (String, Option<String>) = sqlx::query_as(
-        "SELECT status, last_error FROM reminders WHERE invoice_id = $1::text",
-    )
-    .bind(second)
-    .fetch_one(world.pool())
-    .await
-    .unwrap();
-    assert_eq!((row_status.as_str(), reason.as_deref()), ("skipped", Some("suppressed")));
-    assert_eq!(sample(&metrics, "invoice_reminder_suppressed_total"), 1.0, "{metrics}");
+    let (row_status, reason): (String, Option<String>) =
+        sqlx::query_as("SELECT status, last_error FROM reminders WHERE invoice_id = $1::text")
+            .bind(second)
+            .fetch_one(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        (row_status.as_str(), reason.as_deref()),
+        ("skipped", Some("suppressed"))
+    );
+    assert_eq!(
+        sample(&metrics, "invoice_reminder_suppressed_total"),
+        1.0,
+        "{metrics}"
+    );
     let report = harness::assert_exactly_once(&world, 0).await;
     assert_eq!(report["skipped_count"], 1, "{report}");
 }

@@ -23,7 +23,15 @@ async fn suppress(world: &World, address: &str) {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
-async fn row(world: &World, invoice: i64) -> (String, Option<String>, i32, Option<chrono::DateTime<chrono::Utc>>) {
+async fn row(
+    world: &World,
+    invoice: i64,
+) -> (
+    String,
+    Option<String>,
+    i32,
+    Option<chrono::DateTime<chrono::Utc>>,
+) {
     sqlx::query_as(
         "SELECT status, last_error, attempts, started_at FROM reminders WHERE invoice_id = $1::text",
     )
@@ -37,7 +45,17 @@ async fn row(world: &World, invoice: i64) -> (String, Option<String>, i32, Optio
 async fn suppress_add_list_and_remove_work_on_addresses_in_any_case() {
     let world = World::new().await;
 
-    let added = cli(&world, &["suppress", "add", "Ada@Example.com", "--reason", "moved away"]).await;
+    let added = cli(
+        &world,
+        &[
+            "suppress",
+            "add",
+            "Ada@Example.com",
+            "--reason",
+            "moved away",
+        ],
+    )
+    .await;
     let again = cli(&world, &["suppress", "add", "ada@example.COM"]).await;
     let bad = cli(&world, &["suppress", "add", "not an address"]).await;
     let listed = cli(&world, &["suppress", "list", "--json"]).await;
@@ -48,16 +66,28 @@ async fn suppress_add_list_and_remove_work_on_addresses_in_any_case() {
     assert_eq!(added.status.code(), Some(0), "{added:?}");
     assert!(stdout(&added).contains("suppressed Ada@Example.com (moved away)"));
     assert_eq!(again.status.code(), Some(0), "{again:?}");
-    assert!(stdout(&again).contains("already suppressed"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains("already suppressed"),
+        "{}",
+        stdout(&again)
+    );
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
     let list: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let list = list.as_array().expect("a JSON array");
-    assert_eq!(list.len(), 1, "one entry per address, whatever its case: {list:?}");
+    assert_eq!(
+        list.len(),
+        1,
+        "one entry per address, whatever its case: {list:?}"
+    );
     assert_eq!(list[0]["address"], "Ada@Example.com");
     assert_eq!(list[0]["reason"], "manual");
     assert_eq!(list[0]["source"], "cli");
     assert!(list[0]["suppressed_at"].is_string());
-    assert!(stdout(&text).contains("Ada@Example.com  manual  cli"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains("Ada@Example.com  manual  cli"),
+        "{}",
+        stdout(&text)
+    );
     assert_eq!(removed.status.code(), Some(0), "{removed:?}");
     assert!(stdout(&removed).contains("no longer suppressed"));
     let after: Value = serde_json::from_slice(&after.stdout).unwrap();
@@ -67,7 +97,8 @@ async fn suppress_add_list_and_remove_work_on_addresses_in_any_case() {
 #[tokio::test]
 async fn a_reminder_whose_every_recipient_is_suppressed_is_recorded_skipped_and_never_sent() {
     let world = World::new().await;
-    let blocked = common::insert_invoice(world.pool(), "Blocked", "gone@example.test", 10, false).await;
+    let blocked =
+        common::insert_invoice(world.pool(), "Blocked", "gone@example.test", 10, false).await;
     let fine = common::insert_invoice(world.pool(), "Fine", "fine@example.test", 10, false).await;
     suppress(&world, "GONE@example.test").await;
 
@@ -90,12 +121,11 @@ async fn a_reminder_whose_every_recipient_is_suppressed_is_recorded_skipped_and_
     // The step keeps its claim: the next tick does not try it again.
     assert_eq!(second.counts.claimed, 0);
     assert_eq!(world.sink.count(), 1);
-    let suppressed: i32 =
-        sqlx::query_scalar("SELECT suppressed FROM job_runs WHERE id = $1")
-            .bind(summary.run_id)
-            .fetch_one(world.pool())
-            .await
-            .unwrap();
+    let suppressed: i32 = sqlx::query_scalar("SELECT suppressed FROM job_runs WHERE id = $1")
+        .bind(summary.run_id)
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
     assert_eq!(suppressed, 1);
 }
 
@@ -123,7 +153,10 @@ async fn suppressed_addresses_are_left_out_of_to_when_a_cell_holds_several() {
     rcpt.sort();
     assert_eq!(rcpt, vec!["ap@example.test", "clerk@example.test"]);
     let to = mail[0].header("To").unwrap_or_default().to_lowercase();
-    assert!(to.contains("ap@example.test") && to.contains("clerk@example.test"), "{to}");
+    assert!(
+        to.contains("ap@example.test") && to.contains("clerk@example.test"),
+        "{to}"
+    );
     assert!(!to.contains("boss@example.test"), "{to}");
     assert_eq!(row(&world, invoice).await.0, "sent");
 }
@@ -131,7 +164,8 @@ async fn suppressed_addresses_are_left_out_of_to_when_a_cell_holds_several() {
 #[tokio::test]
 async fn a_failed_reminder_to_an_address_suppressed_meanwhile_is_skipped_on_its_retry() {
     let world = World::new().await;
-    let invoice = common::insert_invoice(world.pool(), "Later", "later@example.test", 10, false).await;
+    let invoice =
+        common::insert_invoice(world.pool(), "Later", "later@example.test", 10, false).await;
     world.sink.set_mode(common::SmtpMode::Refuse4xx);
     tick(&world).await;
     assert_eq!(row(&world, invoice).await.0, "failed");
@@ -142,16 +176,24 @@ async fn a_failed_reminder_to_an_address_suppressed_meanwhile_is_skipped_on_its_
     let (summary, _) = tick(&world).await;
 
     assert_eq!(summary.counts.suppressed, 1);
-    assert_eq!(world.sink.count(), accepted_before, "no mail after the suppression");
+    assert_eq!(
+        world.sink.count(),
+        accepted_before,
+        "no mail after the suppression"
+    );
     let (status, reason, attempts, _) = row(&world, invoice).await;
-    assert_eq!((status.as_str(), reason.as_deref()), ("skipped", Some("suppressed")));
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("skipped", Some("suppressed"))
+    );
     assert_eq!(attempts, 1, "the skip uses no attempt");
 }
 
 #[tokio::test]
 async fn audit_lists_skipped_reminders_and_counts_them_neither_missing_nor_duplicates() {
     let world = World::new().await;
-    let blocked = common::insert_invoice(world.pool(), "Blocked", "gone@example.test", 10, false).await;
+    let blocked =
+        common::insert_invoice(world.pool(), "Blocked", "gone@example.test", 10, false).await;
     suppress(&world, "gone@example.test").await;
     tick(&world).await;
 
