@@ -157,6 +157,14 @@ pub enum Command {
         json: bool,
     },
 
+    /// The suppression list: addresses no reminder goes to (compared
+    /// case-insensitively). A reminder whose recipients are all suppressed
+    /// is recorded `skipped`; suppressed addresses are left out of `To`.
+    Suppress {
+        #[command(subcommand)]
+        action: SuppressAction,
+    },
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.
@@ -165,5 +173,30 @@ pub enum Command {
         /// How many recent runs to show.
         #[arg(long, default_value_t = 10)]
         runs: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SuppressAction {
+    /// Add ADDRESS to the list (or replace its reason if it is listed).
+    Add {
+        /// An email address.
+        address: String,
+        /// Why, in your words [default: manual]
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
+    /// Take ADDRESS off the list: its next reminder goes out again (steps
+    /// already recorded `skipped` are not resent).
+    Remove {
+        /// An email address (any case).
+        address: String,
+    },
+    /// Print the list, newest first: address, reason, source, when.
+    List {
+        /// Print a JSON array of {address, reason, source, detail,
+        /// suppressed_at}.
+        #[arg(long)]
+        json: bool,
     },
 }

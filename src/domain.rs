@@ -148,6 +148,25 @@ pub enum Delivery {
     Discarded { error: String },
     /// Handed over without a reply: stays `sending`, never retried.
     Unknown { error: String },
+    /// Never sent, and never will be for this step: recorded `skipped`
+    /// (the row keeps its claim) with the reason.
+    Skipped { reason: SkipReason },
+}
+
+/// Why a claimed reminder was not sent at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Every recipient is on the suppression list.
+    Suppressed,
+}
+
+impl SkipReason {
+    /// As stored in `reminders.last_error` of a `skipped` row.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Suppressed => "suppressed",
+        }
+    }
 }
 
 impl Delivery {
@@ -159,6 +178,7 @@ impl Delivery {
             Self::Deferred { .. } => "deferred",
             Self::Discarded { .. } => "discarded",
             Self::Unknown { .. } => "unknown",
+            Self::Skipped { .. } => "skipped",
         }
     }
 }
@@ -199,6 +219,9 @@ pub struct Counts {
     /// Source rows skipped because they cannot make a reminder (a repeated
     /// key, a NULL, a bad currency or address): see [`Problem`].
     pub source_problems: u32,
+    /// Claimed reminders not sent because every recipient is suppressed
+    /// (recorded `skipped`).
+    pub suppressed: u32,
 }
 
 impl Counts {
@@ -212,6 +235,7 @@ impl Counts {
         self.skipped = self.skipped.saturating_add(other.skipped);
         self.handed_back = self.handed_back.saturating_add(other.handed_back);
         self.source_problems = self.source_problems.saturating_add(other.source_problems);
+        self.suppressed = self.suppressed.saturating_add(other.suppressed);
     }
 
     /// Counts one delivery by what it ended in, as recording it would.
@@ -221,6 +245,7 @@ impl Counts {
             Delivery::Failed { .. } | Delivery::Deferred { .. } => &mut self.failed,
             Delivery::Discarded { .. } => &mut self.discarded,
             Delivery::Unknown { .. } => &mut self.unknown,
+            Delivery::Skipped { .. } => &mut self.suppressed,
         };
         *field = field.saturating_add(1);
     }

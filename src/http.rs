@@ -5,6 +5,8 @@
 //! * `/readyz` (readiness): 200 when the database and the lock backend both
 //!   answer within [`READY_TIMEOUT`]; 503 naming the one that does not.
 //! * `/metrics`: the Prometheus (OpenMetrics) exposition of [`Metrics`].
+//! * `POST /webhooks/bounces` ([`webhook`]), when `http.webhook_secret` or
+//!   `http.webhook_basic_auth` is set: bounces onto the suppression list.
 //!
 //! Failures answer `{"status":"fail","reason":"..."}` with status 503.
 
@@ -24,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 use crate::context::Context;
 use crate::liveness::Liveness;
 
+mod bounce;
+pub mod webhook;
+
 /// How long each readiness check may take.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -31,6 +36,8 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 struct AppState {
     ctx: Arc<Context>,
     liveness: Liveness,
+    /// How the bounce webhook checks its callers; None: the route is off.
+    webhook: Option<Arc<webhook::WebhookAuth>>,
 }
 
 /// Binds `addr` now (so a port in use is reported at start-up), then serves
@@ -42,12 +49,22 @@ pub async fn bind(
     stop: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = TcpListener::bind(addr).await?;
-    let app = Router::new()
+    let webhook = webhook::WebhookAuth::from_settings(&ctx.settings.http);
+    let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(AppState { ctx, liveness });
-    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+        .route("/metrics", get(metrics));
+    if webhook.is_some() {
+        app = app.route(webhook::PATH, axum::routing::post(webhook::bounces));
+        tracing::info!(%addr, "serving /healthz, /readyz, /metrics and POST {}", webhook::PATH);
+    } else {
+        tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+    }
+    let app = app.with_state(AppState {
+        ctx,
+        liveness,
+        webhook,
+    });
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

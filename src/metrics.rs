@@ -60,6 +60,8 @@ struct Inner {
     deferred_writes: Gauge,
     claim_skipped: Counter,
     source_problems: Family<ProblemLabel, Counter>,
+    suppressed: Counter,
+    webhook_requests: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -131,6 +133,18 @@ impl Default for Metrics {
             "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount",
             source_problems.clone(),
         );
+        let suppressed = Counter::default();
+        registry.register(
+            "suppressed",
+            "Reminders not sent because every recipient is on the suppression list (recorded skipped)",
+            suppressed.clone(),
+        );
+        let webhook_requests = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "webhook_requests",
+            "Requests to POST /webhooks/bounces by outcome: accepted, ignored, unauthorized, stale, replayed, bad_request, too_large, error",
+            webhook_requests.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -145,6 +159,8 @@ impl Default for Metrics {
                 deferred_writes,
                 claim_skipped,
                 source_problems,
+                suppressed,
+                webhook_requests,
             }),
         }
     }
@@ -182,6 +198,7 @@ impl Metrics {
                 .inc_by(u64::from(n));
         }
         m.claim_skipped.inc_by(u64::from(counts.skipped));
+        m.suppressed.inc_by(u64::from(counts.suppressed));
         if done {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -196,6 +213,14 @@ impl Metrics {
             .source_problems
             .get_or_create(&ProblemLabel { problem })
             .inc_by(u64::from(n));
+    }
+
+    /// One request to the bounce webhook ended with `outcome`.
+    pub fn webhook_request(&self, outcome: &'static str) {
+        self.inner
+            .webhook_requests
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     pub fn lock_acquisition(&self, result: &'static str) {

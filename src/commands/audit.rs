@@ -13,9 +13,12 @@ use crate::config::Settings;
 use crate::db;
 use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
 use crate::db::owed::{OwedReminder, OwedRow};
+use crate::db::suppressions::SkippedRow;
 
 /// How many missing invoices are listed (all are counted).
 const MISSING_LISTED: usize = 100;
+/// How many skipped reminders are listed (all are counted).
+const SKIPPED_LISTED: i64 = 100;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditReport {
@@ -28,6 +31,11 @@ pub struct AuditReport {
     /// `failed` rows (retried while their step is due) and rows
     /// `discarded` in the last 7 days.
     pub failed: Vec<FailedRow>,
+    /// Reminders recorded `skipped` in the last 7 days (every recipient
+    /// suppressed: `reason` "suppressed"), newest first. Not missing, not
+    /// failed: the step keeps its claim and is not tried again.
+    pub skipped_count: i64,
+    pub skipped: Vec<SkippedRow>,
     /// Unpaid, unpaused invoices whose due step has no reminder yet.
     pub missing_count: i64,
     pub missing: Vec<OwedReminder>,
@@ -68,6 +76,9 @@ pub async fn build_report(
     let missing_count = survey.owed.total_new;
     let problems = survey.problems;
     let (counts, sent_by_step) = db::audit::counts(pool).await.map_err(read())?;
+    let (skipped_count, skipped) = db::suppressions::skipped(pool, SKIPPED_LISTED)
+        .await
+        .map_err(read())?;
     Ok(AuditReport {
         duplicates: db::audit::duplicates(pool).await.map_err(read())?,
         unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
@@ -87,6 +98,8 @@ pub async fn build_report(
             })
             .collect(),
         failed: db::audit::failed(pool).await.map_err(read())?,
+        skipped_count,
+        skipped,
         missing_count,
         missing,
         counts,
@@ -189,6 +202,26 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
             f.status,
             f.attempts,
             f.last_error.as_deref().unwrap_or("")
+        );
+    }
+    outln!(
+        "skipped in the last 7 days (every recipient suppressed; `suppress list`): {}",
+        r.skipped_count
+    );
+    for s in &r.skipped {
+        outln!(
+            "  reminder {} invoice {} {}: {} (claimed {})",
+            s.reminder_id,
+            s.invoice_id,
+            s.period,
+            s.reason.as_deref().unwrap_or("skipped"),
+            s.claimed_at
+        );
+    }
+    if r.skipped_count > r.skipped.len() as i64 {
+        outln!(
+            "  ... and {} more",
+            r.skipped_count - r.skipped.len() as i64
         );
     }
     let problems = super::source_problems::SourceProblems {

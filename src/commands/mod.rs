@@ -21,6 +21,7 @@ mod run;
 mod run_once;
 mod source_problems;
 mod status;
+mod suppress;
 
 use std::process::ExitCode;
 
@@ -138,6 +139,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             };
             explain::explain(&settings, target, json).await
         }
+        Command::Suppress { action } => suppress::suppress(&settings, action).await,
     }
 }
 

@@ -224,6 +224,31 @@ mod tests {
     }
 
     #[test]
+    fn webhook_secrets_in_the_wrong_form_name_their_key_and_are_never_shown() {
+        for (key, bad) in [
+            ("WEBHOOK_SECRET", "s3cret-value"),
+            ("WEBHOOK_SECRET", "whsec_!!not-base64!!"),
+            ("WEBHOOK_BASIC_AUTH", "no-colon-here"),
+        ] {
+            let loaded = Settings::load(&ConfigSource {
+                path: None,
+                env: vec![(format!("INVOICE_REMINDER__HTTP__{key}"), bad.into())],
+            });
+            let e = loaded.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(&format!("http.{}", key.to_lowercase())), "{e}");
+            assert!(!e.contains(bad), "{e}");
+        }
+        let good = Settings::load(&ConfigSource {
+            path: None,
+            env: vec![(
+                "INVOICE_REMINDER__HTTP__WEBHOOK_SECRET".into(),
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            )],
+        });
+        assert!(good.is_ok_and(|s| s.http.webhook_enabled()));
+    }
+
+    #[test]
     fn application_name_fits_postgres_limit() {
         let long = "x".repeat(100);
         assert!(application_name(&long).len() <= 63);

@@ -91,6 +91,22 @@ pub struct HttpSettings {
     /// Where `/healthz`, `/readyz` and `/metrics` are served; None: off.
     #[serde(deserialize_with = "types::optional_socket_addr")]
     pub listen: Option<std::net::SocketAddr>,
+    /// The Standard Webhooks secret (`whsec_` and the base64 key) that
+    /// signs requests to `POST /webhooks/bounces`; None: signed requests
+    /// are refused (and, without `webhook_basic_auth`, the route is off).
+    #[serde(deserialize_with = "types::optional_secret")]
+    pub webhook_secret: Option<SecretString>,
+    /// `user:password` that Postmark's bounce webhook presents with HTTP
+    /// basic auth; None: such requests are refused.
+    #[serde(deserialize_with = "types::optional_secret")]
+    pub webhook_basic_auth: Option<SecretString>,
+}
+
+impl HttpSettings {
+    /// Whether `POST /webhooks/bounces` is served.
+    pub fn webhook_enabled(&self) -> bool {
+        self.webhook_secret.is_some() || self.webhook_basic_auth.is_some()
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -30,6 +30,7 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     lock(s)?;
     reminders(s)?;
     templates(s)?;
+    http(s)?;
     smtp(s)?;
     tracing_subscriber::EnvFilter::try_new(&s.log.level).map_err(|e| {
         ConfigError::new(
@@ -141,6 +142,37 @@ fn templates(s: &Settings) -> Result<(), ConfigError> {
             "company.support_email",
             format!("not a valid address {email:?}"),
         ));
+    }
+    Ok(())
+}
+
+/// The webhook's secrets are checked for their form only; neither value is
+/// ever part of an error.
+fn http(s: &Settings) -> Result<(), ConfigError> {
+    use secrecy::ExposeSecret as _;
+    if let Some(secret) = &s.http.webhook_secret {
+        let secret = secret.expose_secret().trim();
+        let key = secret.strip_prefix("whsec_").ok_or_else(|| {
+            ConfigError::new(
+                "http.webhook_secret",
+                "must be the Standard Webhooks form: whsec_ followed by the base64 key",
+            )
+        })?;
+        if key.is_empty() || standardwebhooks::Webhook::new(secret).is_err() {
+            return Err(ConfigError::new(
+                "http.webhook_secret",
+                "the part after whsec_ is not base64 (standard alphabet, with padding)",
+            ));
+        }
+    }
+    if let Some(auth) = &s.http.webhook_basic_auth {
+        let auth = auth.expose_secret();
+        if auth.split_once(':').is_none_or(|(user, _)| user.is_empty()) {
+            return Err(ConfigError::new(
+                "http.webhook_basic_auth",
+                "must be user:password",
+            ));
+        }
     }
     Ok(())
 }

@@ -46,7 +46,8 @@ pub async fn mark_started(
 /// still `sending` under `run_id` are touched, and an attempt is counted
 /// only if `attempts` is still what the claim saw: recording the same
 /// result twice counts it once. A `Failed` that used the last of
-/// `max_attempts` becomes `discarded`; a `Deferred` uses no attempt.
+/// `max_attempts` becomes `discarded`; a `Deferred` uses no attempt, nor
+/// does a `Skipped` (recorded `skipped`, its reason in `last_error`).
 pub async fn record_deliveries(
     db: &Db,
     run_id: i64,
@@ -82,6 +83,10 @@ pub async fn record_deliveries(
                 message_ids.push(None);
                 errors.push(Some(error.clone()));
             }
+            Delivery::Skipped { reason } => {
+                message_ids.push(None);
+                errors.push(Some(reason.label().to_owned()));
+            }
         }
     }
     // Each row finds its result by its position in the arrays (one
@@ -107,7 +112,7 @@ pub async fn record_deliveries(
                                THEN 'gave up after ' || v.after || ' attempts: ' || v.error
                            ELSE v.error END,
                        CASE WHEN v.kind = 'sent' THEN now() ELSE r.sent_at END
-                  FROM (SELECT k.*, CASE WHEN k.kind = 'deferred' THEN k.before ELSE k.before + 1 END AS after
+                  FROM (SELECT k.*, CASE WHEN k.kind IN ('deferred', 'skipped') THEN k.before ELSE k.before + 1 END AS after
                           FROM (SELECT ($3::text[])[p.i] AS kind, ($2::int[])[p.i] AS before,
                                        ($4::text[])[p.i] AS message_id, ($5::text[])[p.i] AS error
                                   FROM (SELECT array_position($1::bigint[], r.id) AS i) p) k) v)
@@ -132,6 +137,7 @@ pub async fn record_deliveries(
             "sent" => recorded.sent = recorded.sent.saturating_add(1),
             "failed" => recorded.failed = recorded.failed.saturating_add(1),
             "discarded" => recorded.discarded = recorded.discarded.saturating_add(1),
+            "skipped" => recorded.suppressed = recorded.suppressed.saturating_add(1),
             _ => recorded.unknown = recorded.unknown.saturating_add(1),
         }
     }

@@ -21,6 +21,7 @@ pub mod runs;
 pub mod seed;
 pub mod source;
 pub mod sql;
+pub mod suppressions;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use chrono_tz::Tz;

@@ -9,6 +9,11 @@
 //! never trusts "one row per key": keys are deduplicated before a claim,
 //! the claim itself refuses keys on several rows, and a reminder id that
 //! comes back twice is sent by neither copy.
+//!
+//! Each claimed batch is checked against the suppression list in one
+//! statement: a row whose recipients are all suppressed goes straight to
+//! the record stage (`skipped`, reason `suppressed`), never marked or sent;
+//! from a row with some of them suppressed, those are left out of `To`.
 
 use std::sync::Arc;
 
@@ -24,8 +29,11 @@ use crate::config::GroupBy;
 use crate::db;
 use crate::db::invoices::{OverdueKey, Owed, SourceRow};
 use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
-use crate::domain::{Claimed, Counts, InvoiceId, Letter, Problem, count_of};
+use crate::domain::{
+    Attempted, Claimed, Counts, Delivery, InvoiceId, Letter, Problem, SkipReason, count_of,
+};
 use crate::lock::LostReason;
+use crate::mail::message::parse_recipients;
 use crate::problems;
 use crate::stages::Window;
 
@@ -40,15 +48,19 @@ pub(super) struct Claimer {
     /// Customer mode: the customers this tick has handled (each gets one
     /// mail per tick; what did not fit waits for the next).
     handled: std::sync::Mutex<HashSet<String>>,
+    /// The record stage: claimed rows that are not sent at all (every
+    /// recipient suppressed) go straight there.
+    skipped: mpsc::Sender<Vec<Attempted>>,
 }
 
 impl Claimer {
-    pub fn new(p: Arc<Pipeline>) -> Self {
+    pub fn new(p: Arc<Pipeline>, skipped: mpsc::Sender<Vec<Attempted>>) -> Self {
         let windows = p.ctx().settings.reminders.stages.windows(p.today());
         Self {
             p,
             windows,
             handled: std::sync::Mutex::default(),
+            skipped,
         }
     }
 
@@ -178,7 +190,7 @@ impl Claimer {
             if rows.is_empty() {
                 return Ok(true);
             }
-            if !self.hand_on(batches, rows).await {
+            if !self.hand_on(batches, rows).await? {
                 return Ok(false);
             }
         }
@@ -345,12 +357,12 @@ impl Claimer {
             match self.claim_rows(window, &ids).await? {
                 Some(rows) => claimed.extend(rows),
                 None => {
-                    self.hand_on(batches, claimed).await;
+                    self.hand_on(batches, claimed).await?;
                     return Ok(false);
                 }
             }
         }
-        Ok(self.hand_on(batches, claimed).await)
+        self.hand_on(batches, claimed).await
     }
 
     /// Claims `ids` (distinct keys) for `window` and hands on what it took.
@@ -362,7 +374,7 @@ impl Claimer {
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
         match self.claim_rows(window, ids).await? {
-            Some(rows) => Ok(self.hand_on(batches, rows).await),
+            Some(rows) => self.hand_on(batches, rows).await,
             None => Ok(false),
         }
     }
@@ -418,11 +430,17 @@ impl Claimer {
         Ok(Some(rows))
     }
 
-    /// Checks claimed rows and passes the good ones to the marker; false if
-    /// the marker is gone. A row that fails its check now, or whose
-    /// reminder id came back more than once, is not sent: it frees its room
-    /// and the end of the run returns it.
-    async fn hand_on(&self, batches: &mpsc::Sender<Vec<Letter>>, rows: Vec<ClaimedRow>) -> bool {
+    /// Checks claimed rows and passes the good ones on, as letters;
+    /// Ok(false) if the marker is gone. A row that fails its check now, or
+    /// whose reminder id came back more than once, is not sent: it frees
+    /// its room and the end of the run returns it. Rows whose recipients
+    /// are all suppressed go to the record stage instead of the marker (see
+    /// [`Self::suppress`]).
+    async fn hand_on(
+        &self,
+        batches: &mpsc::Sender<Vec<Letter>>,
+        rows: Vec<ClaimedRow>,
+    ) -> Result<bool, TickError> {
         self.p.add(&Counts {
             claimed: count_of(rows.len()),
             ..Counts::default()
@@ -463,7 +481,15 @@ impl Claimer {
             }
         }
         self.p.bound().release(dropped);
-        batch.is_empty() || batches.send(self.letters(batch)).await.is_ok()
+        let batch = match self.suppress(batch).await {
+            Ok(batch) => batch,
+            Err((e, unsent)) => {
+                // Never marked: the end of the run returns them.
+                self.p.bound().release(unsent);
+                return Err(db_err("reading the suppression list")(e));
+            }
+        };
+        Ok(batch.is_empty() || batches.send(self.letters(batch)).await.is_ok())
     }
 
     /// Claimed rows as letters: one per row in invoice mode; in customer
@@ -502,6 +528,70 @@ impl Claimer {
             }
         }
         letters
+    }
+
+    /// Looks the batch's recipients up in the suppression list (one
+    /// statement) and returns the rows to send, each addressed to its
+    /// recipients that are not suppressed. Rows with none left are
+    /// recorded `skipped` (sent to the record stage, which frees their
+    /// room). On error, the number of rows dropped with it.
+    async fn suppress(&self, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sqlx::Error, usize)> {
+        let recipients: Vec<Vec<String>> = batch
+            .iter()
+            .map(|row| {
+                // The row passed its checks, so its cell parses.
+                parse_recipients(&row.customer.email)
+                    .map(|list| list.iter().map(ToString::to_string).collect())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut asked: Vec<String> = recipients.iter().flatten().cloned().collect();
+        asked.sort_unstable();
+        asked.dedup();
+        let suppressed: HashSet<String> =
+            db::suppressions::suppressed_among(&self.p.ctx().stages.claims, &asked)
+                .await
+                .map_err(|e| (e, batch.len()))?
+                .into_iter()
+                .collect();
+        if suppressed.is_empty() {
+            return Ok(batch);
+        }
+        let mut to_send = Vec::with_capacity(batch.len());
+        for (mut row, addresses) in batch.into_iter().zip(recipients) {
+            let kept: Vec<String> = addresses
+                .iter()
+                .filter(|a| !suppressed.contains(*a))
+                .cloned()
+                .collect();
+            if kept.len() == addresses.len() {
+                to_send.push(row);
+            } else if kept.is_empty() {
+                tracing::info!(invoice_id = %row.invoice.id, period = %row.period, "every recipient is suppressed; reminder skipped");
+                let skipped = Attempted {
+                    id: row.id,
+                    invoice: row.invoice.id,
+                    period: row.period,
+                    attempts_before: row.attempts,
+                    delivery: Delivery::Skipped {
+                        reason: SkipReason::Suppressed,
+                    },
+                };
+                if self.skipped.send(vec![skipped]).await.is_err() {
+                    // The record stage is gone: the end of the run returns it.
+                    self.p.bound().release(1);
+                }
+            } else {
+                tracing::debug!(
+                    invoice_id = %row.invoice.id,
+                    left_out = addresses.len().saturating_sub(kept.len()),
+                    "suppressed recipients left out of To"
+                );
+                row.customer.email = kept.join(", ");
+                to_send.push(row);
+            }
+        }
+        Ok(to_send)
     }
 
     /// How many rows the next claim may take: `batch_size`, or less near

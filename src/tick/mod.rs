@@ -359,6 +359,7 @@ async fn finish(
         skipped = counts.skipped,
         handed_back = counts.handed_back,
         source_problems = counts.source_problems,
+        suppressed = counts.suppressed,
         duration_ms = summary.duration_ms,
         "tick finished"
     );

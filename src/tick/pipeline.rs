@@ -250,9 +250,12 @@ impl Pipeline {
         let span = tracing::Span::current();
         let mut stages = JoinSet::new();
         let p = Arc::clone(self);
+        // Rows whose recipients are all suppressed go from the claim
+        // straight to the record stage, never marked or sent.
+        let skipped = to_record.clone();
         stages.spawn(
             async move {
-                let claimed = Claimer::new(p).run(&to_mark).await;
+                let claimed = Claimer::new(p, skipped).run(&to_mark).await;
                 drop(to_mark);
                 claimed
             }

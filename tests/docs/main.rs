@@ -39,6 +39,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.tick_worked(&Counts::default(), Duration::from_millis(1), true);
     metrics.lock_acquisition("acquired");
     metrics.source_problems("repeated_key", 1);
+    metrics.webhook_request("accepted");
     metrics
         .lock_renewals()
         .get_or_create(&invoice_reminder::metrics::ResultLabel { result: "renewed" })
@@ -511,4 +512,91 @@ fn every_statement_variable_the_readme_lists_exists() {
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+}
+
+/// The README's `curl` examples for the bounce webhook, run as written
+/// (only the port changed) against a real worker configured as the README
+/// says: both must be accepted and suppress their address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_bounce_webhook_curl_examples_are_accepted_by_a_real_worker() {
+    let examples: Vec<String> = blocks("sh")
+        .into_iter()
+        .filter(|b| b.contains("curl") && b.contains("/webhooks/bounces"))
+        .collect();
+    assert_eq!(examples.len(), 2, "the signed and the Postmark example");
+    let readme = readme();
+    let secret = readme
+        .split('\'')
+        .find(|s| s.starts_with("whsec_"))
+        .expect("the README's example secret")
+        .to_owned();
+    let world = common::World::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
+        .arg("--config")
+        .arg(common::default_config_path())
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .env("INVOICE_REMINDER__SCHEDULE__CRON", "0 0 0 1 1 *")
+        .env(
+            "INVOICE_REMINDER__HTTP__LISTEN",
+            format!("127.0.0.1:{port}"),
+        )
+        .env("INVOICE_REMINDER__HTTP__WEBHOOK_SECRET", &secret)
+        .env(
+            "INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH",
+            "postmark:change-me",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the worker");
+    common::wait_until("the worker listens", Duration::from_secs(20), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+
+    let mut answers = Vec::new();
+    for example in &examples {
+        let script = example.replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
+        let out = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("set -eu\n{script}"))
+            .current_dir(repo())
+            .output()
+            .await
+            .expect("run bash");
+        answers.push((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    let suppressed: Vec<(String, String)> =
+        sqlx::query_as("SELECT address, source FROM suppressions ORDER BY address")
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
+    let _ = worker.kill();
+    let _ = worker.wait();
+
+    for answer in &answers {
+        assert_eq!(answer.0, Some(0), "{answer:?}");
+        assert!(answer.1.contains(r#""outcome":"accepted""#), "{answer:?}");
+    }
+    assert_eq!(
+        suppressed,
+        vec![
+            ("ada@example.com".to_owned(), "webhook".to_owned()),
+            ("john@example.com".to_owned(), "postmark".to_owned()),
+        ]
+    );
 }

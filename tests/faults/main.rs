@@ -25,3 +25,4 @@ mod shutdown;
 mod smtp;
 mod soak;
 mod source;
+mod webhook;

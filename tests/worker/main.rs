@@ -19,6 +19,7 @@ mod relays;
 mod reliability;
 mod source;
 mod stages;
+mod suppression;
 mod templates;
 mod untrusted;
 mod upgrade;
