@@ -80,6 +80,7 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         &invoice,
         &customer,
         step,
+        &[],
         today,
     )
     .context("the reminder cannot be built")?;

@@ -5,7 +5,12 @@
 //! Every reminder has a deterministic `Message-ID:
 //! <invoice-{id}.{period}@{smtp.message_id_domain}>`, so the same reminder
 //! always carries the same id and mail systems can deduplicate, plus
-//! `X-Invoice-Id` and `X-Reminder-Period` headers. Customer data (names,
+//! `X-Invoice-Id` and `X-Reminder-Period` headers, and `Auto-Submitted:
+//! auto-generated` (RFC 3834: auto-responders do not answer it). A reminder
+//! that follows earlier ones threads under them: `In-Reply-To` the latest,
+//! `References` the earlier ones oldest first (at most [`MAX_REFERENCES`]).
+//! With `[smtp.dkim]` every message is signed last, over the finished
+//! headers (`super::dkim`). Customer data (names,
 //! invoice numbers) is stripped of control characters and length-limited
 //! before it reaches a header, and lettre encodes what remains, so CR/LF in
 //! a name can never start a new header. An address that does not parse is a
@@ -160,6 +165,39 @@ impl Header for XInvoiceId {
 }
 
 #[derive(Clone)]
+struct AutoSubmitted;
+
+impl Header for AutoSubmitted {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("Auto-Submitted")
+    }
+    fn parse(_: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Self)
+    }
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), "auto-generated".to_owned())
+    }
+}
+
+/// The most Message-IDs a `References` header lists: the first one (the
+/// thread's root) and the latest ones.
+pub const MAX_REFERENCES: usize = 10;
+
+/// `earlier` cut to [`MAX_REFERENCES`]: the root and the latest, in order.
+fn bounded_references(earlier: &[String]) -> Vec<&str> {
+    if earlier.len() <= MAX_REFERENCES {
+        return earlier.iter().map(String::as_str).collect();
+    }
+    let latest = earlier.len().saturating_sub(MAX_REFERENCES.saturating_sub(1));
+    earlier
+        .first()
+        .into_iter()
+        .chain(earlier.get(latest..).unwrap_or_default())
+        .map(String::as_str)
+        .collect()
+}
+
+#[derive(Clone)]
 struct XReminderPeriod(String);
 
 impl Header for XReminderPeriod {
@@ -175,13 +213,16 @@ impl Header for XReminderPeriod {
 }
 
 /// Builds the message for a rendered reminder about `invoice` to
-/// `customer`, keyed by `period` (the step).
+/// `customer`, keyed by `period` (the step). `earlier`: the Message-IDs
+/// (without angle brackets) of the reminders sent before it in its thread,
+/// oldest first.
 pub fn build_message(
     smtp: &SmtpSettings,
     reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
     period: &str,
+    earlier: &[String],
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let invoice_id = &invoice.id;
@@ -203,7 +244,18 @@ pub fn build_message(
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
         .header(XInvoiceId(id_token(invoice_id)))
-        .header(XReminderPeriod(period.to_owned()));
+        .header(XReminderPeriod(period.to_owned()))
+        .header(AutoSubmitted);
+    if let Some(latest) = earlier.last() {
+        let references = bounded_references(earlier)
+            .iter()
+            .map(|id| format!("<{id}>"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        builder = builder
+            .in_reply_to(format!("<{latest}>"))
+            .references(references);
+    }
     if let Some(reply_to) = reply_to {
         builder = builder.reply_to(reply_to.clone());
     }
@@ -212,10 +264,13 @@ pub fn build_message(
         Some(html) => builder.multipart(MultiPart::alternative_plain_html(rendered.text, html)),
         None => builder.header(ContentType::TEXT_PLAIN).body(rendered.text),
     };
-    let message = built.map_err(|e| MessageError::Build {
+    let mut message = built.map_err(|e| MessageError::Build {
         invoice_id: invoice_id.clone(),
         reason: e.to_string(),
     })?;
+    if let Some(dkim) = smtp.dkim.loaded() {
+        dkim.signer().sign(&mut message);
+    }
     Ok(OutgoingMail {
         invoice_id: invoice_id.clone(),
         message_id: id,
@@ -274,8 +329,20 @@ mod tests {
             &invoice(),
             &customer(name, email),
             "overdue",
+            &[],
             rendered(html),
         )
+    }
+
+    #[test]
+    fn references_keep_the_root_and_the_latest_when_there_are_too_many() {
+        let ids: Vec<String> = (1..=15).map(|i| format!("m{i}")).collect();
+        let kept = bounded_references(&ids);
+        assert_eq!(kept.len(), MAX_REFERENCES);
+        assert_eq!(kept.first(), Some(&"m1"));
+        assert_eq!(kept.get(1), Some(&"m7"));
+        assert_eq!(kept.last(), Some(&"m15"));
+        assert_eq!(bounded_references(&ids[..3]), vec!["m1", "m2", "m3"]);
     }
 
     #[test]

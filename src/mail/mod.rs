@@ -7,6 +7,7 @@
 //! it never reads the database and never decides what is owed.
 
 mod filters;
+pub mod dkim;
 pub mod format;
 mod links;
 pub mod message;
@@ -19,16 +20,18 @@ mod vars;
 use chrono::NaiveDate;
 
 use crate::config::SmtpSettings;
-use crate::domain::{Customer, Invoice};
+use crate::domain::{Customer, Invoice, MessageBytes, Proof};
 use crate::stages::{Stages, Step};
 
 pub use message::{MessageError, OutgoingMail, build_message, message_id};
 pub use smtp::Mailer;
 pub use templates::{Rendered, TemplateError, Templates};
-pub use transaction::{SendError, classify};
+pub use transaction::{Accepted, SendError, classify};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
-/// built: what the tick sends and what `preview` prints.
+/// built: what the tick sends and what `preview` prints. `earlier`: the
+/// Message-IDs of the thread's earlier reminders, oldest first.
+#[allow(clippy::too_many_arguments)]
 pub fn compose(
     templates: &Templates,
     stages: &Stages,
@@ -36,6 +39,7 @@ pub fn compose(
     invoice: &Invoice,
     customer: &Customer,
     step: &Step,
+    earlier: &[String],
     today: NaiveDate,
 ) -> Result<OutgoingMail, MessageError> {
     let stage = stages.stage(step);
@@ -51,6 +55,19 @@ pub fn compose(
         invoice,
         customer,
         &step.key,
+        earlier,
         rendered,
     )
+}
+
+/// The proof of acceptance of `mail`: the server's final reply and the
+/// SHA-256 of the exact bytes handed to DATA; with `archive`, the bytes too.
+pub fn proof(mail: &OutgoingMail, accepted: Accepted, archive: bool) -> Proof {
+    use sha2::Digest as _;
+    let bytes = mail.formatted();
+    Proof {
+        reply: accepted.reply,
+        sha256: sha2::Sha256::digest(bytes).into(),
+        archived: archive.then(|| MessageBytes(bytes.into())),
+    }
 }

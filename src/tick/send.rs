@@ -2,6 +2,10 @@
 //! at a time over the SMTP pool. Each send holds its row's place in the
 //! mark window until it ends; its result goes to the record stage.
 //!
+//! A sent message's proof (the server's reply, the SHA-256 of its bytes,
+//! and the bytes themselves with `archive.store = "database"`) goes with
+//! its result.
+//!
 //! Before every mail the tick's stop reasons are checked (and again once a
 //! connection is ours): a marked row that is not sent after all is returned
 //! at the end of the run, like a row never started.
@@ -14,6 +18,7 @@ use tokio::sync::mpsc;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
+use crate::config::ArchiveStore;
 use crate::domain::{Attempted, Claimed, Delivery};
 use crate::mail::{self, SendError};
 
@@ -84,9 +89,14 @@ impl Sender {
         // outlasted the lease.
         let may_start = || self.p.stop_reason().is_none();
         match ctx.mailer.send(&mail, &may_start).await {
-            Ok(()) => finished(Delivery::Sent {
-                message_id: mail.message_id,
-            }),
+            Ok(accepted) => {
+                let archive = ctx.settings.archive.store == ArchiveStore::Database;
+                let proof = mail::proof(&mail, accepted, archive);
+                finished(Delivery::Sent {
+                    message_id: mail.message_id,
+                    proof,
+                })
+            }
             Err(SendError::NotStarted) => self.not_sent(&row),
             Err(e @ SendError::LoginRefused { .. }) => {
                 if self.p.stop(Stop::SmtpAuth) {
@@ -123,6 +133,7 @@ impl Sender {
             &row.invoice,
             &row.customer,
             step,
+            &row.thread,
             self.p.today(),
         )
     }
