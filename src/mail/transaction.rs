@@ -196,8 +196,12 @@ pub(super) async fn transact(
         Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
     }
 
-    // From here on the server has (part of) the message.
-    match step(limit, conn.message(&mail.bytes)).await {
+    // From here on the server has (part of) the message. lettre ends DATA
+    // with CRLF "." CRLF itself: the message's own last CRLF is left to it,
+    // so the server receives exactly `mail.bytes` (the bytes hashed for the
+    // proof), not one empty line more.
+    let data = mail.bytes.strip_suffix(b"\r\n").unwrap_or(&mail.bytes);
+    match step(limit, conn.message(data)).await {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
