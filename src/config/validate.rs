@@ -223,7 +223,8 @@ fn dkim(d: &super::DkimSettings) -> Result<(), ConfigError> {
             format!("{}: {reason}", file.display()),
         )
     };
-    let pem = std::fs::read_to_string(file).map_err(|e| key_error(format!("cannot read it: {e}")))?;
+    let pem =
+        std::fs::read_to_string(file).map_err(|e| key_error(format!("cannot read it: {e}")))?;
     let dkim = crate::mail::dkim::Dkim::load(domain, selector, &pem).map_err(key_error)?;
     // A second validation of the same settings keeps the first signer.
     let _ = d.loaded.set(dkim);

@@ -53,6 +53,9 @@ pub struct ArchivedMessage {
     pub bytes: Vec<u8>,
 }
 
+/// `archived_at`, `sha256`, `size`, `compressed`.
+type ArchiveRow = (DateTime<Utc>, Vec<u8>, i32, Vec<u8>);
+
 /// Why an archived message cannot be given back.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
@@ -103,12 +106,10 @@ pub async fn archived_message(
     db: &Db,
     message_id: &str,
 ) -> Result<Option<ArchivedMessage>, ArchiveError> {
-    let row: Option<(DateTime<Utc>, Vec<u8>, i32, Vec<u8>)> = on_db!(db, |c| sqlx::query_as(
-        db.sql(
-            "SELECT archived_at, sha256, size, compressed FROM {ir}.message_archive
+    let row: Option<ArchiveRow> = on_db!(db, |c| sqlx::query_as(db.sql(
+        "SELECT archived_at, sha256, size, compressed FROM {ir}.message_archive
               WHERE message_id = $1"
-        )
-    )
+    ))
     .persistent(db.named())
     .bind(message_id)
     .fetch_optional(&mut *c)

@@ -74,9 +74,9 @@ pub async fn record_deliveries(
     let mut hashes = Vec::<Option<Vec<u8>>>::with_capacity(n);
     // Only when something is archived: otherwise empty arrays, whose every
     // element reads as NULL, and the archive insert inserts nothing.
-    let archiving = deliveries.iter().any(|a| {
-        matches!(&a.delivery, Delivery::Sent { proof, .. } if proof.archived.is_some())
-    });
+    let archiving = deliveries
+        .iter()
+        .any(|a| matches!(&a.delivery, Delivery::Sent { proof, .. } if proof.archived.is_some()));
     let (mut sizes, mut archived) = (Vec::<Option<i32>>::new(), Vec::<Option<Vec<u8>>>::new());
     for a in deliveries {
         ids.push(a.id);

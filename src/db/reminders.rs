@@ -113,11 +113,15 @@ macro_rules! thread_of {
         concat!(
             "ARRAY(SELECT t.message_id FROM (
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE p.invoice_id = ", $c, ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at, p.id LIMIT 1)
                  UNION
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE p.invoice_id = ", $c, ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at DESC, p.id DESC LIMIT 9)) t
               ORDER BY t.sent_at, t.id)"
         )

@@ -188,7 +188,9 @@ fn bounded_references(earlier: &[String]) -> Vec<&str> {
     if earlier.len() <= MAX_REFERENCES {
         return earlier.iter().map(String::as_str).collect();
     }
-    let latest = earlier.len().saturating_sub(MAX_REFERENCES.saturating_sub(1));
+    let latest = earlier
+        .len()
+        .saturating_sub(MAX_REFERENCES.saturating_sub(1));
     earlier
         .first()
         .into_iter()

@@ -6,8 +6,8 @@
 //! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
 //! it never reads the database and never decides what is owed.
 
-mod filters;
 pub mod dkim;
+mod filters;
 pub mod format;
 mod links;
 pub mod message;

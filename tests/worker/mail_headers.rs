@@ -32,12 +32,17 @@ async fn tick(world: &World) {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dkim").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/dkim")
+        .join(name)
 }
 
 /// A Message-ID header's value without its angle brackets.
 fn bare(id: &str) -> String {
-    id.trim().trim_start_matches('<').trim_end_matches('>').to_owned()
+    id.trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .to_owned()
 }
 
 #[tokio::test]
@@ -133,7 +138,11 @@ impl TestDns {
             .concat();
         for name in [name.to_owned(), format!("{name}.")] {
             let key = DomainKey::parse(value.as_bytes()).expect("the record parses as a DKIM key");
-            self.insert(name, Txt::from(key), Instant::now() + Duration::from_secs(3600));
+            self.insert(
+                name,
+                Txt::from(key),
+                Instant::now() + Duration::from_secs(3600),
+            );
         }
     }
 }
@@ -161,7 +170,12 @@ async fn a_reminder_signed_with(key_file: &str, algorithm: &str) {
     common::insert_overdue(world.pool(), 1).await;
     tick(&world).await;
     let out = common::cli(&world, &["dkim-record"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let record = common::stdout(&out);
     assert!(
         record.starts_with(&format!(
@@ -176,18 +190,35 @@ async fn a_reminder_signed_with(key_file: &str, algorithm: &str) {
     assert_eq!(mails.len(), 1);
     let mail = &mails[0];
     let signature = mail.header("DKIM-Signature").unwrap_or_default();
-    assert!(signature.contains(&format!("a={algorithm}-sha256")), "{signature}");
-    for header in ["from", "to", "subject", "date", "message-id", "auto-submitted", "content-type", "x-invoice-id"] {
+    assert!(
+        signature.contains(&format!("a={algorithm}-sha256")),
+        "{signature}"
+    );
+    for header in [
+        "from",
+        "to",
+        "subject",
+        "date",
+        "message-id",
+        "auto-submitted",
+        "content-type",
+        "x-invoice-id",
+    ] {
         assert!(
             signature.to_ascii_lowercase().contains(header),
             "{header} is not signed: {signature}"
         );
     }
-    assert_eq!(verify(&dns, mail.raw.as_bytes()).await, vec![DkimResult::Pass]);
+    assert_eq!(
+        verify(&dns, mail.raw.as_bytes()).await,
+        vec![DkimResult::Pass]
+    );
 
     let subject = format!("Subject: {}", mail.header("Subject").unwrap_or_default());
     assert!(mail.raw.contains(&subject), "{}", mail.raw);
-    let tampered = mail.raw.replacen(&subject, "Subject: Pay now to another account", 1);
+    let tampered = mail
+        .raw
+        .replacen(&subject, "Subject: Pay now to another account", 1);
     let results = verify(&dns, tampered.as_bytes()).await;
     assert!(
         matches!(results.as_slice(), [DkimResult::Fail(_)]),
@@ -214,8 +245,14 @@ async fn a_missing_unreadable_too_small_or_incomplete_dkim_key_exits_2_naming_th
     std::fs::write(&garbage, "not a key").unwrap();
     for (file, says) in [
         (Some(missing.display().to_string()), "cannot read"),
-        (Some(garbage.display().to_string()), "not an RSA or Ed25519 private key"),
-        (Some(fixture("rsa1024.pem").display().to_string()), "1024 bits"),
+        (
+            Some(garbage.display().to_string()),
+            "not an RSA or Ed25519 private key",
+        ),
+        (
+            Some(fixture("rsa1024.pem").display().to_string()),
+            "1024 bits",
+        ),
         (None, "missing"),
     ] {
         let mut world = World::new().await;

@@ -87,13 +87,18 @@ async fn with_the_archive_on_each_sent_message_is_kept_compressed_and_read_back_
     .fetch_one(world.pool())
     .await
     .unwrap();
-    assert!(compressed < size, "stored compressed: {compressed} of {size} bytes");
+    assert!(
+        compressed < size,
+        "stored compressed: {compressed} of {size} bytes"
+    );
 }
 
 #[tokio::test]
 async fn the_tick_deletes_archived_messages_older_than_keep_days_and_keeps_the_rest() {
     let mut world = World::new().await;
-    world.set("archive.store", "database").set("archive.keep_days", 30);
+    world
+        .set("archive.store", "database")
+        .set("archive.keep_days", 30);
     common::insert_overdue(world.pool(), 2).await;
     tick(&world).await;
     let ids: Vec<String> =
@@ -102,11 +107,13 @@ async fn the_tick_deletes_archived_messages_older_than_keep_days_and_keeps_the_r
             .await
             .unwrap();
     assert_eq!(ids.len(), 2);
-    sqlx::query("UPDATE message_archive SET archived_at = now() - interval '31 days' WHERE message_id = $1")
-        .bind(&ids[0])
-        .execute(world.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE message_archive SET archived_at = now() - interval '31 days' WHERE message_id = $1",
+    )
+    .bind(&ids[0])
+    .execute(world.pool())
+    .await
+    .unwrap();
 
     tick(&world).await;
 
@@ -170,5 +177,8 @@ async fn a_thousand_archived_reminders_take_less_than_two_kilobytes_each() {
         raw / count,
         compressed / count
     );
-    assert!(per_message < 2048, "{per_message} bytes per archived message");
+    assert!(
+        per_message < 2048,
+        "{per_message} bytes per archived message"
+    );
 }
