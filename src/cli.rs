@@ -165,6 +165,12 @@ pub enum Command {
         action: SuppressAction,
     },
 
+    /// Print the DNS TXT record to publish for [smtp.dkim]'s key:
+    /// `<selector>._domainkey.<domain> TXT "v=DKIM1; k=rsa; p=..."` (long
+    /// values cut into quoted strings of at most 255 characters). Exits 2
+    /// when DKIM is not configured.
+    DkimRecord,
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.

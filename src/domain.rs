@@ -116,6 +116,34 @@ pub struct Claimed {
     pub period: String,
     pub invoice: Invoice,
     pub customer: Customer,
+    /// Message-IDs of the reminders already sent for this invoice, oldest
+    /// first (at most the latest few): the thread this one continues.
+    pub thread: Vec<String>,
+}
+
+/// What the SMTP server said when it took a message, and what exactly it
+/// took: stored on the sent row (and, with `archive.store = "database"`,
+/// the message itself in the archive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proof {
+    /// The server's final reply to the message: `250 2.0.0 Ok: queued as 4F3X2`.
+    pub reply: String,
+    /// SHA-256 of the exact bytes handed to DATA (headers and body, before
+    /// SMTP's dot-stuffing and final `.`).
+    pub sha256: [u8; 32],
+    /// Those bytes, when they are to be archived.
+    pub archived: Option<MessageBytes>,
+}
+
+/// A sent message's bytes, shared without copying; `Debug` shows only the
+/// length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MessageBytes(pub std::sync::Arc<[u8]>);
+
+impl fmt::Debug for MessageBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MessageBytes({} bytes)", self.0.len())
+    }
 }
 
 /// The claimed reminders one message covers: one in invoice mode; in
@@ -137,7 +165,7 @@ impl Letter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
     /// The SMTP server accepted the message.
-    Sent { message_id: String },
+    Sent { message_id: String, proof: Proof },
     /// Transient failure: retried on a later tick while attempts remain.
     Failed { error: String },
     /// Not delivered because the SMTP server could not be reached at all:

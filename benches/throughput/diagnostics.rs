@@ -12,7 +12,7 @@ use invoice_reminder::db;
 use invoice_reminder::db::Db;
 use invoice_reminder::db::invoices::Owed;
 use invoice_reminder::domain::{
-    Amount, Attempted, Customer, Delivery, Invoice, InvoiceId, ReminderId,
+    Amount, Attempted, Customer, Delivery, Invoice, InvoiceId, Proof, ReminderId,
 };
 use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
@@ -154,6 +154,11 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                         attempts_before: c.attempts,
                         delivery: Delivery::Sent {
                             message_id: mail::message_id(&invoice, &c.period, "bench.test"),
+                            proof: Proof {
+                                reply: "250 2.0.0 Ok: queued".to_owned(),
+                                sha256: [0; 32],
+                                archived: None,
+                            },
                         },
                         invoice,
                     }
@@ -238,6 +243,7 @@ fn compose(
         invoice,
         customer,
         step,
+        &[],
         today,
     )
     .expect("message")

@@ -140,7 +140,21 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             explain::explain(&settings, target, json).await
         }
         Command::Suppress { action } => suppress::suppress(&settings, action).await,
+        Command::DkimRecord => dkim_record(&settings),
     }
+}
+
+/// Prints the DNS record for `[smtp.dkim]`'s key (loaded and checked with
+/// the settings); usage error when DKIM is off.
+fn dkim_record(settings: &Settings) -> anyhow::Result<ExitCode> {
+    let Some(dkim) = settings.smtp.dkim.loaded() else {
+        return Err(UsageError(
+            "DKIM is not configured: set smtp.dkim.domain, smtp.dkim.selector and smtp.dkim.private_key_file".to_owned(),
+        )
+        .into());
+    };
+    outln!("{}", dkim.txt_record());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Checks `source.relation` against the source contract: a relation that

@@ -94,6 +94,7 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         &invoice,
         &customer,
         step,
+        &[],
         today,
     )
     .context("the reminder cannot be built")?;
@@ -210,6 +211,7 @@ async fn preview_statement(
         &lines,
         &first_customer,
         message_id,
+        &[],
         today,
     )
     .context("the statement cannot be built")?;

@@ -109,6 +109,7 @@ pub struct Settings {
     pub company: CompanySettings,
     pub http: HttpSettings,
     pub smtp: SmtpSettings,
+    pub archive: ArchiveSettings,
     pub log: LogSettings,
     pub shutdown: ShutdownSettings,
 }

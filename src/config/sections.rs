@@ -4,6 +4,7 @@
 //! from two places.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -249,6 +250,53 @@ pub struct SmtpSettings {
     /// At most this many messages started per second per replica; None: no limit (0).
     #[serde(deserialize_with = "types::zero_is_none")]
     pub max_per_second: Option<u32>,
+    /// `[smtp.dkim]`: signing every message; off while all three keys are empty.
+    pub dkim: DkimSettings,
+}
+
+/// `[smtp.dkim]`. Validation reads and checks the key once (exit 2 naming
+/// `smtp.dkim.private_key_file`) and keeps the signer built from it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DkimSettings {
+    /// `d=`: the domain that vouches for the message (usually `smtp.from`'s).
+    #[serde(deserialize_with = "types::optional_string")]
+    pub domain: Option<String>,
+    /// `s=`: the DNS record is `<selector>._domainkey.<domain>`.
+    #[serde(deserialize_with = "types::optional_string")]
+    pub selector: Option<String>,
+    /// PEM: RSA (2048 bits or more) or Ed25519.
+    #[serde(deserialize_with = "types::optional_path")]
+    pub private_key_file: Option<PathBuf>,
+    /// Set once by validation when DKIM is on; shared by every clone.
+    #[serde(skip)]
+    pub(super) loaded: Arc<OnceLock<crate::mail::dkim::Dkim>>,
+}
+
+impl DkimSettings {
+    /// The key and the signer, when DKIM is on.
+    pub fn loaded(&self) -> Option<&crate::mail::dkim::Dkim> {
+        self.loaded.get()
+    }
+}
+
+/// `[archive]`: keeping each sent message's bytes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveSettings {
+    pub store: ArchiveStore,
+    /// Archived messages older than this many days are deleted by the tick.
+    pub keep_days: u32,
+}
+
+/// Where sent messages are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArchiveStore {
+    /// Nowhere: only the reply and the SHA-256 on the reminder row.
+    None,
+    /// Compressed, in a table of their own (`message_archive`).
+    Database,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

@@ -32,6 +32,9 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     templates(s)?;
     http(s)?;
     smtp(s)?;
+    if s.archive.keep_days == 0 {
+        return Err(ConfigError::new("archive.keep_days", "must be at least 1"));
+    }
     tracing_subscriber::EnvFilter::try_new(&s.log.level).map_err(|e| {
         ConfigError::new(
             "log.level",
@@ -207,6 +210,66 @@ fn smtp(s: &Settings) -> Result<(), ConfigError> {
             "smtp.username and smtp.password must be set together",
         ));
     }
+    dkim(&smtp.dkim)
+}
+
+/// `[smtp.dkim]`: all three keys or none; the key file is read and checked
+/// here, once, and the signer kept.
+fn dkim(d: &super::DkimSettings) -> Result<(), ConfigError> {
+    let (domain, selector, file) = match (&d.domain, &d.selector, &d.private_key_file) {
+        (None, None, None) => return Ok(()),
+        (Some(domain), Some(selector), Some(file)) => (domain, selector, file),
+        (_, _, None) => {
+            return Err(ConfigError::new(
+                "smtp.dkim.private_key_file",
+                "missing: smtp.dkim.domain, smtp.dkim.selector and smtp.dkim.private_key_file are set together",
+            ));
+        }
+        (None, _, _) => {
+            return Err(ConfigError::new(
+                "smtp.dkim.domain",
+                "missing: smtp.dkim.domain, smtp.dkim.selector and smtp.dkim.private_key_file are set together",
+            ));
+        }
+        (_, None, _) => {
+            return Err(ConfigError::new(
+                "smtp.dkim.selector",
+                "missing: smtp.dkim.domain, smtp.dkim.selector and smtp.dkim.private_key_file are set together",
+            ));
+        }
+    };
+    let plausible = |s: &str| {
+        !s.is_empty()
+            && s.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            })
+    };
+    if !plausible(domain) {
+        return Err(ConfigError::new(
+            "smtp.dkim.domain",
+            format!("{domain:?} is not a domain name"),
+        ));
+    }
+    if !plausible(selector) {
+        return Err(ConfigError::new(
+            "smtp.dkim.selector",
+            format!("{selector:?} is not a DNS label"),
+        ));
+    }
+    let key_error = |reason: String| {
+        ConfigError::new(
+            "smtp.dkim.private_key_file",
+            format!("{}: {reason}", file.display()),
+        )
+    };
+    let pem =
+        std::fs::read_to_string(file).map_err(|e| key_error(format!("cannot read it: {e}")))?;
+    let dkim = crate::mail::dkim::Dkim::load(domain, selector, &pem).map_err(key_error)?;
+    // A second validation of the same settings keeps the first signer.
+    let _ = d.loaded.set(dkim);
     Ok(())
 }
 

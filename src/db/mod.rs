@@ -6,6 +6,7 @@
 //! The claim protocol (`reminders`) is the heart of the project; read its
 //! module docs first.
 
+pub mod archive;
 pub mod audit;
 pub mod conn;
 pub mod customers;

@@ -132,6 +132,31 @@ macro_rules! backoff_over {
 }
 pub(crate) use backoff_over;
 
+/// The Message-IDs of the reminders sent for the invoice of claimed row
+/// `$c` (its `invoice_id`), oldest first: the first one (the thread's root)
+/// and the latest nine, for `In-Reply-To` and `References`. Read in the
+/// claim's own statement (no round trip per message), through the unique
+/// index's `invoice_id` prefix.
+macro_rules! thread_of {
+    ($c:literal) => {
+        concat!(
+            "ARRAY(SELECT t.message_id FROM (
+                 (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
+                   WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   ORDER BY p.sent_at, p.id LIMIT 1)
+                 UNION
+                 (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
+                   WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   ORDER BY p.sent_at DESC, p.id DESC LIMIT 9)) t
+              ORDER BY t.sent_at, t.id)"
+        )
+    };
+}
+
 /// A row a claim took, with the source row it was claimed from (read in
 /// the claim's own statement, unchecked).
 #[derive(Debug, Clone, FromRow)]
@@ -142,6 +167,8 @@ pub struct ClaimedRow {
     pub attempts: i32,
     /// The step claimed.
     pub period: String,
+    /// Message-IDs already sent for the invoice, oldest first (bounded).
+    pub thread: Vec<String>,
     #[sqlx(flatten)]
     pub source: SourceRow,
 }
@@ -163,6 +190,7 @@ struct ClaimResult {
     reminder_id: Option<ReminderId>,
     attempts: Option<i32>,
     period: Option<String>,
+    thread: Option<Vec<String>>,
     repeated: bool,
     #[sqlx(flatten)]
     source: SourceRow,
@@ -180,9 +208,13 @@ impl Claim {
         let mut owed: HashMap<InvoiceId, SourceRow> = HashMap::new();
         for r in results {
             match (r.reminder_id, r.attempts, r.period) {
-                (Some(id), Some(attempts), Some(period)) => {
-                    claimed.push((id, attempts, period, r.source.invoice_id))
-                }
+                (Some(id), Some(attempts), Some(period)) => claimed.push((
+                    id,
+                    attempts,
+                    period,
+                    r.thread.unwrap_or_default(),
+                    r.source.invoice_id,
+                )),
                 _ if r.repeated => claim.repeated.push(r.source),
                 _ => {
                     if let Some(key) = r.source.invoice_id.clone() {
@@ -191,13 +223,14 @@ impl Claim {
                 }
             }
         }
-        for (id, attempts, period, key) in claimed {
+        for (id, attempts, period, thread, key) in claimed {
             // The claim inserted only keys of `owed`, each on one row.
             if let Some(source) = key.and_then(|k| owed.get(&k)).cloned() {
                 claim.claimed.push(ClaimedRow {
                     id,
                     attempts,
                     period,
+                    thread,
                     source,
                 });
             }
@@ -255,16 +288,18 @@ pub async fn claim_batch(
              ON CONFLICT (invoice_id, period) DO NOTHING
              RETURNING id, invoice_id, attempts, period
          )
-         SELECT c.id AS reminder_id, c.attempts, c.period, false AS repeated, c.invoice_id,
+         SELECT c.id AS reminder_id, c.attempts, c.period, ",
+        thread_of!("c"),
+        " AS thread, false AS repeated, c.invoice_id,
                 NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
                 NULL AS currency, NULL::date AS due_date, NULL AS payment_url,
                 NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale,
                 NULL AS customer_id
            FROM claimed c
          UNION ALL
-         SELECT NULL, NULL, NULL, false, o.* FROM owed o
+         SELECT NULL, NULL, NULL, NULL, false, o.* FROM owed o
          UNION ALL
-         SELECT NULL, NULL, NULL, true, ",
+         SELECT NULL, NULL, NULL, NULL, true, ",
         source_columns!(),
         " FROM keyed s WHERE s.copies > 1"
     ));
@@ -332,6 +367,8 @@ pub async fn reclaim_failed(
              RETURNING r.id, r.invoice_id, r.attempts, r.period
          )
          SELECT c.id AS reminder_id, c.attempts, c.period, ",
+        thread_of!("c"),
+        " AS thread, ",
         source_columns!(),
         " FROM claimed c JOIN {src} s ON s.invoice_id::text = c.invoice_id
           ORDER BY c.invoice_id"

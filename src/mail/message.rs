@@ -5,7 +5,12 @@
 //! Every reminder has a deterministic `Message-ID:
 //! <invoice-{id}.{period}@{smtp.message_id_domain}>`, so the same reminder
 //! always carries the same id and mail systems can deduplicate, plus
-//! `X-Invoice-Id` and `X-Reminder-Period` headers. Customer data (names,
+//! `X-Invoice-Id` and `X-Reminder-Period` headers, and `Auto-Submitted:
+//! auto-generated` (RFC 3834: auto-responders do not answer it). A reminder
+//! that follows earlier ones threads under them: `In-Reply-To` the latest,
+//! `References` the earlier ones oldest first (at most [`MAX_REFERENCES`]).
+//! With `[smtp.dkim]` every message is signed last, over the finished
+//! headers (`super::dkim`). Customer data (names,
 //! invoice numbers) is stripped of control characters and length-limited
 //! before it reaches a header, and lettre encodes what remains, so CR/LF in
 //! a name can never start a new header. An address that does not parse is a
@@ -15,7 +20,7 @@
 use lettre::Address;
 use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
-use lettre::message::{Mailbox, Message, MultiPart};
+use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart};
 
 use super::templates::{MAX_NAME_CHARS, Rendered};
 use crate::config::SmtpSettings;
@@ -160,6 +165,41 @@ impl Header for XInvoiceId {
 }
 
 #[derive(Clone)]
+struct AutoSubmitted;
+
+impl Header for AutoSubmitted {
+    fn name() -> HeaderName {
+        HeaderName::new_from_ascii_str("Auto-Submitted")
+    }
+    fn parse(_: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(Self)
+    }
+    fn display(&self) -> HeaderValue {
+        HeaderValue::new(Self::name(), "auto-generated".to_owned())
+    }
+}
+
+/// The most Message-IDs a `References` header lists: the first one (the
+/// thread's root) and the latest ones.
+pub const MAX_REFERENCES: usize = 10;
+
+/// `earlier` cut to [`MAX_REFERENCES`]: the root and the latest, in order.
+fn bounded_references(earlier: &[String]) -> Vec<&str> {
+    if earlier.len() <= MAX_REFERENCES {
+        return earlier.iter().map(String::as_str).collect();
+    }
+    let latest = earlier
+        .len()
+        .saturating_sub(MAX_REFERENCES.saturating_sub(1));
+    earlier
+        .first()
+        .into_iter()
+        .chain(earlier.get(latest..).unwrap_or_default())
+        .map(String::as_str)
+        .collect()
+}
+
+#[derive(Clone)]
 struct XReminderPeriod(String);
 
 impl Header for XReminderPeriod {
@@ -174,14 +214,43 @@ impl Header for XReminderPeriod {
     }
 }
 
+/// `part` as the message's raw body under a `Content-Type` header of the
+/// message's own. lettre writes a multipart body's `Content-Type` as part of
+/// the body, after the headers it signs: the DKIM signature would then say
+/// the message has no `Content-Type` and every verifier would fail it.
+/// Lifted into the headers, it is signed like the others. (Only with DKIM:
+/// the bytes of unsigned messages stay as they were.)
+fn lifted(builder: MessageBuilder, part: &MultiPart) -> Result<Message, String> {
+    let formatted = part.formatted();
+    let split = formatted
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("the multipart body has no header block")?;
+    let (head, body) = formatted.split_at(split);
+    let body = body.get(4..).unwrap_or_default().to_vec();
+    let head = String::from_utf8_lossy(head).replace("\r\n", "");
+    let value = head
+        .strip_prefix("Content-Type:")
+        .ok_or("the multipart body does not start with its Content-Type")?
+        .trim();
+    let content_type = ContentType::parse(value).map_err(|e| e.to_string())?;
+    builder
+        .header(content_type)
+        .body(Body::new(body))
+        .map_err(|e| e.to_string())
+}
+
 /// Builds the message for a rendered reminder about `invoice` to
-/// `customer`, keyed by `period` (the step).
+/// `customer`, keyed by `period` (the step). `earlier`: the Message-IDs
+/// (without angle brackets) of the reminders sent before it in its thread,
+/// oldest first.
 pub fn build_message(
     smtp: &SmtpSettings,
     reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
     period: &str,
+    earlier: &[String],
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let id = message_id(&invoice.id, period, &smtp.message_id_domain);
@@ -190,6 +259,7 @@ pub fn build_message(
         message_id: id,
         invoice_header: id_token(&invoice.id),
         period_header: period.to_owned(),
+        earlier,
     };
     build(smtp, reply_to, customer, keys, rendered)
 }
@@ -204,14 +274,17 @@ pub fn statement_message_id(customer_id: &str, first_reminder: i64, domain: &str
 }
 
 /// Builds a statement: `invoices` (with their steps, in order) to
-/// `customer`, under `message_id`. `X-Invoice-Id` and `X-Reminder-Period`
-/// list every invoice and step, comma-separated, in the same order.
+/// `customer`, under `message_id`, threaded under `earlier` (the
+/// customer's earlier statements, oldest first). `X-Invoice-Id` and
+/// `X-Reminder-Period` list every invoice and step, comma-separated, in the
+/// same order.
 pub fn build_statement(
     smtp: &SmtpSettings,
     reply_to: Option<&Mailbox>,
     invoices: &[(&Invoice, &str)],
     customer: &Customer,
     message_id: String,
+    earlier: &[String],
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let Some((first, _)) = invoices.first() else {
@@ -227,6 +300,7 @@ pub fn build_statement(
         message_id,
         invoice_header: tokens.join(", "),
         period_header: periods.join(", "),
+        earlier,
     };
     build(smtp, reply_to, customer, keys, rendered)
 }
@@ -238,6 +312,8 @@ struct MailKeys<'a> {
     message_id: String,
     invoice_header: String,
     period_header: String,
+    /// The thread's earlier Message-IDs, oldest first.
+    earlier: &'a [String],
 }
 
 fn build(
@@ -266,19 +342,43 @@ fn build(
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
         .header(XInvoiceId(keys.invoice_header))
-        .header(XReminderPeriod(keys.period_header));
+        .header(XReminderPeriod(keys.period_header))
+        .header(AutoSubmitted);
+    if let Some(latest) = keys.earlier.last() {
+        let references = bounded_references(keys.earlier)
+            .iter()
+            .map(|id| format!("<{id}>"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        builder = builder
+            .in_reply_to(format!("<{latest}>"))
+            .references(references);
+    }
     if let Some(reply_to) = reply_to {
         builder = builder.reply_to(reply_to.clone());
     }
     let built = match rendered.html {
         // Text first, HTML second: clients show the last part they can.
-        Some(html) => builder.multipart(MultiPart::alternative_plain_html(rendered.text, html)),
-        None => builder.header(ContentType::TEXT_PLAIN).body(rendered.text),
+        Some(html) => {
+            let part = MultiPart::alternative_plain_html(rendered.text, html);
+            if smtp.dkim.loaded().is_some() {
+                lifted(builder, &part)
+            } else {
+                builder.multipart(part).map_err(|e| e.to_string())
+            }
+        }
+        None => builder
+            .header(ContentType::TEXT_PLAIN)
+            .body(rendered.text)
+            .map_err(|e| e.to_string()),
     };
-    let message = built.map_err(|e| MessageError::Build {
+    let mut message = built.map_err(|reason| MessageError::Build {
         invoice_id: invoice_id.clone(),
-        reason: e.to_string(),
+        reason,
     })?;
+    if let Some(dkim) = smtp.dkim.loaded() {
+        dkim.signer().sign(&mut message);
+    }
     Ok(OutgoingMail {
         invoice_id: invoice_id.clone(),
         message_id: id,
@@ -338,8 +438,20 @@ mod tests {
             &invoice(),
             &customer(name, email),
             "overdue",
+            &[],
             rendered(html),
         )
+    }
+
+    #[test]
+    fn references_keep_the_root_and_the_latest_when_there_are_too_many() {
+        let ids: Vec<String> = (1..=15).map(|i| format!("m{i}")).collect();
+        let kept = bounded_references(&ids);
+        assert_eq!(kept.len(), MAX_REFERENCES);
+        assert_eq!(kept.first(), Some(&"m1"));
+        assert_eq!(kept.get(1), Some(&"m7"));
+        assert_eq!(kept.last(), Some(&"m15"));
+        assert_eq!(bounded_references(&ids[..3]), vec!["m1", "m2", "m3"]);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
 //! it never reads the database and never decides what is owed.
 
+pub mod dkim;
 mod filters;
 pub mod format;
 mod links;
@@ -20,7 +21,7 @@ mod vars;
 use chrono::NaiveDate;
 
 use crate::config::SmtpSettings;
-use crate::domain::{Customer, Invoice};
+use crate::domain::{Customer, Invoice, MessageBytes, Proof};
 use crate::stages::{Stages, Step};
 
 pub use message::{
@@ -28,10 +29,12 @@ pub use message::{
 };
 pub use smtp::Mailer;
 pub use templates::{Rendered, TemplateError, Templates};
-pub use transaction::{SendError, classify};
+pub use transaction::{Accepted, SendError, classify};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
-/// built: what the tick sends and what `preview` prints.
+/// built: what the tick sends and what `preview` prints. `earlier`: the
+/// Message-IDs of the thread's earlier reminders, oldest first.
+#[allow(clippy::too_many_arguments)]
 pub fn compose(
     templates: &Templates,
     stages: &Stages,
@@ -39,6 +42,7 @@ pub fn compose(
     invoice: &Invoice,
     customer: &Customer,
     step: &Step,
+    earlier: &[String],
     today: NaiveDate,
 ) -> Result<OutgoingMail, MessageError> {
     let stage = stages.stage(step);
@@ -54,13 +58,15 @@ pub fn compose(
         invoice,
         customer,
         &step.key,
+        earlier,
         rendered,
     )
 }
 
 /// The statement listing `lines` to `customer` (customer mode), rendered
-/// and built under `message_id`: what the tick sends and what
-/// `preview --customer` prints.
+/// and built under `message_id`, threaded under `earlier`: what the tick
+/// sends and what `preview --customer` prints.
+#[allow(clippy::too_many_arguments)]
 pub fn compose_statement(
     templates: &Templates,
     stages: &Stages,
@@ -68,6 +74,7 @@ pub fn compose_statement(
     lines: &[statement::Line<'_>],
     customer: &Customer,
     message_id: String,
+    earlier: &[String],
     today: NaiveDate,
 ) -> Result<OutgoingMail, MessageError> {
     let first = lines
@@ -90,6 +97,19 @@ pub fn compose_statement(
         &invoices,
         customer,
         message_id,
+        earlier,
         rendered,
     )
+}
+
+/// The proof of acceptance of `mail`: the server's final reply and the
+/// SHA-256 of the exact bytes handed to DATA; with `archive`, the bytes too.
+pub fn proof(mail: &OutgoingMail, accepted: Accepted, archive: bool) -> Proof {
+    use sha2::Digest as _;
+    let bytes = mail.formatted();
+    Proof {
+        reply: accepted.reply,
+        sha256: sha2::Sha256::digest(bytes).into(),
+        archived: archive.then(|| MessageBytes(bytes.into())),
+    }
 }

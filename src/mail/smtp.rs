@@ -28,7 +28,7 @@ use tokio::time::{Instant, timeout};
 
 use super::OutgoingMail;
 use super::pool::{Pool, Pooled};
-use super::transaction::{SendError, transact};
+use super::transaction::{Accepted, SendError, transact};
 use crate::config::{SmtpSettings, SmtpTls};
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
@@ -113,13 +113,14 @@ impl Mailer {
     }
 
     /// Sends one message, if `may_start` still allows it once a connection
-    /// is ours (checked again there: waiting for one may take a while). See
-    /// `transaction` for what each error means.
+    /// is ours (checked again there: waiting for one may take a while), and
+    /// returns the server's final reply. See `transaction` for what each
+    /// error means.
     pub async fn send(
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
-    ) -> Result<(), SendError> {
+    ) -> Result<Accepted, SendError> {
         let started = Instant::now();
         let result = self.send_once(mail, may_start).await;
         self.inner
@@ -132,7 +133,7 @@ impl Mailer {
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
-    ) -> Result<(), SendError> {
+    ) -> Result<Accepted, SendError> {
         let pool = &self.inner.pool;
         let limit = self.inner.settings.timeout;
         loop {
@@ -209,7 +210,11 @@ impl Mailer {
 
     /// One transaction on `pooled`, which goes back to the pool if it can
     /// be reused and is closed (no longer counted open) otherwise.
-    async fn transact(&self, mut pooled: Pooled, mail: &OutgoingMail) -> Result<(), SendError> {
+    async fn transact(
+        &self,
+        mut pooled: Pooled,
+        mail: &OutgoingMail,
+    ) -> Result<Accepted, SendError> {
         let (result, reusable) = transact(
             &mut pooled.conn,
             pooled.pipelining,

@@ -18,6 +18,10 @@
 //! earlier command was not, the connection is dropped without a body (the
 //! server then delivers nothing).
 //!
+//! On success the server's final reply to the message (`250 2.0.0 Ok:
+//! queued as 4F3X2`) is kept as [`Accepted::reply`]: the proof of
+//! acceptance stored on the row.
+//!
 //! [`classify`] turns each of these into the [`Delivery`] that is recorded.
 
 use std::time::Duration;
@@ -29,6 +33,28 @@ use tokio::time::timeout;
 
 use super::OutgoingMail;
 use crate::domain::{Delivery, InvoiceId};
+
+/// The server took the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// Its final reply to the message, code and text: `250 2.0.0 Ok: queued
+    /// as 4F3X2` (the lines of a multi-line reply joined by spaces).
+    pub reply: String,
+}
+
+impl Accepted {
+    fn from_response(response: &lettre::transport::smtp::response::Response) -> Self {
+        let text: Vec<&str> = response.message().map(str::trim).collect();
+        let code = response.code();
+        Self {
+            reply: if text.is_empty() {
+                code.to_string()
+            } else {
+                format!("{code} {}", text.join(" "))
+            },
+        }
+    }
+}
 
 /// What happened to a message the server may or may not have.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +128,7 @@ pub(super) async fn transact(
     pipelining: bool,
     mail: &OutgoingMail,
     limit: Duration,
-) -> (Result<(), SendError>, bool) {
+) -> (Result<Accepted, SendError>, bool) {
     let before_data = |e: StepError| match e {
         StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
             reason: e.to_string(),
@@ -170,9 +196,13 @@ pub(super) async fn transact(
         Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
     }
 
-    // From here on the server has (part of) the message.
-    match step(limit, conn.message(&mail.bytes)).await {
-        Ok(_) => (Ok(()), true),
+    // From here on the server has (part of) the message. lettre ends DATA
+    // with CRLF "." CRLF itself: the message's own last CRLF is left to it,
+    // so the server receives exactly `mail.bytes` (the bytes hashed for the
+    // proof), not one empty line more.
+    let data = mail.bytes.strip_suffix(b"\r\n").unwrap_or(&mail.bytes);
+    match step(limit, conn.message(data)).await {
+        Ok(response) => (Ok(Accepted::from_response(&response)), true),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
                 reason: e.to_string(),

@@ -93,7 +93,8 @@ impl Claimer {
     }
 
     /// Retires failed rows that will never be sent, returns the unstarted
-    /// rows of runs that are over, and (when configured) unknown rows for
+    /// rows of runs that are over, deletes archived messages past
+    /// `archive.keep_days`, and (when configured) returns unknown rows for
     /// resending.
     async fn tidy_up(&self) -> Result<(), TickError> {
         let s = &self.p.ctx().settings.reminders;
@@ -120,6 +121,17 @@ impl Claimer {
             tracing::info!(
                 returned,
                 "rows claimed by runs that are over, never started, were returned"
+            );
+        }
+        let keep_days = self.p.ctx().settings.archive.keep_days;
+        let expired = db::archive::delete_expired(database, keep_days)
+            .await
+            .map_err(db_err("deleting archived messages past archive.keep_days"))?;
+        if expired > 0 {
+            tracing::info!(
+                expired,
+                keep_days,
+                "archived messages past archive.keep_days were deleted"
             );
         }
         if let Some(after) = s.resend_unknown_after {
@@ -471,6 +483,7 @@ impl Claimer {
                     period: row.period,
                     invoice,
                     customer,
+                    thread: row.thread,
                 }),
                 Err((problem, first)) => {
                     if first {

@@ -237,7 +237,7 @@ impl Deferred {
             for row in &d.rows {
                 unwritten += 1;
                 let message_id = match &row.delivery {
-                    Delivery::Sent { message_id } => message_id.clone(),
+                    Delivery::Sent { message_id, .. } => message_id.clone(),
                     _ => mail::message_id(&row.invoice, &row.period, message_id_domain),
                 };
                 tracing::error!(

@@ -2,6 +2,10 @@
 //! at a time over the SMTP pool. Each send holds its row's place in the
 //! mark window until it ends; its result goes to the record stage.
 //!
+//! A sent message's proof (the server's reply, the SHA-256 of its bytes,
+//! and the bytes themselves with `archive.store = "database"`) goes with
+//! its result.
+//!
 //! Before every mail the tick's stop reasons are checked (and again once a
 //! connection is ours): a marked row that is not sent after all is returned
 //! at the end of the run, like a row never started.
@@ -14,7 +18,7 @@ use tokio::sync::mpsc;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
-use crate::config::GroupBy;
+use crate::config::{ArchiveStore, GroupBy};
 use crate::domain::{Attempted, Claimed, Delivery, Letter};
 use crate::mail::{self, SendError};
 
@@ -93,9 +97,14 @@ impl Sender {
         // outlasted the lease.
         let may_start = || self.p.stop_reason().is_none();
         match ctx.mailer.send(&mail, &may_start).await {
-            Ok(()) => finished(Delivery::Sent {
-                message_id: mail.message_id,
-            }),
+            Ok(accepted) => {
+                let archive = ctx.settings.archive.store == ArchiveStore::Database;
+                let proof = mail::proof(&mail, accepted, archive);
+                finished(Delivery::Sent {
+                    message_id: mail.message_id,
+                    proof,
+                })
+            }
             Err(SendError::NotStarted) => self.not_sent(&letter),
             Err(e @ SendError::LoginRefused { .. }) => {
                 if self.p.stop(Stop::SmtpAuth) {
@@ -138,6 +147,7 @@ impl Sender {
                 &first.invoice,
                 &first.customer,
                 line.step,
+                &first.thread,
                 self.p.today(),
             );
         }
@@ -154,6 +164,7 @@ impl Sender {
             &lines,
             &first.customer,
             message_id,
+            &customer_thread(letter),
             self.p.today(),
         )
     }
@@ -162,6 +173,23 @@ impl Sender {
         self.p.not_sent_all(letter.ids().collect::<Vec<_>>());
         None
     }
+}
+
+/// A statement's thread: the customer's earlier statements that listed any
+/// of its invoices, oldest first (a statement's Message-ID ends in its
+/// first reminder id, which grows with time).
+fn customer_thread(letter: &Letter) -> Vec<String> {
+    let mut earlier: Vec<&String> = letter.rows.iter().flat_map(|r| &r.thread).collect();
+    let order = |id: &String| -> i64 {
+        id.split('@')
+            .next()
+            .and_then(|local| local.rsplit('.').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    earlier.sort_by_key(|id| order(id));
+    earlier.dedup();
+    earlier.into_iter().cloned().collect()
 }
 
 /// The configured step a claimed row is for.
