@@ -317,7 +317,13 @@ async fn migrate_creates_everything_in_its_schema_and_nothing_in_public_even_bes
             .unwrap();
     assert_eq!((rows, state.as_str()), (1, "open"));
     let mut expected: Vec<&str> = OUR_OBJECTS.to_vec();
-    expected.extend(["reminder_source", "reminders", "reminders_id_seq"]);
+    expected.extend([
+        "reminder_source",
+        "reminders",
+        "reminders_id_seq",
+        "suppressions",
+        "webhook_ids",
+    ]);
     expected.sort();
     assert_eq!(ours(world.pool(), "invoice_reminder").await, expected);
     assert!(world.sink.count() > 0, "the demo ran in our schema");
