@@ -320,6 +320,7 @@ async fn migrate_creates_everything_in_its_schema_and_nothing_in_public_even_bes
     expected.extend([
         "reminder_source",
         "reminders",
+        "message_archive",
         "reminders_id_seq",
         "suppressions",
         "webhook_ids",
