@@ -155,6 +155,10 @@ pub enum Command {
         /// Print as JSON, with a stable `reason`.
         #[arg(long)]
         json: bool,
+        /// Print the archived message of the invoice's latest sent reminder,
+        /// byte for byte as sent (archive.store = "database").
+        #[arg(long, requires = "invoice", conflicts_with = "json")]
+        raw: bool,
     },
 
     /// The suppression list: addresses no reminder goes to (compared

@@ -66,12 +66,35 @@ pub async fn explain_invoice(
     let reminders = db::explain::reminder_rows(db, id, tz, backoff)
         .await
         .map_err(db_failed("failed to read the invoice's reminders"))?;
+    // The recipients of its one source row, against the suppression list.
+    let recipients: Vec<String> = match sources.as_slice() {
+        [one] => one
+            .row
+            .customer_email
+            .as_deref()
+            .and_then(|cell| crate::mail::message::parse_recipients(cell).ok())
+            .map(|list| list.iter().map(ToString::to_string).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let suppressed = match recipients.is_empty() {
+        true => Vec::new(),
+        false => db::suppressions::find(db, &recipients)
+            .await
+            .map_err(db_failed("failed to read the suppression list"))?,
+    };
+    let all_suppressed = !recipients.is_empty()
+        && recipients
+            .iter()
+            .all(|a| suppressed.iter().any(|s| s.address.eq_ignore_ascii_case(a)));
     let facts = Facts {
         invoice_id: id.clone(),
         today,
         timezone: tz.to_owned(),
         sources,
         reminders,
+        suppressed,
+        all_suppressed,
     };
     let mut explained = decide(facts, rules(settings));
     // The Message-ID every attempt carries, for rows that went to SMTP:
@@ -89,10 +112,47 @@ pub async fn explain_invoice(
     Ok(explained)
 }
 
+/// `explain --raw`: the archived bytes of the invoice's latest sent
+/// reminder (`archive.store = "database"`), as sent. Exit 1 when there is
+/// none in the archive.
+async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
+    let latest = explained
+        .reminders
+        .iter()
+        .rev()
+        .find(|r| r.state == RowState::Sent)
+        .and_then(|r| r.row.message_id.clone());
+    let Some(message_id) = latest else {
+        outln!("invoice {} has no sent reminder", explained.invoice_id);
+        return Ok(ExitCode::from(exit::FAILURE));
+    };
+    match db::archive::archived_message(db, &message_id).await {
+        Ok(Some(message)) => {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&message.bytes)
+                .and_then(|()| out.flush())
+                .context("failed to print the archived message")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(None) => {
+            outln!(
+                "<{message_id}> is not in the archive (archive.store = \"none\", or older than archive.keep_days)"
+            );
+            Ok(ExitCode::from(exit::FAILURE))
+        }
+        Err(db::archive::ArchiveError::Database(e)) => {
+            Err(db_failed("failed to read the message archive")(e).into())
+        }
+        Err(e) => Err(anyhow::Error::new(e)),
+    }
+}
+
 pub(super) async fn explain(
     settings: &Settings,
     target: Target,
     json: bool,
+    raw: bool,
 ) -> anyhow::Result<ExitCode> {
     let db = super::connect(settings).await?;
     super::check_source(&db).await?;
@@ -103,6 +163,9 @@ pub(super) async fn explain(
         Target::Invoice(id) => {
             let id = InvoiceId::from(id.trim());
             let explained = explain_invoice(&db, settings, today, &id).await?;
+            if raw {
+                return print_raw(&db, &explained).await;
+            }
             if json {
                 let text = serde_json::to_string_pretty(&explained)
                     .context("failed to encode the explanation")?;
@@ -250,6 +313,18 @@ fn print_text(e: &Explained) -> std::io::Result<()> {
                 .as_deref()
                 .map(|m| format!(", last error: {m}"))
                 .unwrap_or_default()
+        );
+        if let (Some(reply), Some(sha256)) = (&r.smtp_reply, &r.message_sha256) {
+            outln!("      server's reply: {reply}; SHA-256 of the bytes sent: {sha256}");
+        }
+    }
+    for s in &e.suppressed {
+        outln!(
+            "  suppressed: {} ({}, from {}, since {})",
+            s.address,
+            s.reason,
+            s.source,
+            instant(s.suppressed_at)
         );
     }
     let until = match e.until {

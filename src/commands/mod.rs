@@ -127,6 +127,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             invoice,
             customer,
             json,
+            raw,
         } => {
             let target = match (invoice, customer) {
                 (Some(id), _) => explain::Target::Invoice(id),
@@ -137,7 +138,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
                     );
                 }
             };
-            explain::explain(&settings, target, json).await
+            explain::explain(&settings, target, json, raw).await
         }
         Command::Suppress { action } => suppress::suppress(&settings, action).await,
         Command::DkimRecord => dkim_record(&settings),

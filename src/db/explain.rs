@@ -63,6 +63,10 @@ pub struct ReminderFacts {
     /// The replica of `run_id` (None once the run is pruned).
     pub replica: Option<String>,
     pub message_id: Option<String>,
+    /// The server's final reply to the message (sent rows).
+    pub smtp_reply: Option<String>,
+    /// The SHA-256 of the bytes sent, in hex (sent rows).
+    pub message_sha256: Option<String>,
     /// Its run no longer works its rows ([`run_ended!`]).
     #[serde(skip)]
     pub run_ended: bool,
@@ -120,7 +124,8 @@ pub async fn reminder_rows(
         "SELECT r.id, r.period AS step, r.status, r.attempts, r.last_error, r.created_at,",
         " (r.created_at AT TIME ZONE $2)::date AS created_on,",
         " r.claimed_at, r.started_at, r.last_attempt_at, r.sent_at, r.run_id,",
-        " j.replica_id AS replica, r.message_id,",
+        " j.replica_id AS replica, r.message_id, r.smtp_reply,",
+        " encode(r.message_sha256, 'hex') AS message_sha256,",
         " ",
         run_ended!("j"),
         " AS run_ended, ",

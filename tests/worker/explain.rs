@@ -378,3 +378,73 @@ async fn explain_by_customer_lists_each_of_the_customers_invoices() {
     assert_eq!(report["invoices"][0]["invoice_id"], id.to_string());
     assert_eq!(report["invoices"][0]["reason"], "will_send_today");
 }
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn explain_shows_the_servers_reply_and_hash_and_raw_prints_the_archived_message() {
+    use sha2::Digest as _;
+    let mut world = World::new().await;
+    world.set("archive.store", "database");
+    let id = common::insert_invoice(world.pool(), "Proof", "proof@example.test", 10, false).await;
+    tick(&world).await;
+    let received = world.sink.received();
+    assert_eq!(received.len(), 1);
+    let sent_hash = hex(&sha2::Sha256::digest(received[0].raw.as_bytes()));
+
+    let (code, e) = explain(&world, id).await;
+    assert_eq!(code, Some(0), "{e}");
+    let row = &e["reminders"][0];
+    assert!(
+        row["smtp_reply"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("250")),
+        "{row}"
+    );
+    assert_eq!(
+        row["message_sha256"].as_str(),
+        Some(sent_hash.as_str()),
+        "{row}"
+    );
+
+    let out = cli(&world, &["explain", "--invoice", &id.to_string(), "--raw"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        hex(&sha2::Sha256::digest(&out.stdout)),
+        sent_hash,
+        "--raw prints the bytes sent"
+    );
+}
+
+#[tokio::test]
+async fn suppressed_when_every_recipient_is_on_the_suppression_list() {
+    let world = World::new().await;
+    let id = common::insert_invoice(world.pool(), "Gone", "gone@example.test", 10, false).await;
+    let out = cli(
+        &world,
+        &["suppress", "add", "Gone@Example.test", "--reason", "left"],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (_, before) = explain(&world, id).await;
+    assert_eq!(before["reason"], "suppressed", "{before}");
+    assert_eq!(before["suppressed"][0]["reason"], "left", "{before}");
+
+    tick(&world).await;
+    assert_eq!(world.sink.count(), 0);
+    let (_, after) = explain(&world, id).await;
+    assert_eq!(after["reason"], "suppressed", "{after}");
+    assert_eq!(after["reminders"][0]["state"], "skipped", "{after}");
+}

@@ -40,6 +40,10 @@ pub struct Facts {
     pub timezone: String,
     pub sources: Vec<SourceFacts>,
     pub reminders: Vec<ReminderFacts>,
+    /// The recipients of the source row that are on the suppression list.
+    pub suppressed: Vec<crate::db::suppressions::Suppression>,
+    /// Every recipient is suppressed (the tick records `skipped`).
+    pub all_suppressed: bool,
 }
 
 /// One invoice's facts, read for one day.
@@ -62,6 +66,8 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         timezone,
         sources,
         reminders,
+        suppressed,
+        all_suppressed,
     } = facts;
     let rows: Vec<ReminderView> = reminders
         .into_iter()
@@ -98,6 +104,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         due_step_today: due_step.map(|s| s.key.clone()),
         stages: due_date.map_or_else(Vec::new, |d| occurrences(rules.stages, d)),
         reminders: Vec::new(),
+        suppressed,
     };
     let unusable = match one {
         None if copies == 0 => Some((Unusable::NotInSource, not_in_source(&rows))),
@@ -144,9 +151,39 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
             None,
         ),
     };
+    let verdict = suppressed_verdict(verdict, all_suppressed, due_step, &rows);
     (explained.reason, explained.reason_detail, explained.until) = verdict;
     explained.reminders = rows;
     explained
+}
+
+/// `suppressed` comes right after `paused`: today's due step was recorded
+/// `skipped` (every recipient suppressed when it was claimed), or every
+/// recipient is suppressed now and the verdict was that something would be
+/// sent (today, after a backoff or after the gap).
+fn suppressed_verdict(
+    verdict: Verdict,
+    all_suppressed: bool,
+    due_step: Option<&crate::stages::Step>,
+    rows: &[ReminderView],
+) -> Verdict {
+    let skipped_today = due_step.is_some_and(|step| {
+        rows.iter()
+            .any(|r| r.row.step == step.key && r.state == RowState::Skipped)
+    });
+    let would_send = matches!(
+        verdict.0,
+        Reason::WillSendToday | Reason::BackoffUntil | Reason::MinGapUntil
+    );
+    match verdict.0 {
+        Reason::SourceProblem | Reason::Paid | Reason::Paused => verdict,
+        _ if skipped_today || (all_suppressed && would_send) => (
+            Reason::Suppressed,
+            "every recipient is on the suppression list (`suppress list`): no reminder goes to this invoice until one is removed".into(),
+            None,
+        ),
+        _ => verdict,
+    }
 }
 
 /// Each step's date for an invoice due on `due_date`.
@@ -270,8 +307,12 @@ impl Day<'_> {
         let steps = self.rules.stages.steps();
         let index = steps.iter().position(|s| s.key == due.key).unwrap_or(0);
         let done = |s: &Step| {
-            self.row(&s.key)
-                .is_some_and(|r| matches!(r.state, RowState::Sent | RowState::Discarded))
+            self.row(&s.key).is_some_and(|r| {
+                matches!(
+                    r.state,
+                    RowState::Sent | RowState::Discarded | RowState::Skipped
+                )
+            })
         };
         if steps.get(index..).is_some_and(|rest| rest.iter().all(done)) {
             let last = steps.last().map_or("", |s| s.key.as_str());

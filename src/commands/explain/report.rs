@@ -19,6 +19,9 @@ pub enum Reason {
     Paid,
     /// The pause flag, or `paused_until` today or later.
     Paused,
+    /// Every recipient is on the suppression list (`suppress`, bounces):
+    /// today's step was recorded `skipped`, or would be.
+    Suppressed,
     /// Before the first step's date.
     NotDueUntil,
     /// Every step from today's due step on was sent or discarded.
@@ -46,6 +49,7 @@ impl Reason {
             Self::SourceProblem => "source_problem",
             Self::Paid => "paid",
             Self::Paused => "paused",
+            Self::Suppressed => "suppressed",
             Self::NotDueUntil => "not_due_until",
             Self::NoMoreSteps => "no_more_steps",
             Self::Sent => "sent",
@@ -108,6 +112,8 @@ pub enum RowState {
     Sent,
     Failed,
     Discarded,
+    /// Not sent, on purpose: `last_error` says why (`suppressed`).
+    Skipped,
 }
 
 impl RowState {
@@ -115,6 +121,7 @@ impl RowState {
         match (row.status.as_str(), row.started_at.is_some(), row.run_ended) {
             ("sent", _, _) => Self::Sent,
             ("failed", _, _) => Self::Failed,
+            ("skipped", _, _) => Self::Skipped,
             ("sending", false, false) => Self::Claimed,
             ("sending", false, true) => Self::Returning,
             ("sending", true, false) => Self::InFlight,
@@ -211,6 +218,8 @@ pub struct Explained {
     pub due_step_today: Option<String>,
     pub stages: Vec<Occurrence>,
     pub reminders: Vec<ReminderView>,
+    /// The invoice's recipients that are on the suppression list.
+    pub suppressed: Vec<crate::db::suppressions::Suppression>,
 }
 
 impl Explained {

@@ -81,6 +81,8 @@ fn row(step: &str, status: &str, age: u64) -> ReminderFacts {
         run_id: Some(3),
         replica: Some("worker-1".into()),
         message_id: None,
+        smtp_reply: None,
+        message_sha256: None,
         run_ended: true,
         run_gone: true,
         backoff_over: true,
@@ -98,6 +100,8 @@ fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explaine
             timezone: "UTC".into(),
             sources,
             reminders,
+            suppressed: Vec::new(),
+            all_suppressed: false,
         },
         Rules {
             stages: &stages,
@@ -247,6 +251,8 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
             timezone: "UTC".into(),
             sources: vec![source(4)],
             reminders: vec![row("upcoming", "sent", 0)],
+            suppressed: Vec::new(),
+            all_suppressed: false,
         },
         Rules {
             stages: &stages,
