@@ -611,7 +611,7 @@ async fn the_bounce_webhook_curl_examples_are_accepted_by_a_real_worker() {
     );
 }
 
-/// README.md and every page in docs/, as (path in the repository, text).
+/// README.md, then every page in docs/, as (path in the repository, text).
 fn pages() -> Vec<(String, String)> {
     let mut paths = vec!["README.md".to_owned()];
     let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
@@ -709,7 +709,9 @@ fn broken(from: &str, target: &str) -> Option<String> {
 fn every_relative_link_and_anchor_in_the_docs_resolves() {
     let mut checked = 0;
     let mut problems = Vec::new();
-    for (from, text) in pages() {
+    let mut pages = pages();
+    pages.push(("BENCHMARKS.md".to_owned(), page("BENCHMARKS.md")));
+    for (from, text) in pages {
         for target in link_targets(&text) {
             // Absolute URLs (https:, mailto:) are not ours to check offline.
             let scheme = target
