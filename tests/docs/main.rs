@@ -1,6 +1,8 @@
-//! The README's promises that code can check: the alert rules it shows are
-//! the file CI tests with promtool, the metrics it lists are the ones the
-//! process exposes, the probes it suggests ask endpoints that exist.
+//! The docs' promises that code can check (README.md and docs/*.md, each
+//! claim on the page a reader looks for it): the alert rules shown are the
+//! file CI tests with promtool, the metrics listed are the ones the process
+//! exposes, the probes suggested ask endpoints that exist, the SQL and the
+//! examples run; and every relative link and `#anchor` resolves.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -18,16 +20,22 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(repo().join("README.md")).unwrap()
+/// The text of one page, by its path in the repository.
+fn page(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+const WRITING: &str = "docs/writing-reminders.md";
+const OWN_INVOICES: &str = "docs/own-invoices.md";
+const OPERATING: &str = "docs/operating.md";
+const CONFIGURATION: &str = "docs/configuration.md";
+
 #[test]
-fn the_alert_rules_in_the_readme_are_the_file_ci_checks_with_promtool() {
+fn the_alert_rules_in_the_operating_guide_are_the_file_ci_checks_with_promtool() {
     let file = std::fs::read_to_string(repo().join("deploy/prometheus/alerts.yml")).unwrap();
     assert!(
-        blocks("yaml").contains(&file),
-        "README.md must show deploy/prometheus/alerts.yml verbatim in a ```yaml block"
+        blocks(OPERATING, "yaml").contains(&file),
+        "docs/operating.md must show deploy/prometheus/alerts.yml verbatim in a ```yaml block"
     );
 }
 
@@ -58,8 +66,8 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
             }
         })
         .collect();
-    let readme = readme();
-    let listed: BTreeSet<String> = readme
+    let text = page(OPERATING);
+    let listed: BTreeSet<String> = text
         .lines()
         .skip_while(|l| !l.starts_with("| metric | type | labels | meaning |"))
         .skip(2)
@@ -67,7 +75,10 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
         .map(|l| l.split('`').nth(1).unwrap().to_owned())
         .collect();
 
-    assert_eq!(listed, exposed, "README metrics table vs /metrics");
+    assert_eq!(
+        listed, exposed,
+        "docs/operating.md metrics table vs /metrics"
+    );
     for name in [
         "invoice_reminder_ticks_total",
         "invoice_reminder_reminders_total",
@@ -81,11 +92,11 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
 
 #[test]
 fn the_kubernetes_probes_ask_the_endpoints_on_the_docker_port() {
-    let blocks = blocks("yaml");
+    let blocks = blocks(OPERATING, "yaml");
     let probes = blocks
         .iter()
         .find(|b| b.contains("livenessProbe"))
-        .expect("README shows Kubernetes probes");
+        .expect("docs/operating.md shows Kubernetes probes");
     let probes: serde_norway::Value = serde_norway::from_str(probes).unwrap();
     let docker = Settings::load(&ConfigSource {
         path: Some(repo().join("config/docker.toml")),
@@ -102,12 +113,12 @@ fn the_kubernetes_probes_ask_the_endpoints_on_the_docker_port() {
 }
 
 #[test]
-fn the_readme_scrape_snippet_is_the_demo_prometheus_configuration() {
-    let blocks = blocks("yaml");
+fn the_operating_guides_scrape_snippet_is_the_demo_prometheus_configuration() {
+    let blocks = blocks(OPERATING, "yaml");
     let snippet = blocks
         .iter()
         .find(|b| b.starts_with("scrape_configs:"))
-        .expect("README shows the scrape configuration");
+        .expect("docs/operating.md shows the scrape configuration");
     let snippet: serde_norway::Value = serde_norway::from_str(snippet).unwrap();
     let file: serde_norway::Value = serde_norway::from_str(
         &std::fs::read_to_string(repo().join("deploy/prometheus/prometheus.yml")).unwrap(),
@@ -116,12 +127,12 @@ fn the_readme_scrape_snippet_is_the_demo_prometheus_configuration() {
     assert_eq!(snippet["scrape_configs"], file["scrape_configs"]);
 }
 
-/// The fenced blocks of `lang` in the README, in order.
-fn blocks(lang: &str) -> Vec<String> {
+/// The fenced blocks of `lang` on the page at `path`, in order.
+fn blocks(path: &str, lang: &str) -> Vec<String> {
     let open = format!("```{lang}");
     let mut blocks = Vec::new();
     let mut current: Option<String> = None;
-    for line in readme().lines() {
+    for line in page(path).lines() {
         match (&mut current, line.trim_end()) {
             (None, l) if l == open => current = Some(String::new()),
             (Some(_), "```") => blocks.extend(current.take()),
@@ -136,23 +147,23 @@ fn blocks(lang: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_stages_shown_in_the_readme_are_the_defaults() {
-    let shown = blocks("toml")
+fn the_stages_shown_in_the_reminders_guide_are_the_defaults() {
+    let shown = blocks(WRITING, "toml")
         .into_iter()
         .find(|b| b.contains("[[reminders.stages]]"))
-        .expect("README shows the default stages");
+        .expect("docs/writing-reminders.md shows the default stages");
     let shown: toml::Table = shown.parse().unwrap();
     let defaults: toml::Table = invoice_reminder::config::DEFAULTS.parse().unwrap();
     assert_eq!(
         shown["reminders"]["stages"], defaults["reminders"]["stages"],
-        "README's stages vs config/default.toml"
+        "docs/writing-reminders.md's stages vs config/default.toml"
     );
 }
 
 #[test]
-fn every_template_variable_the_readme_lists_exists() {
-    let readme = readme();
-    let listed: Vec<String> = readme
+fn every_template_variable_the_reminders_guide_lists_exists() {
+    let text = page(WRITING);
+    let listed: Vec<String> = text
         .lines()
         .skip_while(|l| !l.starts_with("| variable | meaning |"))
         .skip(2)
@@ -170,9 +181,9 @@ fn every_template_variable_the_readme_lists_exists() {
         .collect();
     assert!(listed.len() >= 15, "{listed:?}");
     // One template using every listed variable: rendering is strict, so a
-    // variable the README names but the code lacks fails the load.
+    // variable the page names but the code lacks fails the load.
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("readme-vars-{}", uuid::Uuid::new_v4().simple()));
+        .join(format!("docs-vars-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(dir.join("en")).unwrap();
     let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
     for name in ["upcoming", "overdue", "final"] {
@@ -196,12 +207,12 @@ fn every_template_variable_the_readme_lists_exists() {
     assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
 }
 
-/// The README's SQL statement that follows the comment starting `comment`.
-fn readme_query(comment: &str) -> String {
-    let sql = blocks("sql").join("\n");
+/// The operating guide's SQL statement that follows the comment starting `comment`.
+fn operating_query(comment: &str) -> String {
+    let sql = blocks(OPERATING, "sql").join("\n");
     let start = sql
         .find(comment)
-        .unwrap_or_else(|| panic!("no README query after {comment:?}"));
+        .unwrap_or_else(|| panic!("no docs/operating.md query after {comment:?}"));
     let rest = &sql[start..];
     let body: String = rest
         .lines()
@@ -212,8 +223,7 @@ fn readme_query(comment: &str) -> String {
 }
 
 #[tokio::test]
-async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_rows_never_started()
-{
+async fn the_operator_queries_end_a_killed_run_with_its_lease_and_skip_rows_never_started() {
     let db = common::TestDb::create().await;
     let pool = &db.pool;
     let invoices = common::insert_overdue(pool, 3).await;
@@ -245,7 +255,7 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     .await
     .unwrap();
 
-    let overlaps: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(readme_query(
+    let overlaps: Vec<(i64, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(operating_query(
         "-- Did two ticks ever run at once?",
     )))
     .fetch_all(pool)
@@ -259,12 +269,12 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     .unwrap();
     assert_eq!(
         worker, overlaps,
-        "the README query is the one the worker uses"
+        "the docs' query is the one the worker uses"
     );
 
     let unknown: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT invoice_id::bigint FROM ({}) u ORDER BY 1",
-        readme_query("-- Unknown deliveries")
+        operating_query("-- Unknown deliveries")
     )))
     .fetch_all(pool)
     .await
@@ -272,9 +282,9 @@ async fn the_readmes_operator_queries_end_a_killed_run_with_its_lease_and_skip_r
     assert_eq!(unknown, vec![invoices[0], invoices[2]]);
 }
 
-/// The README's source contract table: (column, listed types).
+/// The source contract table: (column, listed types).
 fn contract_table() -> Vec<(String, Vec<String>)> {
-    readme()
+    page(OWN_INVOICES)
         .lines()
         .skip_while(|l| !l.starts_with("| column | type | meaning |"))
         .skip(2)
@@ -301,7 +311,7 @@ fn contract_table() -> Vec<(String, Vec<String>)> {
 }
 
 #[test]
-fn the_readmes_source_contract_is_the_one_the_worker_checks() {
+fn the_documented_source_contract_is_the_one_the_worker_checks() {
     use invoice_reminder::db::source::{AMOUNT_COLUMNS, CONTRACT};
     let table = contract_table();
     let listed: BTreeSet<&str> = table.iter().map(|(n, _)| n.as_str()).collect();
@@ -320,15 +330,15 @@ fn the_readmes_source_contract_is_the_one_the_worker_checks() {
         for t in types {
             assert!(
                 column.types.contains(&t.as_str()),
-                "{name}: README lists {t}, the check refuses it"
+                "{name}: docs/own-invoices.md lists {t}, the check refuses it"
             );
         }
     }
 }
 
 #[tokio::test]
-async fn the_readmes_example_views_pass_the_source_check() {
-    let examples: Vec<String> = blocks("sql")
+async fn the_example_views_pass_the_source_check() {
+    let examples: Vec<String> = blocks(OWN_INVOICES, "sql")
         .into_iter()
         .filter(|b| b.contains("CREATE VIEW") || b.contains("CREATE OR REPLACE VIEW"))
         .collect();
@@ -377,12 +387,13 @@ async fn the_readmes_example_views_pass_the_source_check() {
     }
 }
 
-/// Every example of `company.payment_url` in the README and in
+/// Every example of `company.payment_url` in the docs and in
 /// `config/default.toml`: the `http...{{ ... }}` quoted within three lines
 /// of one that names `payment_url`.
 fn payment_url_examples() -> Vec<String> {
-    let defaults = std::fs::read_to_string(repo().join("config/default.toml")).unwrap();
-    let text = format!("{}\n{defaults}", readme());
+    let text = [CONFIGURATION, WRITING, "config/default.toml"]
+        .map(page)
+        .join("\n");
     let lines: Vec<&str> = text.lines().collect();
     let mut examples = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -407,7 +418,8 @@ fn payment_url_examples() -> Vec<String> {
 #[test]
 fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encoded() {
     let examples = payment_url_examples();
-    // The README's key table and "Payment links", and default.toml's comment.
+    // The key table (configuration.md), "Payment links" (writing-reminders.md),
+    // and default.toml's comment.
     assert!(
         examples.len() >= 3,
         "company.payment_url examples: {examples:?}"
@@ -468,9 +480,9 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
 }
 
 #[test]
-fn every_statement_variable_the_readme_lists_exists() {
-    let readme = readme();
-    let listed: Vec<String> = readme
+fn every_statement_variable_the_reminders_guide_lists_exists() {
+    let text = page(WRITING);
+    let listed: Vec<String> = text
         .lines()
         .skip_while(|l| !l.starts_with("| statement variable | meaning |"))
         .skip(2)
@@ -487,10 +499,8 @@ fn every_statement_variable_the_readme_lists_exists() {
         })
         .collect();
     assert!(listed.len() >= 20, "{listed:?}");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "readme-statement-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("docs-statement-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(dir.join("en")).unwrap();
     let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
     std::fs::write(dir.join("en/statement.subject.j2"), "s").unwrap();
@@ -514,21 +524,21 @@ fn every_statement_variable_the_readme_lists_exists() {
     assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
 }
 
-/// The README's `curl` examples for the bounce webhook, run as written
-/// (only the port changed) against a real worker configured as the README
-/// says: both must be accepted and suppress their address.
+/// The operating guide's `curl` examples for the bounce webhook, run as
+/// written (only the port changed) against a real worker configured as the
+/// guide says: both must be accepted and suppress their address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_bounce_webhook_curl_examples_are_accepted_by_a_real_worker() {
-    let examples: Vec<String> = blocks("sh")
+async fn the_bounce_webhook_curl_examples_are_accepted_by_a_real_worker() {
+    let examples: Vec<String> = blocks(OPERATING, "sh")
         .into_iter()
         .filter(|b| b.contains("curl") && b.contains("/webhooks/bounces"))
         .collect();
     assert_eq!(examples.len(), 2, "the signed and the Postmark example");
-    let readme = readme();
-    let secret = readme
+    let text = page(OPERATING);
+    let secret = text
         .split('\'')
         .find(|s| s.starts_with("whsec_"))
-        .expect("the README's example secret")
+        .expect("the operating guide's example secret")
         .to_owned();
     let world = common::World::new().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -598,5 +608,148 @@ async fn the_readmes_bounce_webhook_curl_examples_are_accepted_by_a_real_worker(
             ("ada@example.com".to_owned(), "webhook".to_owned()),
             ("john@example.com".to_owned(), "postmark".to_owned()),
         ]
+    );
+}
+
+/// README.md, then every page in docs/, as (path in the repository, text).
+fn pages() -> Vec<(String, String)> {
+    let mut paths = vec!["README.md".to_owned()];
+    let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    paths.extend(docs);
+    paths.into_iter().map(|p| (p.clone(), page(&p))).collect()
+}
+
+fn markdown(text: &str) -> pulldown_cmark::Parser<'_> {
+    pulldown_cmark::Parser::new_ext(text, pulldown_cmark::Options::ENABLE_TABLES)
+}
+
+/// Every link and image target on a page, as written.
+fn link_targets(text: &str) -> Vec<String> {
+    use pulldown_cmark::{Event, Tag};
+    markdown(text)
+        .filter_map(|event| match event {
+            Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                Some(dest_url.into_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors GitHub gives a page's headings: the heading's text in lower
+/// case, without punctuation, spaces as `-`; a repeated slug gets `-1`,
+/// `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    use pulldown_cmark::{Event, Tag, TagEnd};
+    let mut anchors = BTreeSet::new();
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut heading: Option<String> = None;
+    for event in markdown(text) {
+        match event {
+            Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+            Event::Text(t) | Event::Code(t) => {
+                if let Some(h) = heading.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let Some(h) = heading.take() else { continue };
+                let slug: String = h
+                    .trim()
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect();
+                let n = seen.entry(slug.clone()).or_insert(0);
+                anchors.insert(if *n == 0 { slug } else { format!("{slug}-{n}") });
+                *n += 1;
+            }
+            _ => {}
+        }
+    }
+    anchors
+}
+
+/// The problem with one relative link from the page at `from`, if any.
+fn broken(from: &str, target: &str) -> Option<String> {
+    let (path, anchor) = match target.split_once('#') {
+        Some((path, anchor)) => (path, Some(anchor)),
+        None => (target, None),
+    };
+    let file = if path.is_empty() {
+        repo().join(from)
+    } else {
+        repo().join(from).parent().unwrap().join(path)
+    };
+    if !file.exists() {
+        return Some(format!(
+            "{from}: {target}: {} does not exist",
+            file.display()
+        ));
+    }
+    let anchor = anchor?;
+    if file.extension().and_then(|e| e.to_str()) != Some("md") {
+        return Some(format!(
+            "{from}: {target}: an anchor into a file that is not Markdown"
+        ));
+    }
+    let text = std::fs::read_to_string(&file).unwrap();
+    (!anchors(&text).contains(anchor))
+        .then(|| format!("{from}: {target}: no heading with the anchor #{anchor}"))
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_the_docs_resolves() {
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    let mut pages = pages();
+    pages.push(("BENCHMARKS.md".to_owned(), page("BENCHMARKS.md")));
+    for (from, text) in pages {
+        for target in link_targets(&text) {
+            // Absolute URLs (https:, mailto:) are not ours to check offline.
+            let scheme = target
+                .split_once(':')
+                .is_some_and(|(s, _)| !s.is_empty() && !s.contains(['/', '#']));
+            if scheme {
+                continue;
+            }
+            checked += 1;
+            problems.extend(broken(&from, &target));
+        }
+    }
+    assert!(checked >= 20, "only {checked} relative links found");
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_readme_links_to_every_docs_page_and_each_says_who_it_is_for() {
+    let readme = page("README.md");
+    let linked: BTreeSet<String> = link_targets(&readme)
+        .into_iter()
+        .map(|t| t.split('#').next().unwrap_or_default().to_owned())
+        .collect();
+    for (path, text) in pages().into_iter().skip(1) {
+        assert!(linked.contains(&path), "README.md does not link to {path}");
+        let first_paragraph = text.split("\n\n").nth(1).unwrap_or_default();
+        assert!(
+            first_paragraph.starts_with("**For** "),
+            "{path} does not start by saying who it is for"
+        );
+    }
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; the rest belongs in docs/"
     );
 }

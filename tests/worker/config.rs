@@ -265,11 +265,13 @@ fn toml_leaves(text: &str) -> BTreeMap<String, toml::Value> {
     out
 }
 
-/// The README's configuration table: key -> default, as written there.
-fn readme_key_table() -> BTreeMap<String, String> {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+/// The configuration table in docs/configuration.md: key -> default, as
+/// written there.
+fn documented_key_table() -> BTreeMap<String, String> {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md"),
+    )
+    .unwrap();
     let backticked = |cell: &str| -> Vec<String> {
         cell.split('`')
             .skip(1)
@@ -293,17 +295,21 @@ fn readme_key_table() -> BTreeMap<String, String> {
         if defaults.len() == 1 {
             defaults = vec![defaults[0].clone(); keys.len()];
         }
-        assert_eq!(keys.len(), defaults.len(), "README row: {row}");
+        assert_eq!(
+            keys.len(),
+            defaults.len(),
+            "docs/configuration.md row: {row}"
+        );
         table.extend(keys.into_iter().zip(defaults));
     }
-    assert!(!table.is_empty(), "no configuration table in the README");
+    assert!(!table.is_empty(), "no key table in docs/configuration.md");
     table
 }
 
 #[test]
-fn the_readme_key_table_matches_the_defaults_key_for_key() {
+fn the_documented_key_table_matches_the_defaults_key_for_key() {
     let defaults = toml_leaves(invoice_reminder::config::DEFAULTS);
-    let readme = readme_key_table();
+    let readme = documented_key_table();
     // replica_id is documented in default.toml but commented out: its
     // default is computed (hostname-pid).
     assert!(invoice_reminder::config::DEFAULTS.contains("# replica_id ="));
@@ -312,11 +318,14 @@ fn the_readme_key_table_matches_the_defaults_key_for_key() {
     let mut in_readme: Vec<String> = readme.keys().cloned().collect();
     documented.sort();
     in_readme.sort();
-    assert_eq!(in_readme, documented, "README keys vs config/default.toml");
+    assert_eq!(
+        in_readme, documented,
+        "docs/configuration.md keys vs config/default.toml"
+    );
     for (key, value) in &defaults {
         if let toml::Value::Array(_) = value {
-            // A list (reminders.stages): its default is shown in the README's
-            // own section, which tests/docs checks.
+            // A list (reminders.stages): its default is shown in
+            // docs/writing-reminders.md, which tests/docs checks.
             continue;
         }
         let expected = match value {
@@ -324,7 +333,10 @@ fn the_readme_key_table_matches_the_defaults_key_for_key() {
             toml::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        assert_eq!(readme[key], expected, "README default of {key}");
+        assert_eq!(
+            readme[key], expected,
+            "docs/configuration.md default of {key}"
+        );
     }
 }
 
