@@ -142,7 +142,7 @@ async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(exit::FAILURE))
         }
         Err(db::archive::ArchiveError::Database(e)) => {
-            Err(db_failed("failed to read the message archive")(e).into())
+            Err(db_failed("failed to read the message archive")(e))
         }
         Err(e) => Err(anyhow::Error::new(e)),
     }
