@@ -104,9 +104,11 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
-    /// Whether `POST /webhooks/bounces` is served.
+    /// Whether `POST /webhooks/bounces` is served: only with
+    /// `webhook_secret` (Postmark's basic auth is a second way in, never
+    /// the switch).
     pub fn webhook_enabled(&self) -> bool {
-        self.webhook_secret.is_some() || self.webhook_basic_auth.is_some()
+        self.webhook_secret.is_some()
     }
 }
 

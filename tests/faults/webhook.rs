@@ -316,17 +316,23 @@ async fn postmarks_documented_bounce_body_with_basic_auth_suppresses_and_a_soft_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_is_off_without_a_secret() {
+async fn the_webhook_is_off_without_a_secret_even_with_basic_auth_set() {
     let world = harness::world_for(Backend::Redis).await;
     let port = harness::free_port();
     let mut replica = Replica::spawn(
         &world,
         "plain",
         ReplicaOptions {
-            env: vec![(
-                "INVOICE_REMINDER__HTTP__LISTEN".to_owned(),
-                format!("127.0.0.1:{port}"),
-            )],
+            env: vec![
+                (
+                    "INVOICE_REMINDER__HTTP__LISTEN".to_owned(),
+                    format!("127.0.0.1:{port}"),
+                ),
+                (
+                    "INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH".to_owned(),
+                    "postmark:hunter2".to_owned(),
+                ),
+            ],
             ..ReplicaOptions::default()
         },
     );
