@@ -133,7 +133,8 @@ macro_rules! backoff_over {
 pub(crate) use backoff_over;
 
 /// The Message-IDs of the reminders sent for the invoice of claimed row
-/// `$c` (its `invoice_id`), oldest first: the first one (the thread's root)
+/// `$c` (its `invoice_id`) or, in customer mode, to its customer (its
+/// `customer_id`: the customer's statements are one thread), oldest first: the first one (the thread's root)
 /// and the latest nine, for `In-Reply-To` and `References`. Read in the
 /// claim's own statement (no round trip per message), through the unique
 /// index's `invoice_id` prefix.
@@ -142,15 +143,19 @@ macro_rules! thread_of {
         concat!(
             "ARRAY(SELECT t.message_id FROM (
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE p.invoice_id = ",
+                   WHERE (p.invoice_id = ",
             $c,
-            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+            ".invoice_id OR p.customer_id = ",
+            $c,
+            ".customer_id) AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at, p.id LIMIT 1)
                  UNION
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE p.invoice_id = ",
+                   WHERE (p.invoice_id = ",
             $c,
-            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL
+            ".invoice_id OR p.customer_id = ",
+            $c,
+            ".customer_id) AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at DESC, p.id DESC LIMIT 9)) t
               ORDER BY t.sent_at, t.id)"
         )
@@ -286,7 +291,7 @@ pub async fn claim_batch(
                FROM owed o
               ORDER BY o.invoice_id
              ON CONFLICT (invoice_id, period) DO NOTHING
-             RETURNING id, invoice_id, attempts, period
+             RETURNING id, invoice_id, attempts, period, customer_id
          )
          SELECT c.id AS reminder_id, c.attempts, c.period, ",
         thread_of!("c"),
@@ -364,7 +369,7 @@ pub async fn reclaim_failed(
                     started_at = NULL
                FROM picked
               WHERE r.id = picked.id AND r.status = 'failed'
-             RETURNING r.id, r.invoice_id, r.attempts, r.period
+             RETURNING r.id, r.invoice_id, r.attempts, r.period, r.customer_id
          )
          SELECT c.id AS reminder_id, c.attempts, c.period, ",
         thread_of!("c"),

@@ -256,3 +256,56 @@ async fn preview_customer_prints_the_statement_the_tick_sends() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_customers_next_statement_replies_to_the_one_before() {
+    let mut world = world_in_customer_mode().await;
+    world.set("reminders.min_days_between", 0);
+    let (customer, _) = customer_with(world.pool(), "Thread", &[5, 8]).await;
+    tick(&world).await;
+    common::age_invoices(world.pool(), 20).await;
+    tick(&world).await;
+    // A new invoice of the same customer, in a statement of its own: the
+    // thread is the customer's, not the invoice's.
+    sqlx::query(
+        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
+         VALUES ($1, 'INV-LATE', 700, 'EUR', current_date - 4)",
+    )
+    .bind(customer)
+    .execute(world.pool())
+    .await
+    .unwrap();
+    tick(&world).await;
+    let mails = world.sink.received();
+    assert_eq!(mails.len(), 3, "three statements");
+    let second = mails[1]
+        .header("Message-ID")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        mails[2].header("In-Reply-To").map(str::trim),
+        Some(second.as_str()),
+        "the new invoice's statement continues the customer's thread"
+    );
+    let first = mails[0]
+        .header("Message-ID")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert!(first.starts_with("<statement-"), "{first}");
+    assert_eq!(
+        mails[1].header("In-Reply-To").map(str::trim),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        mails[1].header("References").map(str::trim),
+        Some(first.as_str())
+    );
+    for mail in &mails {
+        assert_eq!(
+            mail.header("Auto-Submitted").map(str::trim),
+            Some("auto-generated")
+        );
+    }
+}
