@@ -26,7 +26,9 @@
 //! * `BENCH_DIAG_MAX` (default 100000): db-only and smtp-only run at
 //!   backlogs up to this;
 //! * `BENCH_EXTRAS` (default 1; 0 = off): the 1k-among-1M index case, the
-//!   UUID view, PgBouncer and lock theft.
+//!   UUID view, PgBouncer and lock theft;
+//! * `BENCH_CUSTOMERS` (default 1; 0 = off): customer mode, 100k invoices
+//!   over 20k customers, against smtp-source and invoice mode's RSS.
 //!
 //! Needs PostgreSQL and Redis (the tests' defaults and their
 //! `TEST_POSTGRES_URL` / `TEST_REDIS_URL` overrides) and Postfix's
@@ -57,6 +59,7 @@
 mod common;
 
 mod baseline;
+mod customers;
 mod diagnostics;
 mod extras;
 mod report;
@@ -92,6 +95,7 @@ struct Knobs {
     diag_max: usize,
     baseline: Option<String>,
     extras: bool,
+    customers: bool,
 }
 
 impl Knobs {
@@ -114,6 +118,7 @@ impl Knobs {
                 .ok()
                 .filter(|s| !s.trim().is_empty()),
             extras: std::env::var("BENCH_EXTRAS").as_deref() != Ok("0"),
+            customers: std::env::var("BENCH_CUSTOMERS").as_deref() != Ok("0"),
         }
     }
 }
@@ -351,7 +356,25 @@ async fn bench() {
         None
     };
 
+    let customer_case = match knobs.customers {
+        true => Some(customers::run(&new, &settings, &sink).await),
+        false => None,
+    };
+
     report::summarize(&rows, &commands, knobs.one_tick, extras.as_ref());
+    if let Some(c) = &customer_case {
+        let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+        println!(
+            "{}  customer mode (100k invoices, 20k customers): statements/s >= 0.5x smtp-source: {:.2}x",
+            verdict(c.ratio() >= 0.5),
+            c.ratio()
+        );
+        println!(
+            "{}  customer mode peak RSS within 1.5x of invoice mode: {:.2}x",
+            verdict(c.rss_ratio() <= 1.5),
+            c.rss_ratio()
+        );
+    }
     worker::delete_bench_keys().await;
     drop(new);
     drop(sink);

@@ -1,0 +1,162 @@
+//! The customer-mode case (`BENCH_CUSTOMERS`, on by default; issue 19):
+//! 100,000 owed invoices over 20,000 customers (five each, due 10 to 39
+//! days ago, so over the `overdue`, `final` and `final-2` steps), worked
+//! once in invoice mode and once with `reminders.group_by = "customer"` (one
+//! statement of five invoices per customer), each followed by
+//! `smtp-source` with that mode's mean message size against the same sink.
+//! Targets: statements per second at least 0.5x smtp-source, and peak RSS
+//! within 1.5x of the invoice-mode run over the same backlog.
+
+use chrono::NaiveDate;
+use invoice_reminder::config::Settings;
+use invoice_reminder::domain::{Amount, Customer, Invoice, InvoiceId};
+use invoice_reminder::mail::{self, Templates};
+use sqlx::PgPool;
+
+use crate::sink::Sink;
+use crate::worker::Worker;
+
+const INVOICES: i64 = 100_000;
+const CUSTOMERS: i64 = 20_000;
+const PER_CUSTOMER: usize = 5;
+
+/// What the case measured.
+pub struct CustomerCase {
+    /// Statements per second (customers mailed / tick seconds).
+    pub mails_per_sec: f64,
+    /// smtp-source with the statements' mean size, next to it.
+    pub source_per_sec: f64,
+    pub rss_kib: i64,
+    /// The invoice-mode run over the same backlog.
+    pub invoice_rate: f64,
+    pub invoice_rss_kib: i64,
+}
+
+impl CustomerCase {
+    pub fn ratio(&self) -> f64 {
+        self.mails_per_sec / self.source_per_sec
+    }
+
+    pub fn rss_ratio(&self) -> f64 {
+        self.rss_kib as f64 / self.invoice_rss_kib.max(1) as f64
+    }
+}
+
+async fn seed(pool: &PgPool, schema: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.customers (name, email)
+         SELECT 'Customer ' || g, 'customer' || g || '@example.test'
+           FROM generate_series(1, {CUSTOMERS}) g"
+    )))
+    .execute(pool)
+    .await
+    .expect("customers");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.invoices (customer_id, number, amount_cents, currency, due_date)
+         SELECT 1 + g % {CUSTOMERS}, 'INV-' || g, 10000 + g % 5000, 'EUR',
+                current_date - 10 - (g % 30)::int
+           FROM generate_series(1, {INVOICES}) g"
+    )))
+    .execute(pool)
+    .await
+    .expect("invoices");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ANALYZE {schema}.invoices; ANALYZE {schema}.customers"
+    )))
+    .execute(pool)
+    .await
+    .expect("analyze");
+}
+
+/// The size of a statement of five invoices over the backlog's steps, as
+/// the worker builds it.
+fn statement_bytes(settings: &Settings) -> usize {
+    let templates = Templates::load(
+        &settings.templates,
+        &settings.company,
+        &settings.reminders.stages,
+    )
+    .expect("templates");
+    let stages = &settings.reminders.stages;
+    let today = NaiveDate::from_ymd_opt(2026, 11, 30).expect("date");
+    let invoices: Vec<Invoice> = (0..PER_CUSTOMER)
+        .map(|i| Invoice {
+            id: InvoiceId::from(i as i64),
+            number: format!("INV-{i}"),
+            amount: Amount::Minor(12_345),
+            currency: "EUR".into(),
+            due_date: today - chrono::Days::new(10 + 6 * i as u64),
+            payment_url: None,
+        })
+        .collect();
+    let lines: Vec<mail::statement::Line<'_>> = invoices
+        .iter()
+        .map(|invoice| mail::statement::Line {
+            invoice,
+            step: stages
+                .due_step((today - invoice.due_date).num_days())
+                .expect("owes a step"),
+        })
+        .collect();
+    let customer = Customer {
+        name: "Customer 7".into(),
+        email: "customer7@example.test".into(),
+        locale: None,
+        id: Some("7".into()),
+    };
+    let message_id = mail::statement_message_id("7", 1, &settings.smtp.message_id_domain);
+    mail::compose_statement(
+        &templates,
+        stages,
+        &settings.smtp,
+        &lines,
+        &customer,
+        message_id,
+        &[],
+        today,
+    )
+    .expect("statement")
+    .formatted()
+    .len()
+}
+
+/// Runs the case on today's worker's database.
+pub async fn run(new: &Worker, settings: &Settings, sink: &Sink) -> CustomerCase {
+    let bytes = statement_bytes(settings);
+    new.db.reset_all().await;
+    seed(&new.db.pool, &new.db.schema).await;
+    let by_invoice = new.run_once(sink.port, INVOICES as usize, &[], false).await;
+    new.db.reset_runs().await;
+    let by_customer = new
+        .run_once(
+            sink.port,
+            INVOICES as usize,
+            &[("reminders.group_by", "customer".to_owned())],
+            false,
+        )
+        .await;
+    new.db.reset_runs().await;
+    let messages = CUSTOMERS as usize;
+    let source = tokio::task::block_in_place(|| sink.smtp_source(messages, bytes, false));
+    let case = CustomerCase {
+        mails_per_sec: CUSTOMERS as f64 / by_customer.secs,
+        source_per_sec: source,
+        rss_kib: by_customer.rss_kib,
+        invoice_rate: by_invoice.rate,
+        invoice_rss_kib: by_invoice.rss_kib,
+    };
+    println!(
+        "customer mode, {INVOICES} invoices over {CUSTOMERS} customers: {:.0} statements/s \
+         ({:.0} invoices/s) against smtp-source {:.0}/s with -l {bytes} ({:.2}x); peak RSS \
+         {:.1} MiB against {:.1} MiB in invoice mode ({:.2}x; invoice mode ran at {:.0}/s)",
+        case.mails_per_sec,
+        by_customer.rate,
+        case.source_per_sec,
+        case.ratio(),
+        case.rss_kib as f64 / 1024.0,
+        case.invoice_rss_kib as f64 / 1024.0,
+        case.rss_ratio(),
+        case.invoice_rate
+    );
+    case
+}
