@@ -87,6 +87,15 @@ pub async fn explain_invoice(
         && recipients
             .iter()
             .all(|a| suppressed.iter().any(|s| s.address.eq_ignore_ascii_case(a)));
+    let customer_last = match (settings.reminders.group_by, sources.as_slice()) {
+        (crate::config::GroupBy::Customer, [one]) => match &one.row.customer_id {
+            Some(customer) => db::explain::customer_last_reminder(db, customer, id, tz)
+                .await
+                .map_err(db_failed("failed to read the customer's reminders"))?,
+            None => None,
+        },
+        _ => None,
+    };
     let facts = Facts {
         invoice_id: id.clone(),
         today,
@@ -95,6 +104,7 @@ pub async fn explain_invoice(
         reminders,
         suppressed,
         all_suppressed,
+        customer_last,
     };
     let mut explained = decide(facts, rules(settings));
     // The Message-ID every attempt carries, for rows that went to SMTP:

@@ -170,3 +170,24 @@ pub async fn customer_invoices(
     .fetch_all(&mut *c)
     .await)
 }
+
+/// Customer mode: the latest day (in `tz`) on which another invoice of
+/// `customer` had a reminder claimed that is `sent` or `sending`, which
+/// `min_days_between` counts from per customer.
+pub async fn customer_last_reminder(
+    db: &Db,
+    customer: &str,
+    id: &InvoiceId,
+    tz: &str,
+) -> Result<Option<NaiveDate>, sqlx::Error> {
+    on_db!(db, |c| sqlx::query_scalar(db.sql(
+        "SELECT max((r.created_at AT TIME ZONE $3)::date) FROM {ir}.reminders r
+          WHERE r.customer_id = $1 AND r.invoice_id <> $2 AND r.status IN ('sent', 'sending')"
+    ))
+    .persistent(db.named())
+    .bind(customer)
+    .bind(id)
+    .bind(tz)
+    .fetch_one(&mut *c)
+    .await)
+}

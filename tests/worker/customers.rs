@@ -309,3 +309,33 @@ async fn a_customers_next_statement_replies_to_the_one_before() {
         );
     }
 }
+
+#[tokio::test]
+async fn explain_counts_the_gap_per_customer_in_customer_mode() {
+    let mut world = world_in_customer_mode().await;
+    world.set("reminders.min_days_between", 3);
+    let (customer, _) = customer_with(world.pool(), "Explained", &[10]).await;
+    tick(&world).await;
+    assert_eq!(world.sink.count(), 1);
+    let new: i64 = sqlx::query_scalar(
+        "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
+         VALUES ($1, 'INV-NEXT', 500, 'EUR', current_date - 5) RETURNING id",
+    )
+    .bind(customer)
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+    let out = common::cli(
+        &world,
+        &["explain", "--invoice", &new.to_string(), "--json"],
+    )
+    .await;
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["reason"], "min_gap_until", "{e}");
+    tick(&world).await;
+    assert_eq!(
+        world.sink.count(),
+        1,
+        "and the tick agrees: nothing within the gap"
+    );
+}

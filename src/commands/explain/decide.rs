@@ -44,6 +44,9 @@ pub struct Facts {
     pub suppressed: Vec<crate::db::suppressions::Suppression>,
     /// Every recipient is suppressed (the tick records `skipped`).
     pub all_suppressed: bool,
+    /// Customer mode: the latest day another invoice of the customer got a
+    /// reminder (`sent` or `sending`); the gap counts per customer.
+    pub customer_last: Option<NaiveDate>,
 }
 
 /// One invoice's facts, read for one day.
@@ -53,6 +56,7 @@ struct Day<'a> {
     due_date: NaiveDate,
     source: &'a SourceFacts,
     rows: &'a [ReminderView],
+    customer_last: Option<NaiveDate>,
 }
 
 /// A reason with its sentence and, for a wait, when it ends.
@@ -68,6 +72,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         reminders,
         suppressed,
         all_suppressed,
+        customer_last,
     } = facts;
     let rows: Vec<ReminderView> = reminders
         .into_iter()
@@ -136,6 +141,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
                 due_date,
                 source,
                 rows: &rows,
+                customer_last,
             };
             let verdict = day.verdict(due_step);
             if let Some((step, date)) = day.next_reminder() {
@@ -240,6 +246,7 @@ impl Day<'_> {
                 )
             })
             .map(|r| r.row.created_on)
+            .chain(self.customer_last)
             .max()?;
         Some((last, shift(last, i64::from(self.rules.min_days_between))))
     }

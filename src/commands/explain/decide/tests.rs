@@ -102,6 +102,7 @@ fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explaine
             reminders,
             suppressed: Vec::new(),
             all_suppressed: false,
+            customer_last: None,
         },
         Rules {
             stages: &stages,
@@ -253,6 +254,7 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
             reminders: vec![row("upcoming", "sent", 0)],
             suppressed: Vec::new(),
             all_suppressed: false,
+            customer_last: None,
         },
         Rules {
             stages: &stages,
