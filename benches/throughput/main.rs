@@ -28,7 +28,9 @@
 //! * `BENCH_EXTRAS` (default 1; 0 = off): the 1k-among-1M index case, the
 //!   UUID view, PgBouncer and lock theft;
 //! * `BENCH_CUSTOMERS` (default 1; 0 = off): customer mode, 100k invoices
-//!   over 20k customers, against smtp-source and invoice mode's RSS.
+//!   over 20k customers, against smtp-source and invoice mode's RSS;
+//! * `BENCH_ARCHIVE` (default 1; 0 = off): the archive's bytes per message
+//!   after a 10k tick with `archive.store = "database"`.
 //!
 //! Needs PostgreSQL and Redis (the tests' defaults and their
 //! `TEST_POSTGRES_URL` / `TEST_REDIS_URL` overrides) and Postfix's
@@ -58,6 +60,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+mod archive;
 mod baseline;
 mod customers;
 mod diagnostics;
@@ -96,6 +99,7 @@ struct Knobs {
     baseline: Option<String>,
     extras: bool,
     customers: bool,
+    archive: bool,
 }
 
 impl Knobs {
@@ -119,6 +123,7 @@ impl Knobs {
                 .filter(|s| !s.trim().is_empty()),
             extras: std::env::var("BENCH_EXTRAS").as_deref() != Ok("0"),
             customers: std::env::var("BENCH_CUSTOMERS").as_deref() != Ok("0"),
+            archive: std::env::var("BENCH_ARCHIVE").as_deref() != Ok("0"),
         }
     }
 }
@@ -356,6 +361,9 @@ async fn bench() {
         None
     };
 
+    if knobs.archive {
+        archive::run(&new, &sink).await;
+    }
     let customer_case = match knobs.customers {
         true => Some(customers::run(&new, &settings, &sink).await),
         false => None,
