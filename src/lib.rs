@@ -37,11 +37,12 @@
 pub mod cli;
 pub mod commands;
 pub mod config;
-pub mod context;
 pub mod db;
+pub mod dkim;
 pub mod domain;
 pub mod http;
 pub mod liveness;
+pub mod locale;
 pub mod lock;
 pub mod mail;
 pub mod metrics;

@@ -51,8 +51,10 @@ fn is_configuration(e: &anyhow::Error) -> bool {
         cause.is::<invoice_reminder::mail::TemplateError>()
             || cause.is::<invoice_reminder::commands::UsageError>()
             || cause
-                .downcast_ref::<invoice_reminder::context::SetupError>()
-                .is_some_and(|s| matches!(s, invoice_reminder::context::SetupError::Templates(_)))
+                .downcast_ref::<invoice_reminder::tick::context::SetupError>()
+                .is_some_and(|s| {
+                    matches!(s, invoice_reminder::tick::context::SetupError::Templates(_))
+                })
     })
 }
 

@@ -25,8 +25,8 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ScheduleSettings;
-use crate::context::Context;
 use crate::liveness::Liveness;
+use crate::tick::context::Context;
 use crate::tick::{TickOutcome, run_tick_at};
 
 /// The next `count` fires of the schedule strictly after `after`, in the
@@ -61,6 +61,13 @@ impl Drop for LoopRunning<'_> {
         self.0.set_loop_running(false);
     }
 }
+
+/// A tick found a problem no retry can fix (a template that does not
+/// render, a source that breaks its contract): the loop stops with it, and
+/// `run` exits as for bad configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigurationProblem(pub String);
 
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
 /// returns once the tick in flight (if any) has finished. `liveness` learns
@@ -119,7 +126,7 @@ pub async fn run_until_stopped(
             Ok(_) => {}
             Err(e) => match e.configuration_problem() {
                 // Retrying cannot help: stop, so the process exits 2 with it.
-                Some(problem) => return Err(crate::commands::UsageError(problem).into()),
+                Some(problem) => return Err(ConfigurationProblem(problem).into()),
                 None => tracing::error!(error = %e, "tick failed; the next fire will try again"),
             },
         }

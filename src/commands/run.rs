@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::exit;
 use crate::config::Settings;
-use crate::context::Context;
 use crate::db;
 use crate::liveness::Liveness;
+use crate::tick::context::Context;
 
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let shutdown = crate::shutdown::listen();
@@ -64,10 +64,10 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
         ended = &mut worker => {
             if let Ok(Err(e)) = &ended
-                && e.is::<super::UsageError>()
+                && let Some(problem) = e.downcast_ref::<crate::schedule::ConfigurationProblem>()
             {
                 // A configuration problem found at run time: exit 2 with it.
-                return ended.map_err(anyhow::Error::new)?.map(|()| ExitCode::from(exit::USAGE));
+                return Err(super::UsageError(problem.0.clone()).into());
             }
             if shutdown.is_cancelled() {
                 // A signal arrived while the loop was ending: a normal stop.

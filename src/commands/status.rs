@@ -7,10 +7,10 @@ use anyhow::Context as _;
 use uuid::Uuid;
 
 use crate::config::Settings;
-use crate::context::Context;
 use crate::db;
 use crate::db::runs::RunRow;
 use crate::lock::Holder;
+use crate::tick::context::Context;
 
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {

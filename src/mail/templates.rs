@@ -22,20 +22,15 @@ use icu_locale_core::Locale;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 use super::filters::add_filters;
-use super::format::{Formats, parse_locale};
+use super::format::Formats;
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
 use super::statement::{Line, STATEMENT};
+use super::text::{MAX_SUBJECT_CHARS, Rendered, sanitize};
 use super::vars::{Vars, sample};
 use crate::config::{CompanySettings, TemplateSettings};
 use crate::domain::{Amount, Customer, Invoice};
+use crate::locale::parse_locale;
 use crate::stages::{Stages, Step};
-
-/// Longest customer name we put in a header or greeting.
-pub const MAX_NAME_CHARS: usize = 100;
-/// Longest invoice number we put in a subject.
-pub const MAX_NUMBER_CHARS: usize = 64;
-/// Longest subject, after rendering.
-const MAX_SUBJECT_CHARS: usize = 200;
 
 macro_rules! builtin {
     ($($locale:literal: $($name:literal),+;)+) => {
@@ -72,15 +67,6 @@ pub enum TemplateError {
     },
     #[error("templates.dir = {dir}: {reason}")]
     Dir { dir: String, reason: String },
-}
-
-/// A rendered reminder, ready to become a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rendered {
-    /// One line, whatever the data.
-    pub subject: String,
-    pub text: String,
-    pub html: Option<String>,
 }
 
 /// The loaded templates and what rendering them needs. Built once.
@@ -376,7 +362,7 @@ impl Templates {
             false => None,
         };
         Ok(Rendered {
-            subject: super::message::sanitize(&subject, MAX_SUBJECT_CHARS),
+            subject: sanitize(&subject, MAX_SUBJECT_CHARS),
             text,
             html,
         })

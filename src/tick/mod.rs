@@ -21,6 +21,7 @@
 
 mod bounds;
 mod claim;
+pub mod context;
 pub mod deferred;
 mod error;
 mod mark;
@@ -38,12 +39,12 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::config::OnBackendError;
-use crate::context::Context;
 use crate::db;
-use crate::db::reminders::Fence;
+use crate::db::locks::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
 use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, Released};
+use context::Context;
 pub use error::TickError;
 pub(crate) use error::db_err;
 use pipeline::{Pipeline, Stop};

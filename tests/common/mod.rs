@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::context::Context;
+use invoice_reminder::tick::context::Context;
 use invoice_reminder::tick::{TickError, TickOutcome, run_tick};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;

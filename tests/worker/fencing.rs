@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use invoice_reminder::db;
-use invoice_reminder::db::reminders::{ClaimError, Fence};
+use invoice_reminder::db::locks::Fence;
+use invoice_reminder::db::reminders::ClaimError;
 use invoice_reminder::db::runs::NewRun;
 use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::{Acquisition, LostReason};
