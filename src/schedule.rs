@@ -24,7 +24,9 @@ use tokio::sync::mpsc;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ScheduleSettings;
+use std::time::Duration;
+
+use crate::config::{MaxTickDuration, ScheduleSettings, Settings};
 use crate::liveness::Liveness;
 use crate::tick::context::Context;
 use crate::tick::{TickOutcome, run_tick_at};
@@ -37,6 +39,27 @@ pub fn next_fires(
     count: usize,
 ) -> Vec<DateTime<Tz>> {
     fires_after(schedule, after).take(count).collect()
+}
+
+/// How long one tick may run before the replica counts as hung.
+/// `"auto"`: the larger of `shutdown.timeout` and 10 × the longest gap
+/// among the next 10 fires of `schedule.cron`, at most one hour.
+pub fn max_tick_duration(settings: &Settings) -> Duration {
+    const CAP: Duration = Duration::from_secs(3600);
+    match settings.schedule.max_tick_duration {
+        MaxTickDuration::Fixed(limit) => limit,
+        MaxTickDuration::Auto => {
+            let fires: Vec<_> = fires_after(&settings.schedule, Utc::now())
+                .take(11)
+                .collect();
+            let longest_gap = fires
+                .windows(2)
+                .filter_map(|w| (w[1] - w[0]).to_std().ok())
+                .max()
+                .unwrap_or(CAP);
+            (longest_gap * 10).max(settings.shutdown.timeout).min(CAP)
+        }
+    }
 }
 
 /// Every fire strictly after `after`, lazily. Fires fall on whole seconds

@@ -194,7 +194,7 @@ fn db_failed(doing: &'static str) -> impl FnOnce(sqlx::Error) -> anyhow::Error {
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
     db::connect(settings).await.map_err(|e| {
         let url = settings.database.redacted_url();
-        if crate::lock::is_refused_login(&e) {
+        if crate::db::conn::is_refused_login(&e) {
             UsageError(format!(
                 "database.url: PostgreSQL at {url} refused the login ({e}); check the user and password in database.url"
             ))

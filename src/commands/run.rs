@@ -20,7 +20,7 @@ use crate::tick::context::Context;
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let shutdown = crate::shutdown::listen();
     let grace = settings.shutdown.timeout;
-    let liveness = Liveness::new(settings.max_tick_duration());
+    let liveness = Liveness::new(crate::schedule::max_tick_duration(&settings));
     let pool = db::connect_lazy(&settings);
     let ctx = Arc::new(Context::new(settings, pool)?);
     let http_stop = CancellationToken::new();
@@ -36,7 +36,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         replica_id = %ctx.settings.replica_id,
         database = %ctx.settings.database.redacted_url(),
         lock = %ctx.lock.describe(),
-        max_tick_duration = %humantime::format_duration(ctx.settings.max_tick_duration()),
+        max_tick_duration = %humantime::format_duration(crate::schedule::max_tick_duration(&ctx.settings)),
         "worker starting"
     );
     // Results the database would not take are written as soon as it does,

@@ -82,7 +82,7 @@ impl PostgresLock {
             key: settings.lock.key.clone(),
             lock_id: advisory_lock_id(&settings.lock.key),
             times,
-            options: settings.pg_connect_options(),
+            options: crate::db::session::connect_options(settings),
             connect_timeout: settings.database.connect_timeout,
             deadline: settings.database.statement_timeout,
             schema: settings.database.schema.clone(),
@@ -93,7 +93,7 @@ impl PostgresLock {
     async fn connect(&self) -> Result<PgConnection, LockError> {
         match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) if is_refused_login(&e) => Err(LockError::Config(format!(
+            Ok(Err(e)) if db::conn::is_refused_login(&e) => Err(LockError::Config(format!(
                 "database.url: PostgreSQL refused the lock connection's login ({e}); check the user and password in database.url"
             ))),
             Ok(Err(e)) => Err(LockError::Backend(format!(
@@ -246,24 +246,6 @@ async fn within<T>(
     match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(db::conn::timed_out(deadline, "database.statement_timeout")),
-    }
-}
-
-/// PostgreSQL (or a PgBouncer in front of it) refused the login: invalid
-/// password, no such role, pg_hba.
-pub fn is_refused_login(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(d) = e else {
-        return false;
-    };
-    match d.code().as_deref() {
-        // PostgreSQL: invalid_password, invalid_authorization_specification.
-        Some("28P01" | "28000") => true,
-        // PgBouncer reports its own login failures as protocol_violation.
-        Some("08P01") => {
-            let m = d.message();
-            m.contains("authentication failed") || m.contains("no such user")
-        }
-        _ => false,
     }
 }
 

@@ -31,7 +31,7 @@ impl TickError {
         match self {
             Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
             Self::Source(problem) => Some(problem.clone()),
-            Self::Database { source, .. } if crate::lock::is_refused_login(source) => {
+            Self::Database { source, .. } if crate::db::conn::is_refused_login(source) => {
                 Some(format!(
                     "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
                 ))
