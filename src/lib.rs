@@ -42,6 +42,7 @@
 //!   customer, delivery, counts); [`cli`]: the command line's shape;
 //!   [`shutdown`]: the SIGTERM/SIGINT token.
 
+pub mod causes;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -8,7 +8,7 @@ use clap::Parser;
 use invoice_reminder::cli::Cli;
 use invoice_reminder::commands::{self, exit};
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::telemetry;
+use invoice_reminder::{causes, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "command failed");
+            tracing::error!(error = causes::of_anyhow(&e), "command failed");
             ExitCode::from(exit::FAILURE)
         }
     }

@@ -147,7 +147,8 @@ async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {
         let url = settings.database.redacted_url();
         if crate::db::conn::is_refused_login(&e) {
             UsageError(format!(
-                "database.url: PostgreSQL at {url} refused the login ({e}); check the user and password in database.url"
+                "database.url: PostgreSQL at {url} refused the login ({}); check the user and password in database.url",
+                crate::causes::Causes(&e)
             ))
             .into()
         } else {

@@ -75,7 +75,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             } else {
                 match ended {
                     Ok(Ok(())) => tracing::error!("the scheduler loop ended by itself; exiting so the replica is restarted"),
-                    Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "the scheduler loop failed; exiting so the replica is restarted"),
+                    Ok(Err(e)) => tracing::error!(error = crate::causes::of_anyhow(&e), "the scheduler loop failed; exiting so the replica is restarted"),
                     Err(e) => tracing::error!(error = %e, "the scheduler task died; exiting so the replica is restarted"),
                 }
                 Ok(ExitCode::from(exit::FAILURE))

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["db", "mail", "telemetry"],
     &["config", "metrics", "liveness"],
     &["stages", "locale", "dkim"],
-    &["domain", "cli", "shutdown"],
+    &["domain", "cli", "shutdown", "causes"],
 ];
 
 /// Cycles known and not yet taken apart, each as its members; the test
