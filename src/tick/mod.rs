@@ -101,11 +101,11 @@ impl TickOutcome {
     }
 }
 
-/// A tick that ran: which run and period, what it did, how long it took.
+/// A tick that ran: which run and date, what it did, how long it took.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
     pub run_id: i64,
-    pub period: String,
+    pub run_date: String,
     #[serde(flatten)]
     pub counts: Counts,
     pub duration_ms: u64,
@@ -244,14 +244,14 @@ async fn work(
     ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
     let settings = &ctx.settings;
     let today = today_at(ctx, slot).await?;
-    // job_runs.period is the tick's "today"; each claim's period is its step.
-    let period = today.to_string();
+    // job_runs.run_date is the tick's "today"; each claim's period is its step.
+    let run_date = today.to_string();
     let run_id = db::runs::start_run(
         &ctx.db,
         NewRun {
             replica_id: &settings.replica_id,
             lock: holding.map(|h| (h.lock_token, h.fence.token, h.fence.lock_key)),
-            period: &period,
+            run_date: &run_date,
             lease: Some(settings.lock.ttl),
         },
     )
@@ -259,13 +259,13 @@ async fn work(
     .map_err(db_err("recording the run"))?;
     let fence = holding.map(|h| h.fence);
     let pipeline = std::sync::Arc::new(Pipeline::new(
-        ctx, fence, guard, shutdown, today, run_id, &period,
+        ctx, fence, guard, shutdown, today, run_id, &run_date,
     ));
     async {
         let result = pipeline.claim_send_record().await;
         finish(&pipeline, result, started).await
     }
-    .instrument(tracing::info_span!("tick", run_id, period = %period))
+    .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
     .await
 }
 
@@ -345,13 +345,13 @@ async fn finish(
         .tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
-        period: p.period().to_owned(),
+        run_date: p.run_date().to_owned(),
         counts,
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
     };
     tracing::info!(
         outcome = outcome.as_str(),
-        period = %summary.period,
+        run_date = %summary.run_date,
         claimed = counts.claimed,
         sent = counts.sent,
         failed = counts.failed,

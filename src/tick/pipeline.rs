@@ -84,8 +84,8 @@ pub(super) struct Pipeline {
     /// The database's date: the due steps and "days overdue" follow it.
     today: NaiveDate,
     run_id: i64,
-    /// `job_runs.period`: `today` as text.
-    period: String,
+    /// `job_runs.run_date`: `today` as text.
+    run_date: String,
     stopped: AtomicU8,
     counts: Mutex<Counts>,
     problems: Mutex<Tally>,
@@ -104,7 +104,7 @@ impl Pipeline {
         shutdown: &CancellationToken,
         today: NaiveDate,
         run_id: i64,
-        period: &str,
+        run_date: &str,
     ) -> Self {
         Self {
             ctx: ctx.clone(),
@@ -117,7 +117,7 @@ impl Pipeline {
             shutdown: shutdown.clone(),
             today,
             run_id,
-            period: period.to_owned(),
+            run_date: run_date.to_owned(),
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
@@ -147,8 +147,8 @@ impl Pipeline {
         self.run_id
     }
 
-    pub fn period(&self) -> &str {
-        &self.period
+    pub fn run_date(&self) -> &str {
+        &self.run_date
     }
 
     /// Rows claimed and not yet recorded.

@@ -398,7 +398,7 @@ pub async fn start_unlocked_run(db: &invoice_reminder::db::Db) -> i64 {
         invoice_reminder::db::runs::NewRun {
             replica_id: "test",
             lock: None,
-            period: "2026-11-30",
+            run_date: "2026-11-30",
             lease: None,
         },
     )

@@ -59,7 +59,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         NewRun {
             replica_id: "b",
             lock: Some((fresh.token(), fresh.fence(), &key)),
-            period: "2026-11-30",
+            run_date: "2026-11-30",
             lease: None,
         },
     )

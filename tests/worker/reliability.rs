@@ -199,7 +199,7 @@ async fn a_token_drawn_but_never_used_to_claim_still_raises_the_fencing_floor() 
             db::runs::NewRun {
                 replica_id: "quiet",
                 lock: Some((lease.token(), lease.fence(), &key)),
-                period: "2026-11-30",
+                run_date: "2026-11-30",
                 lease: None,
             },
         )
