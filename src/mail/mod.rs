@@ -9,6 +9,7 @@
 mod filters;
 pub mod format;
 mod links;
+mod load;
 pub mod message;
 mod pool;
 pub mod smtp;

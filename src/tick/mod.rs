@@ -5,7 +5,7 @@
 //!      │
 //!   acquired ──▶ today from the DB clock (not before the fire's slot) ──▶ start_run
 //!      │
-//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (pipeline.rs);
+//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (flow.rs);
 //!      │          bad source rows skipped and reported (problems.rs);
 //!      │          before every mail: lease valid? shutdown? SMTP? writes OK?
 //!      ├─ hand back rows never started
@@ -24,6 +24,7 @@ mod claim;
 pub mod context;
 pub mod deferred;
 mod error;
+mod flow;
 mod mark;
 mod pipeline;
 mod record;
@@ -262,7 +263,7 @@ async fn work(
         ctx, fence, guard, shutdown, today, run_id, &run_date,
     ));
     async {
-        let result = pipeline.claim_send_record().await;
+        let result = flow::claim_send_record(&pipeline).await;
         finish(&pipeline, result, started).await
     }
     .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
