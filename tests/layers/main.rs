@@ -86,7 +86,7 @@ impl Source {
     fn resolve(&self, path: &[String]) -> Option<Module> {
         let mut best = None;
         for n in 0..=path.len() {
-            if self.files.contains_key(&path[..n].to_vec()) {
+            if self.files.contains_key(&path[..n]) {
                 best = Some(n);
             }
         }
