@@ -94,10 +94,12 @@ impl PostgresLock {
         match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) if db::conn::is_refused_login(&e) => Err(LockError::Config(format!(
-                "database.url: PostgreSQL refused the lock connection's login ({e}); check the user and password in database.url"
+                "database.url: PostgreSQL refused the lock connection's login ({}); check the user and password in database.url",
+                crate::causes::Causes(&e)
             ))),
             Ok(Err(e)) => Err(LockError::Backend(format!(
-                "cannot open the lock connection to PostgreSQL: {e}"
+                "cannot open the lock connection to PostgreSQL: {}",
+                crate::causes::Causes(&e)
             ))),
             Err(_) => Err(LockError::Backend(
                 "cannot open the lock connection to PostgreSQL within database.connect_timeout"
@@ -113,7 +115,12 @@ impl PostgresLock {
             db::locks::try_advisory_lock(&mut conn, self.lock_id),
         )
         .await
-        .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
+        .map_err(|e| {
+            LockError::Backend(format!(
+                "pg_try_advisory_lock failed: {}",
+                crate::causes::Causes(&e)
+            ))
+        })?;
         if !won {
             let _ = conn.close().await;
             return Ok(AcquireResult::Held);
@@ -134,7 +141,8 @@ impl PostgresLock {
                 // Closing the session releases the lock.
                 let _ = conn.close().await;
                 Err(LockError::Backend(format!(
-                    "cannot draw a fencing token: {e}"
+                    "cannot draw a fencing token: {}",
+                    crate::causes::Causes(&e)
                 )))
             }
         }
@@ -190,7 +198,12 @@ impl PostgresLock {
         let mut conn = self.connect().await?;
         let answered = within(self.deadline, db::locks::ping(&mut conn))
             .await
-            .map_err(|e| LockError::Backend(format!("PostgreSQL does not answer: {e}")));
+            .map_err(|e| {
+                LockError::Backend(format!(
+                    "PostgreSQL does not answer: {}",
+                    crate::causes::Causes(&e)
+                ))
+            });
         let _ = conn.close().await;
         answered
     }
@@ -202,7 +215,12 @@ impl PostgresLock {
             db::locks::advisory_holder(&mut conn, self.lock_id),
         )
         .await
-        .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
+        .map_err(|e| {
+            LockError::Backend(format!(
+                "cannot read pg_locks: {}",
+                crate::causes::Causes(&e)
+            ))
+        })?;
         let _ = conn.close().await;
         Ok(found.map(|(pid, application_name)| Holder {
             replica_id: application_name
