@@ -23,8 +23,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::Context;
 use crate::liveness::Liveness;
+use crate::tick::context::Context;
 
 mod bounce;
 pub mod webhook;

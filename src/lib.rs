@@ -18,30 +18,40 @@
 //! unknown; it is never resent, and `audit` lists it.
 //!
 //! ## Layout
-//! Read [`tick`] first: the job top to bottom. Then:
-//! * [`tick::pipeline`](tick) claim → send → record; [`tick::deferred`]
+//! Read [`tick`] first: the job top to bottom. Imports run down this list,
+//! never up, and no two files import each other (`tests/layers` checks
+//! both):
+//! * [`commands`]: one file per subcommand; `main` maps their errors to
+//!   exit codes.
+//! * [`http`]: `/healthz`, `/readyz`, `/metrics` and the bounce webhook;
+//!   [`schedule`]: cron wiring and fire computation, one tick at a time.
+//! * [`tick`]: one tick; [`tick::context`] what it needs,
+//!   `tick::pipeline` claim → mark → send → record, [`tick::deferred`]
 //!   results held while the database is away.
-//! * [`db`]: all SQL; [`db::reminders`] is the claim protocol.
 //! * [`lock`]: the lease model (design note), Redis and PostgreSQL backends,
-//!   the watchdog.
-//! * [`mail`]: building a message, and SMTP with known-or-unknown outcomes.
-//! * [`domain`]: the plain values the layers exchange (ids, invoice,
-//!   customer, delivery, counts).
+//!   the watchdog; [`problems`]: which source rows cannot make a reminder.
+//! * [`db`]: all SQL; [`db::reminders`] is the claim protocol,
+//!   [`db::session`] the PostgreSQL session settings. [`mail`]: building a
+//!   message, and SMTP with known-or-unknown outcomes. [`telemetry`]: logs.
 //! * [`config`]: typed settings, defaults compiled in from
-//!   `config/default.toml`, validated once.
-//! * [`schedule`]: cron wiring, one tick at a time; [`context`]: what a tick
-//!   needs; [`period`]: the period key.
-//! * [`cli`], [`commands`]: the command line; [`telemetry`]: logs;
+//!   `config/default.toml`, validated once; [`metrics`]: the Prometheus
+//!   metrics; [`liveness`]: is the scheduler loop alive.
+//! * [`stages`]: which step an invoice owes (the step key is a reminder's
+//!   `period`); [`locale`]: language tags; [`dkim`]: the signing key.
+//! * [`domain`]: the plain values the layers exchange (ids, invoice,
+//!   customer, delivery, counts); [`cli`]: the command line's shape;
 //!   [`shutdown`]: the SIGTERM/SIGINT token.
 
+pub mod causes;
 pub mod cli;
 pub mod commands;
 pub mod config;
-pub mod context;
 pub mod db;
+pub mod dkim;
 pub mod domain;
 pub mod http;
 pub mod liveness;
+pub mod locale;
 pub mod lock;
 pub mod mail;
 pub mod metrics;

@@ -8,7 +8,7 @@ use clap::Parser;
 use invoice_reminder::cli::Cli;
 use invoice_reminder::commands::{self, exit};
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::telemetry;
+use invoice_reminder::{causes, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "command failed");
+            tracing::error!(error = causes::of_anyhow(&e), "command failed");
             ExitCode::from(exit::FAILURE)
         }
     }
@@ -51,8 +51,10 @@ fn is_configuration(e: &anyhow::Error) -> bool {
         cause.is::<invoice_reminder::mail::TemplateError>()
             || cause.is::<invoice_reminder::commands::UsageError>()
             || cause
-                .downcast_ref::<invoice_reminder::context::SetupError>()
-                .is_some_and(|s| matches!(s, invoice_reminder::context::SetupError::Templates(_)))
+                .downcast_ref::<invoice_reminder::tick::context::SetupError>()
+                .is_some_and(|s| {
+                    matches!(s, invoice_reminder::tick::context::SetupError::Templates(_))
+                })
     })
 }
 

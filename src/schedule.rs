@@ -24,9 +24,11 @@ use tokio::sync::mpsc;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ScheduleSettings;
-use crate::context::Context;
+use std::time::Duration;
+
+use crate::config::{MaxTickDuration, ScheduleSettings, Settings};
 use crate::liveness::Liveness;
+use crate::tick::context::Context;
 use crate::tick::{TickOutcome, run_tick_at};
 
 /// The next `count` fires of the schedule strictly after `after`, in the
@@ -37,6 +39,27 @@ pub fn next_fires(
     count: usize,
 ) -> Vec<DateTime<Tz>> {
     fires_after(schedule, after).take(count).collect()
+}
+
+/// How long one tick may run before the replica counts as hung.
+/// `"auto"`: the larger of `shutdown.timeout` and 10 × the longest gap
+/// among the next 10 fires of `schedule.cron`, at most one hour.
+pub fn max_tick_duration(settings: &Settings) -> Duration {
+    const CAP: Duration = Duration::from_secs(3600);
+    match settings.schedule.max_tick_duration {
+        MaxTickDuration::Fixed(limit) => limit,
+        MaxTickDuration::Auto => {
+            let fires: Vec<_> = fires_after(&settings.schedule, Utc::now())
+                .take(11)
+                .collect();
+            let longest_gap = fires
+                .windows(2)
+                .filter_map(|w| (w[1] - w[0]).to_std().ok())
+                .max()
+                .unwrap_or(CAP);
+            (longest_gap * 10).max(settings.shutdown.timeout).min(CAP)
+        }
+    }
 }
 
 /// Every fire strictly after `after`, lazily. Fires fall on whole seconds
@@ -61,6 +84,13 @@ impl Drop for LoopRunning<'_> {
         self.0.set_loop_running(false);
     }
 }
+
+/// A tick found a problem no retry can fix (a template that does not
+/// render, a source that breaks its contract): the loop stops with it, and
+/// `run` exits as for bad configuration.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigurationProblem(pub String);
 
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
 /// returns once the tick in flight (if any) has finished. `liveness` learns
@@ -119,7 +149,7 @@ pub async fn run_until_stopped(
             Ok(_) => {}
             Err(e) => match e.configuration_problem() {
                 // Retrying cannot help: stop, so the process exits 2 with it.
-                Some(problem) => return Err(crate::commands::UsageError(problem).into()),
+                Some(problem) => return Err(ConfigurationProblem(problem).into()),
                 None => tracing::error!(error = %e, "tick failed; the next fire will try again"),
             },
         }

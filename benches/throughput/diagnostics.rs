@@ -115,7 +115,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
         db::runs::NewRun {
             replica_id: "bench",
             lock: None,
-            period: "db-only",
+            run_date: "db-only",
             lease: None,
         },
     )

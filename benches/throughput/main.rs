@@ -206,7 +206,7 @@ async fn bench() {
     // mode), for the bench's SQL and the diagnostics.
     let pool = PgPoolOptions::new()
         .max_connections(8)
-        .connect_with(settings.pg_connect_options())
+        .connect_with(invoice_reminder::db::session::connect_options(&settings))
         .await
         .expect("connect");
     let new = Worker::create(

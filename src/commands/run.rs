@@ -13,14 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::exit;
 use crate::config::Settings;
-use crate::context::Context;
 use crate::db;
 use crate::liveness::Liveness;
+use crate::tick::context::Context;
 
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let shutdown = crate::shutdown::listen();
     let grace = settings.shutdown.timeout;
-    let liveness = Liveness::new(settings.max_tick_duration());
+    let liveness = Liveness::new(crate::schedule::max_tick_duration(&settings));
     let pool = db::connect_lazy(&settings);
     let ctx = Arc::new(Context::new(settings, pool)?);
     let http_stop = CancellationToken::new();
@@ -36,7 +36,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         replica_id = %ctx.settings.replica_id,
         database = %ctx.settings.database.redacted_url(),
         lock = %ctx.lock.describe(),
-        max_tick_duration = %humantime::format_duration(ctx.settings.max_tick_duration()),
+        max_tick_duration = %humantime::format_duration(crate::schedule::max_tick_duration(&ctx.settings)),
         "worker starting"
     );
     // Results the database would not take are written as soon as it does,
@@ -64,10 +64,10 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
         ended = &mut worker => {
             if let Ok(Err(e)) = &ended
-                && e.is::<super::UsageError>()
+                && let Some(problem) = e.downcast_ref::<crate::schedule::ConfigurationProblem>()
             {
                 // A configuration problem found at run time: exit 2 with it.
-                return ended.map_err(anyhow::Error::new)?.map(|()| ExitCode::from(exit::USAGE));
+                return Err(super::UsageError(problem.0.clone()).into());
             }
             if shutdown.is_cancelled() {
                 // A signal arrived while the loop was ending: a normal stop.
@@ -75,7 +75,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             } else {
                 match ended {
                     Ok(Ok(())) => tracing::error!("the scheduler loop ended by itself; exiting so the replica is restarted"),
-                    Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "the scheduler loop failed; exiting so the replica is restarted"),
+                    Ok(Err(e)) => tracing::error!(error = crate::causes::of_anyhow(&e), "the scheduler loop failed; exiting so the replica is restarted"),
                     Err(e) => tracing::error!(error = %e, "the scheduler task died; exiting so the replica is restarted"),
                 }
                 Ok(ExitCode::from(exit::FAILURE))

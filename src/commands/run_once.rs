@@ -13,10 +13,10 @@ use super::exit;
 /// could not take during the tick.
 pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::config::Settings;
-use crate::context::Context;
 use crate::db;
 use crate::db::invoices::Owed;
 use crate::db::owed::OwedReminder;
+use crate::tick::context::Context;
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
 pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {

@@ -7,10 +7,10 @@ use anyhow::Context as _;
 use uuid::Uuid;
 
 use crate::config::Settings;
-use crate::context::Context;
 use crate::db;
 use crate::db::runs::RunRow;
 use crate::lock::Holder;
+use crate::tick::context::Context;
 
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {
@@ -88,10 +88,10 @@ pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result
     }
     for r in &report.last_runs {
         outln!(
-            "  #{} {} period {} started {} {} claimed {} sent {} failed {}{}",
+            "  #{} {} run date {} started {} {} claimed {} sent {} failed {}{}",
             r.id,
             r.replica_id,
-            r.period,
+            r.run_date,
             r.started_at.format("%Y-%m-%d %H:%M:%S%.3f"),
             match (&r.finished_at, &r.outcome) {
                 (Some(_), Some(o)) => o.clone(),

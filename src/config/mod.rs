@@ -22,12 +22,10 @@ mod urls;
 mod validate;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::Deserialize;
-use sqlx::postgres::PgConnectOptions;
 
 pub use error::ConfigError;
 pub use names::{RelationName, SqlName};
@@ -129,89 +127,6 @@ impl Settings {
         validate::check(&settings)?;
         Ok(settings)
     }
-
-    /// How long one tick may run before the replica counts as hung.
-    /// `"auto"`: the larger of `shutdown.timeout` and 10 × the longest gap
-    /// among the next 10 fires of `schedule.cron`, at most one hour.
-    pub fn max_tick_duration(&self) -> Duration {
-        const CAP: Duration = Duration::from_secs(3600);
-        match self.schedule.max_tick_duration {
-            MaxTickDuration::Fixed(limit) => limit,
-            MaxTickDuration::Auto => {
-                let now = chrono::Utc::now().with_timezone(&self.schedule.timezone);
-                let fires: Vec<_> = self
-                    .schedule
-                    .cron
-                    .parsed()
-                    .iter_after(now)
-                    .take(11)
-                    .collect();
-                let longest_gap = fires
-                    .windows(2)
-                    .filter_map(|w| (w[1] - w[0]).to_std().ok())
-                    .max()
-                    .unwrap_or(CAP);
-                (longest_gap * 10).max(self.shutdown.timeout).min(CAP)
-            }
-        }
-    }
-
-    /// Options for one PostgreSQL connection, with `application_name` set to
-    /// this replica so `pg_stat_activity` shows who is connected.
-    ///
-    /// `plan_cache_mode = force_custom_plan`: sqlx prepares every statement,
-    /// and after a few executions PostgreSQL may switch a prepared statement
-    /// to a generic plan that ignores the parameters. For the overdue page
-    /// (`LIMIT $n`, a keyset cursor) a generic plan can be a full scan and
-    /// sort per page, turning a backlog into quadratic work; planning each
-    /// execution costs well under a millisecond.
-    ///
-    /// `idle_in_transaction_session_timeout`: see [`Settings::idle_in_transaction`].
-    ///
-    /// `jit = off`: the scan's per-row probes make PostgreSQL estimate a
-    /// page at far above `jit_above_cost`, and compiling it (~8 ms) cost more
-    /// than running it (~1 ms); these are short OLTP statements.
-    ///
-    /// Behind a transaction pooler no startup option is sent (PgBouncer
-    /// refuses unknown ones): `extra_float_digits` is left out (we read no
-    /// floats that need it) and `jit` is set per transaction instead;
-    /// unnamed statements are always planned with their parameters.
-    pub fn pg_connect_options(&self) -> PgConnectOptions {
-        let options = self
-            .database
-            .url
-            .options()
-            .clone()
-            .application_name(&application_name(&self.replica_id))
-            .extra_float_digits(None);
-        match self.database.pooler {
-            Pooler::None => options.options([
-                ("plan_cache_mode", "force_custom_plan".to_owned()),
-                ("jit", "off".to_owned()),
-                (
-                    "idle_in_transaction_session_timeout",
-                    self.idle_in_transaction(),
-                ),
-            ]),
-            Pooler::Transaction => options,
-        }
-    }
-
-    /// A transaction of ours left idle this long (its process paused or
-    /// hung mid-claim) is ended by the server, so it cannot block the
-    /// others' claims any longer than a statement may take.
-    pub fn idle_in_transaction(&self) -> String {
-        format!("{}ms", self.database.statement_timeout.as_millis())
-    }
-}
-
-/// `application_name` is limited to 63 bytes by PostgreSQL.
-fn application_name(replica_id: &str) -> String {
-    let mut name = format!("invoice-reminder/{replica_id}");
-    while name.len() > 63 {
-        name.pop();
-    }
-    name
 }
 
 #[cfg(test)]
@@ -247,12 +162,5 @@ mod tests {
             )],
         });
         assert!(good.is_ok_and(|s| s.http.webhook_enabled()));
-    }
-
-    #[test]
-    fn application_name_fits_postgres_limit() {
-        let long = "x".repeat(100);
-        assert!(application_name(&long).len() <= 63);
-        assert_eq!(application_name("a"), "invoice-reminder/a");
     }
 }

@@ -272,12 +272,12 @@ pub struct DkimSettings {
     pub private_key_file: Option<PathBuf>,
     /// Set once by validation when DKIM is on; shared by every clone.
     #[serde(skip)]
-    pub(super) loaded: Arc<OnceLock<crate::mail::dkim::Dkim>>,
+    pub(super) loaded: Arc<OnceLock<crate::dkim::Dkim>>,
 }
 
 impl DkimSettings {
     /// The key and the signer, when DKIM is on.
-    pub fn loaded(&self) -> Option<&crate::mail::dkim::Dkim> {
+    pub fn loaded(&self) -> Option<&crate::dkim::Dkim> {
         self.loaded.get()
     }
 }

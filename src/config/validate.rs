@@ -124,7 +124,7 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
 
 fn templates(s: &Settings) -> Result<(), ConfigError> {
     let locale = &s.templates.default_locale;
-    if crate::mail::format::parse_locale(locale).is_none() || locale.contains(['/', '\\']) {
+    if crate::locale::parse_locale(locale).is_none() || locale.contains(['/', '\\']) {
         return Err(ConfigError::new(
             "templates.default_locale",
             format!("{locale:?} is not a language tag such as \"en\" or \"de-CH\""),
@@ -267,7 +267,7 @@ fn dkim(d: &super::DkimSettings) -> Result<(), ConfigError> {
     };
     let pem =
         std::fs::read_to_string(file).map_err(|e| key_error(format!("cannot read it: {e}")))?;
-    let dkim = crate::mail::dkim::Dkim::load(domain, selector, &pem).map_err(key_error)?;
+    let dkim = crate::dkim::Dkim::load(domain, selector, &pem).map_err(key_error)?;
     // A second validation of the same settings keeps the first signer.
     let _ = d.loaded.set(dkim);
     Ok(())

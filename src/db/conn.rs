@@ -42,15 +42,7 @@ impl Db {
         let names = Arc::new(Names::from_settings(settings));
         let settings = &settings.database;
         let pooled = settings.pooler == Pooler::Transaction;
-        let begin = if pooled {
-            format!(
-                "BEGIN; SET LOCAL jit = off; SET LOCAL idle_in_transaction_session_timeout = {}",
-                settings.statement_timeout.as_millis()
-            )
-            .into()
-        } else {
-            "BEGIN".into()
-        };
+        let begin = super::session::begin_statement(settings).into();
         Self {
             pool,
             deadline: settings.statement_timeout,
@@ -200,6 +192,24 @@ pub fn is_unreachable(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+/// PostgreSQL (or a PgBouncer in front of it) refused the login: invalid
+/// password, no such role, pg_hba.
+pub fn is_refused_login(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(d) = e else {
+        return false;
+    };
+    match d.code().as_deref() {
+        // PostgreSQL: invalid_password, invalid_authorization_specification.
+        Some("28P01" | "28000") => true,
+        // PgBouncer reports its own login failures as protocol_violation.
+        Some("08P01") => {
+            let m = d.message();
+            m.contains("authentication failed") || m.contains("no such user")
+        }
         _ => false,
     }
 }

@@ -2,10 +2,10 @@
 //! and the fencing high-water marks every claim checks.
 
 use sqlx::PgConnection;
+use uuid::Uuid;
 
 use super::Db;
 use super::conn::on_db;
-use super::reminders::Fence;
 use crate::config::SqlName;
 
 /// `pg_try_advisory_lock`: session-level, held until unlocked or until the
@@ -94,6 +94,16 @@ pub async fn fence_high_water(db: &Db, lock_key: &str) -> Result<i64, sqlx::Erro
     .bind(lock_key)
     .fetch_one(&mut *c)
     .await)
+}
+
+/// The fencing token a claim presents: the number drawn with the lock,
+/// the lock's token (two holders may draw one number after a counter
+/// reset), and the lock it was drawn for.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    pub lock_key: &'a str,
+    pub token: i64,
+    pub holder: Uuid,
 }
 
 /// Advances the high-water mark of `fence.lock_key` to `fence.token` unless

@@ -20,6 +20,7 @@ pub mod reminders;
 pub mod resolve;
 pub mod runs;
 pub mod seed;
+pub mod session;
 pub mod source;
 pub mod sql;
 pub mod suppressions;
@@ -63,8 +64,7 @@ pub fn connect_lazy(settings: &Settings) -> PgPool {
 /// out.
 fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
     use sqlx::ConnectOptions as _;
-    settings
-        .pg_connect_options()
+    session::connect_options(settings)
         .log_slow_statements(log::LevelFilter::Debug, std::time::Duration::from_secs(1))
 }
 

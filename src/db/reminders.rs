@@ -42,24 +42,13 @@
 use std::collections::HashMap;
 
 use sqlx::{FromRow, PgConnection};
-use uuid::Uuid;
 
 use super::Db;
 use super::conn::on_db;
 use super::invoices::{Owed, SourceRow, bind_owed, owed_conditions, source_columns, window_arrays};
-use super::locks::advance_fence;
+use super::locks::{Fence, advance_fence};
 use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;
-
-/// The fencing token a claim presents: the number drawn with the lock,
-/// the lock's token (two holders may draw one number after a counter
-/// reset), and the lock it was drawn for.
-#[derive(Debug, Clone, Copy)]
-pub struct Fence<'a> {
-    pub lock_key: &'a str,
-    pub token: i64,
-    pub holder: Uuid,
-}
 
 /// Why a claim claimed nothing.
 #[derive(Debug, thiserror::Error)]

@@ -94,8 +94,8 @@ pub struct NewRun<'a> {
     /// The lock it works under (token, fencing token, lock key); None
     /// without a lock.
     pub lock: Option<(Uuid, i64, &'a str)>,
-    /// `job_runs.period`: the tick's "today".
-    pub period: &'a str,
+    /// `job_runs.run_date`: the tick's "today".
+    pub run_date: &'a str,
     /// How long its lease is trusted from now; None without a lock.
     pub lease: Option<Duration>,
 }
@@ -105,7 +105,7 @@ pub struct NewRun<'a> {
 pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
     on_db!(db, |c| {
         sqlx::query_scalar(
-        db.sql("INSERT INTO {ir}.job_runs (replica_id, lock_token, fence_token, lock_key, period, lease_until)
+        db.sql("INSERT INTO {ir}.job_runs (replica_id, lock_token, fence_token, lock_key, run_date, lease_until)
          VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))
          RETURNING id"),
     )
@@ -114,7 +114,7 @@ pub async fn start_run(db: &Db, run: NewRun<'_>) -> Result<i64, sqlx::Error> {
     .bind(run.lock.map(|l| l.0))
     .bind(run.lock.map(|l| l.1))
     .bind(run.lock.map(|l| l.2))
-    .bind(run.period)
+    .bind(run.run_date)
     .bind(run.lease.map(|d| d.as_secs_f64()))
     .fetch_one(&mut *c)
     .await
@@ -194,7 +194,7 @@ pub struct RunRow {
     pub replica_id: String,
     pub lock_token: Option<Uuid>,
     pub fence_token: Option<i64>,
-    pub period: String,
+    pub run_date: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     pub lease_until: Option<DateTime<Utc>>,
@@ -207,7 +207,7 @@ pub struct RunRow {
 
 macro_rules! run_columns {
     () => {
-        "id, replica_id, lock_token, fence_token, period, started_at, finished_at,
+        "id, replica_id, lock_token, fence_token, run_date, started_at, finished_at,
          lease_until, outcome, claimed, sent, failed, error"
     };
 }

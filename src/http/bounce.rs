@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::mail::message::sanitize;
+use crate::mail::text::sanitize;
 
 /// The longest `detail` kept.
 pub const MAX_DETAIL_CHARS: usize = 500;

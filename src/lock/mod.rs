@@ -73,7 +73,7 @@ use uuid::Uuid;
 use crate::config::{LockBackendKind, Settings};
 use crate::metrics::RenewalCounter;
 
-pub use self::postgres::{PostgresLock, advisory_lock_id, is_refused_login};
+pub use self::postgres::{PostgresLock, advisory_lock_id};
 pub use self::redis::RedisLock;
 pub use self::watchdog::{LeaseGuard, LostReason};
 

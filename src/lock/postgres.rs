@@ -82,7 +82,7 @@ impl PostgresLock {
             key: settings.lock.key.clone(),
             lock_id: advisory_lock_id(&settings.lock.key),
             times,
-            options: settings.pg_connect_options(),
+            options: crate::db::session::connect_options(settings),
             connect_timeout: settings.database.connect_timeout,
             deadline: settings.database.statement_timeout,
             schema: settings.database.schema.clone(),
@@ -93,11 +93,13 @@ impl PostgresLock {
     async fn connect(&self) -> Result<PgConnection, LockError> {
         match tokio::time::timeout(self.connect_timeout, self.options.connect()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) if is_refused_login(&e) => Err(LockError::Config(format!(
-                "database.url: PostgreSQL refused the lock connection's login ({e}); check the user and password in database.url"
+            Ok(Err(e)) if db::conn::is_refused_login(&e) => Err(LockError::Config(format!(
+                "database.url: PostgreSQL refused the lock connection's login ({}); check the user and password in database.url",
+                crate::causes::Causes(&e)
             ))),
             Ok(Err(e)) => Err(LockError::Backend(format!(
-                "cannot open the lock connection to PostgreSQL: {e}"
+                "cannot open the lock connection to PostgreSQL: {}",
+                crate::causes::Causes(&e)
             ))),
             Err(_) => Err(LockError::Backend(
                 "cannot open the lock connection to PostgreSQL within database.connect_timeout"
@@ -113,7 +115,12 @@ impl PostgresLock {
             db::locks::try_advisory_lock(&mut conn, self.lock_id),
         )
         .await
-        .map_err(|e| LockError::Backend(format!("pg_try_advisory_lock failed: {e}")))?;
+        .map_err(|e| {
+            LockError::Backend(format!(
+                "pg_try_advisory_lock failed: {}",
+                crate::causes::Causes(&e)
+            ))
+        })?;
         if !won {
             let _ = conn.close().await;
             return Ok(AcquireResult::Held);
@@ -134,7 +141,8 @@ impl PostgresLock {
                 // Closing the session releases the lock.
                 let _ = conn.close().await;
                 Err(LockError::Backend(format!(
-                    "cannot draw a fencing token: {e}"
+                    "cannot draw a fencing token: {}",
+                    crate::causes::Causes(&e)
                 )))
             }
         }
@@ -190,7 +198,12 @@ impl PostgresLock {
         let mut conn = self.connect().await?;
         let answered = within(self.deadline, db::locks::ping(&mut conn))
             .await
-            .map_err(|e| LockError::Backend(format!("PostgreSQL does not answer: {e}")));
+            .map_err(|e| {
+                LockError::Backend(format!(
+                    "PostgreSQL does not answer: {}",
+                    crate::causes::Causes(&e)
+                ))
+            });
         let _ = conn.close().await;
         answered
     }
@@ -202,7 +215,12 @@ impl PostgresLock {
             db::locks::advisory_holder(&mut conn, self.lock_id),
         )
         .await
-        .map_err(|e| LockError::Backend(format!("cannot read pg_locks: {e}")))?;
+        .map_err(|e| {
+            LockError::Backend(format!(
+                "cannot read pg_locks: {}",
+                crate::causes::Causes(&e)
+            ))
+        })?;
         let _ = conn.close().await;
         Ok(found.map(|(pid, application_name)| Holder {
             replica_id: application_name
@@ -246,24 +264,6 @@ async fn within<T>(
     match tokio::time::timeout(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(db::conn::timed_out(deadline, "database.statement_timeout")),
-    }
-}
-
-/// PostgreSQL (or a PgBouncer in front of it) refused the login: invalid
-/// password, no such role, pg_hba.
-pub fn is_refused_login(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(d) = e else {
-        return false;
-    };
-    match d.code().as_deref() {
-        // PostgreSQL: invalid_password, invalid_authorization_specification.
-        Some("28P01" | "28000") => true,
-        // PgBouncer reports its own login failures as protocol_violation.
-        Some("08P01") => {
-            let m = d.message();
-            m.contains("authentication failed") || m.contains("no such user")
-        }
-        _ => false,
     }
 }
 

@@ -9,7 +9,8 @@ use icu_locale_core::Locale;
 use minijinja::value::Value;
 use minijinja::{Environment, State};
 
-use super::format::{Formats, parse_locale};
+use super::format::Formats;
+use crate::locale::parse_locale;
 
 pub(super) fn add_filters(env: &mut Environment<'static>, formats: Formats) {
     let money_formats = formats.clone();

@@ -10,7 +10,7 @@
 //! that follows earlier ones threads under them: `In-Reply-To` the latest,
 //! `References` the earlier ones oldest first (at most [`MAX_REFERENCES`]).
 //! With `[smtp.dkim]` every message is signed last, over the finished
-//! headers (`super::dkim`). Customer data (names,
+//! headers (`crate::dkim`). Customer data (names,
 //! invoice numbers) is stripped of control characters and length-limited
 //! before it reaches a header, and lettre encodes what remains, so CR/LF in
 //! a name can never start a new header. An address that does not parse is a
@@ -22,7 +22,7 @@ use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart};
 
-use super::templates::{MAX_NAME_CHARS, Rendered};
+use super::text::{MAX_NAME_CHARS, Rendered, sanitize};
 use crate::config::SmtpSettings;
 use crate::domain::{Customer, Invoice, InvoiceId};
 
@@ -91,26 +91,6 @@ pub fn id_token(invoice_id: &InvoiceId) -> String {
         token.push_str(&format!("{b:02x}"));
     }
     token
-}
-
-/// Removes control characters (CR, LF, TAB, ...), collapses whitespace and
-/// truncates, so user data is safe and short in a header or a line.
-pub fn sanitize(text: &str, max_chars: usize) -> String {
-    let cleaned: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let collapsed = cleaned.split_whitespace().collect::<Vec<_>>().join(" ");
-    if collapsed.chars().count() > max_chars {
-        let mut cut: String = collapsed
-            .chars()
-            .take(max_chars.saturating_sub(1))
-            .collect();
-        cut.push('…');
-        cut
-    } else {
-        collapsed
-    }
 }
 
 /// The most addresses one `email` cell may hold.
@@ -452,13 +432,6 @@ mod tests {
         assert_eq!(kept.get(1), Some(&"m7"));
         assert_eq!(kept.last(), Some(&"m15"));
         assert_eq!(bounded_references(&ids[..3]), vec!["m1", "m2", "m3"]);
-    }
-
-    #[test]
-    fn sanitize_removes_line_breaks_and_truncates() {
-        assert_eq!(sanitize("Eve\r\nBcc: x@y", 100), "Eve Bcc: x@y");
-        assert_eq!(sanitize("  a \t b  ", 100), "a b");
-        assert_eq!(sanitize(&"n".repeat(500), 10).chars().count(), 10);
     }
 
     #[test]

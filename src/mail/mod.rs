@@ -6,15 +6,16 @@
 //! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
 //! it never reads the database and never decides what is owed.
 
-pub mod dkim;
 mod filters;
 pub mod format;
 mod links;
+mod load;
 pub mod message;
 mod pool;
 pub mod smtp;
 pub mod statement;
 pub mod templates;
+pub mod text;
 pub mod transaction;
 mod vars;
 
@@ -28,7 +29,8 @@ pub use message::{
     MessageError, OutgoingMail, build_message, build_statement, message_id, statement_message_id,
 };
 pub use smtp::Mailer;
-pub use templates::{Rendered, TemplateError, Templates};
+pub use templates::{TemplateError, Templates};
+pub use text::Rendered;
 pub use transaction::{Accepted, SendError, classify};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and

@@ -91,7 +91,7 @@ impl Templates {
         lines: &[Line<'_>],
         customer: &Customer,
         today: NaiveDate,
-    ) -> Result<super::Rendered, RenderError> {
+    ) -> Result<super::text::Rendered, RenderError> {
         let Some(worst) = lines
             .iter()
             .map(|l| l.step)

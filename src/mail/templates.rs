@@ -7,6 +7,8 @@
 //! template as a whole (all of its files) when they provide any of them. HTML is
 //! auto-escaped, text is not; undefined variables are errors.
 //!
+//! This file renders; loading and the start-up check are `load.rs`'s.
+//!
 //! Guarantees: at start-up every stage's template exists for
 //! `templates.default_locale`, and every template file (and
 //! `company.payment_url`, to nothing or an http(s) URL) renders against a
@@ -14,44 +16,19 @@
 //! link a reminder shows is checked per invoice (see `links`). A customer's locale is looked up as
 //! `de-CH` → `de` → `templates.default_locale`, per template.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::collections::BTreeMap;
 
 use chrono::NaiveDate;
 use icu_locale_core::Locale;
-use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use minijinja::Environment;
 
-use super::filters::add_filters;
-use super::format::{Formats, parse_locale};
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
-use super::statement::{Line, STATEMENT};
-use super::vars::{Vars, sample};
-use crate::config::{CompanySettings, TemplateSettings};
+use super::text::{MAX_SUBJECT_CHARS, Rendered, sanitize};
+use super::vars::Vars;
+use crate::config::CompanySettings;
 use crate::domain::{Amount, Customer, Invoice};
-use crate::stages::{Stages, Step};
-
-/// Longest customer name we put in a header or greeting.
-pub const MAX_NAME_CHARS: usize = 100;
-/// Longest invoice number we put in a subject.
-pub const MAX_NUMBER_CHARS: usize = 64;
-/// Longest subject, after rendering.
-const MAX_SUBJECT_CHARS: usize = 200;
-
-macro_rules! builtin {
-    ($($locale:literal: $($name:literal),+;)+) => {
-        &[$($(
-            (concat!($locale, "/", $name, ".subject.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".subject.j2"))),
-            (concat!($locale, "/", $name, ".txt.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".txt.j2"))),
-            (concat!($locale, "/", $name, ".html.j2"), include_str!(concat!("../../templates/", $locale, "/", $name, ".html.j2"))),
-        )+)+]
-    };
-}
-
-/// The templates shipped in `templates/`, compiled in.
-const BUILTIN: &[(&str, &str)] = builtin! {
-    "en": "upcoming", "overdue", "final", "statement";
-    "de": "upcoming", "overdue", "final", "statement";
-};
+use crate::locale::parse_locale;
+use crate::stages::Step;
 
 /// A template problem found at start-up; `main` exits 2 with it.
 #[derive(Debug, thiserror::Error)]
@@ -74,190 +51,18 @@ pub enum TemplateError {
     Dir { dir: String, reason: String },
 }
 
-/// A rendered reminder, ready to become a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rendered {
-    /// One line, whatever the data.
-    pub subject: String,
-    pub text: String,
-    pub html: Option<String>,
-}
-
 /// The loaded templates and what rendering them needs. Built once.
 pub struct Templates {
-    env: Environment<'static>,
+    pub(super) env: Environment<'static>,
     /// Where each template came from, for messages: a path or "built-in x".
-    origins: BTreeMap<String, String>,
-    default_locale: String,
-    company: CompanySettings,
+    pub(super) origins: BTreeMap<String, String>,
+    pub(super) default_locale: String,
+    pub(super) company: CompanySettings,
     /// `company.payment_url`, compiled; None when unset.
-    payment_url: Option<PaymentUrlTemplate>,
+    pub(super) payment_url: Option<PaymentUrlTemplate>,
 }
 
 impl Templates {
-    /// Loads the built-in templates, then `templates.dir`, and checks them
-    /// against `stages` (see the module docs).
-    pub fn load(
-        settings: &TemplateSettings,
-        company: &CompanySettings,
-        stages: &Stages,
-    ) -> Result<Self, TemplateError> {
-        let formats = Formats::default();
-        let mut env = Environment::new();
-        env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.set_keep_trailing_newline(true);
-        env.set_auto_escape_callback(|name| {
-            if name.ends_with(".html.j2") {
-                AutoEscape::Html
-            } else {
-                AutoEscape::None
-            }
-        });
-        add_filters(&mut env, formats.clone());
-        let mut sources: BTreeMap<String, (String, String)> = BUILTIN
-            .iter()
-            .map(|(name, source)| {
-                (
-                    name.to_string(),
-                    (format!("built-in {name}"), source.to_string()),
-                )
-            })
-            .collect();
-        if let Some(dir) = &settings.dir {
-            let mine = read_dir(dir)?;
-            // A template is replaced as a whole: your `en/overdue.txt.j2`
-            // without an `.html.j2` makes that reminder text only, rather
-            // than pairing your text with the built-in HTML.
-            let replaced: BTreeSet<&str> = mine
-                .keys()
-                .filter_map(|n| n.split_once('.').map(|p| p.0))
-                .collect();
-            sources.retain(|name, _| name.split_once('.').is_none_or(|p| !replaced.contains(p.0)));
-            sources.extend(mine);
-        }
-        let mut origins = BTreeMap::new();
-        for (name, (origin, source)) in sources {
-            env.add_template_owned(name.clone(), source)
-                .map_err(|e| broken(&origin, &e))?;
-            origins.insert(name, origin);
-        }
-        let payment_url = match &company.payment_url {
-            Some(source) => Some(
-                PaymentUrlTemplate::new(source, formats).map_err(|e| broken(PAYMENT_URL, &e))?,
-            ),
-            None => None,
-        };
-        let templates = Self {
-            env,
-            origins,
-            default_locale: settings.default_locale.to_ascii_lowercase(),
-            company: company.clone(),
-            payment_url,
-        };
-        templates.check(stages)?;
-        Ok(templates)
-    }
-
-    /// Every stage's template exists in the default locale; every template
-    /// renders against a sample reminder.
-    fn check(&self, stages: &Stages) -> Result<(), TemplateError> {
-        for stage in stages.stages() {
-            for part in ["subject", "txt"] {
-                let name = format!("{}/{}.{part}.j2", self.default_locale, stage.template);
-                if !self.origins.contains_key(&name) {
-                    return Err(TemplateError::Missing {
-                        locale: self.default_locale.clone(),
-                        stage: stage.name.clone(),
-                        file: name,
-                    });
-                }
-            }
-        }
-        let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default();
-        let (invoice, customer) = sample(today);
-        self.check_payment_url(stages, &invoice, &customer, today)?;
-        let pairs: BTreeSet<(String, String)> = self
-            .origins
-            .keys()
-            .filter_map(|name| {
-                let (locale, file) = name.split_once('/')?;
-                let template = file.split_once('.')?.0;
-                Some((locale.to_owned(), template.to_owned()))
-            })
-            .collect();
-        for (locale, template) in pairs {
-            let customer = Customer {
-                locale: Some(locale.clone()),
-                ..customer.clone()
-            };
-            if template == STATEMENT {
-                let lines: Vec<Line<'_>> = stages
-                    .steps()
-                    .iter()
-                    .map(|step| Line {
-                        invoice: &invoice,
-                        step,
-                    })
-                    .collect();
-                self.render_statement(stages, &lines, &customer, today)
-                    .map_err(|e| sample_failed(&locale, &template, e))?;
-                continue;
-            }
-            let step = stages
-                .steps()
-                .iter()
-                .find(|s| stages.stage(s).template == template)
-                .cloned()
-                .unwrap_or(Step {
-                    key: template.clone(),
-                    stage: 0,
-                    occurrence: 1,
-                    offset: 0,
-                });
-            self.render(
-                &template,
-                &step,
-                stages.stage(&step).name.as_str(),
-                &invoice,
-                &customer,
-                today,
-            )
-            .map_err(|e| sample_failed(&locale, &template, e))?;
-        }
-        Ok(())
-    }
-
-    /// `company.payment_url` renders, for the sample reminder, to nothing
-    /// or to an absolute http(s) URL: a template that makes anything else
-    /// would drop every reminder's link.
-    fn check_payment_url(
-        &self,
-        stages: &Stages,
-        invoice: &Invoice,
-        customer: &Customer,
-        today: NaiveDate,
-    ) -> Result<(), TemplateError> {
-        let (Some(template), Some(step)) = (&self.payment_url, stages.steps().first()) else {
-            return Ok(());
-        };
-        let stage = stages.stage(step);
-        let vars = Vars::new(invoice, customer, step, &stage.name, &self.company, today);
-        let link = template
-            .render(&vars)
-            .map_err(|e| broken(PAYMENT_URL, &e))?;
-        if link.is_empty() || links::http_url(&link).is_some() {
-            return Ok(());
-        }
-        Err(TemplateError::Broken {
-            file: PAYMENT_URL.to_owned(),
-            line: None,
-            reason: format!(
-                "renders to {:?} for a sample invoice, which is not an absolute http:// or https:// URL",
-                links::shown(&link)
-            ),
-        })
-    }
-
     /// The payment link for `invoice`: the source's own when it has one,
     /// else `company.payment_url` rendered; empty when there is none or it
     /// is not an absolute http(s) URL (then with a warning naming the
@@ -292,22 +97,6 @@ impl Templates {
 
     pub(super) fn company(&self) -> &CompanySettings {
         &self.company
-    }
-
-    /// With `group_by = "customer"`: the statement template exists in the
-    /// default locale (it is built in for `en` and `de`).
-    pub fn check_statement(&self) -> Result<(), TemplateError> {
-        for part in ["subject", "txt"] {
-            let name = format!("{}/{STATEMENT}.{part}.j2", self.default_locale);
-            if !self.origins.contains_key(&name) {
-                return Err(TemplateError::Missing {
-                    locale: self.default_locale.clone(),
-                    stage: "reminders.group_by = \"customer\"".into(),
-                    file: name,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// `company.reply_to`, for the Reply-To header.
@@ -376,7 +165,7 @@ impl Templates {
             false => None,
         };
         Ok(Rendered {
-            subject: super::message::sanitize(&subject, MAX_SUBJECT_CHARS),
+            subject: sanitize(&subject, MAX_SUBJECT_CHARS),
             text,
             html,
         })
@@ -420,30 +209,6 @@ pub enum RenderError {
     Data(String),
 }
 
-/// A template that does not render against the sample reminder.
-fn sample_failed(locale: &str, template: &str, e: RenderError) -> TemplateError {
-    match e {
-        RenderError::Template { file, line, reason } => {
-            TemplateError::Broken { file, line, reason }
-        }
-        RenderError::Missing(reason) | RenderError::Data(reason) => TemplateError::Broken {
-            file: format!("{locale}/{template}"),
-            line: None,
-            reason,
-        },
-    }
-}
-
-fn broken(origin: &str, e: &minijinja::Error) -> TemplateError {
-    TemplateError::Broken {
-        file: origin.to_owned(),
-        line: e.line(),
-        reason: e
-            .detail()
-            .map_or_else(|| e.kind().to_string(), str::to_owned),
-    }
-}
-
 fn render_error(origin: &str, e: &minijinja::Error) -> RenderError {
     RenderError::Template {
         file: origin.to_owned(),
@@ -452,40 +217,4 @@ fn render_error(origin: &str, e: &minijinja::Error) -> RenderError {
             .detail()
             .map_or_else(|| e.kind().to_string(), str::to_owned),
     }
-}
-
-/// `{dir}/{locale}/{template}.{subject,txt,html}.j2`, by template name,
-/// with where each came from.
-fn read_dir(dir: &Path) -> Result<BTreeMap<String, (String, String)>, TemplateError> {
-    let mut sources = BTreeMap::new();
-    let fail = |reason: String| TemplateError::Dir {
-        dir: dir.display().to_string(),
-        reason,
-    };
-    let locales = std::fs::read_dir(dir).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    for locale in locales.flatten() {
-        if !locale.path().is_dir() {
-            continue;
-        }
-        let locale_name = locale.file_name().to_string_lossy().to_ascii_lowercase();
-        let files = std::fs::read_dir(locale.path())
-            .map_err(|e| fail(format!("cannot read {}: {e}", locale.path().display())))?;
-        for file in files.flatten() {
-            let file_name = file.file_name().to_string_lossy().into_owned();
-            let part = [".subject.j2", ".txt.j2", ".html.j2"]
-                .into_iter()
-                .find(|suffix| file_name.ends_with(suffix));
-            if part.is_none() {
-                continue;
-            }
-            let path = file.path();
-            let source = std::fs::read_to_string(&path)
-                .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-            sources.insert(
-                format!("{locale_name}/{file_name}"),
-                (path.display().to_string(), source),
-            );
-        }
-    }
-    Ok(sources)
 }

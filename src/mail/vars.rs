@@ -6,8 +6,7 @@
 use chrono::NaiveDate;
 use serde::Serialize;
 
-use super::message::sanitize;
-use super::templates::{MAX_NAME_CHARS, MAX_NUMBER_CHARS};
+use super::text::{MAX_NAME_CHARS, MAX_NUMBER_CHARS, sanitize};
 use crate::config::CompanySettings;
 use crate::domain::{Amount, Customer, Invoice, InvoiceId};
 use crate::stages::Step;

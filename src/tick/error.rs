@@ -31,9 +31,10 @@ impl TickError {
         match self {
             Self::Lock(e) if e.is_configuration() => Some(e.to_string()),
             Self::Source(problem) => Some(problem.clone()),
-            Self::Database { source, .. } if crate::lock::is_refused_login(source) => {
+            Self::Database { source, .. } if crate::db::conn::is_refused_login(source) => {
                 Some(format!(
-                    "database.url: PostgreSQL refused the login ({source}); check the user and password in database.url"
+                    "database.url: PostgreSQL refused the login ({}); check the user and password in database.url",
+                    crate::causes::Causes(source)
                 ))
             }
             _ => None,
@@ -41,14 +42,16 @@ impl TickError {
     }
 }
 
-/// sqlx's pool timeout hides its cause; say what it usually means.
+/// sqlx's pool timeout hides its cause; say what it usually means. Other
+/// errors as `causes` shows them: PostgreSQL's message once, without its
+/// source line.
 fn describe_db_error(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::PoolTimedOut => {
             "no connection to PostgreSQL within database.connect_timeout (is it reachable?)"
                 .to_owned()
         }
-        other => other.to_string(),
+        other => crate::causes::shown(other),
     }
 }
 

@@ -5,7 +5,7 @@
 //!      │
 //!   acquired ──▶ today from the DB clock (not before the fire's slot) ──▶ start_run
 //!      │
-//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (pipeline.rs);
+//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (flow.rs);
 //!      │          bad source rows skipped and reported (problems.rs);
 //!      │          before every mail: lease valid? shutdown? SMTP? writes OK?
 //!      ├─ hand back rows never started
@@ -21,8 +21,10 @@
 
 mod bounds;
 mod claim;
+pub mod context;
 pub mod deferred;
 mod error;
+mod flow;
 mod mark;
 mod pipeline;
 mod record;
@@ -38,12 +40,12 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::config::OnBackendError;
-use crate::context::Context;
 use crate::db;
-use crate::db::reminders::Fence;
+use crate::db::locks::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
 use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, Released};
+use context::Context;
 pub use error::TickError;
 pub(crate) use error::db_err;
 use pipeline::{Pipeline, Stop};
@@ -100,11 +102,11 @@ impl TickOutcome {
     }
 }
 
-/// A tick that ran: which run and period, what it did, how long it took.
+/// A tick that ran: which run and date, what it did, how long it took.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Summary {
     pub run_id: i64,
-    pub period: String,
+    pub run_date: String,
     #[serde(flatten)]
     pub counts: Counts,
     pub duration_ms: u64,
@@ -243,14 +245,14 @@ async fn work(
     ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
     let settings = &ctx.settings;
     let today = today_at(ctx, slot).await?;
-    // job_runs.period is the tick's "today"; each claim's period is its step.
-    let period = today.to_string();
+    // job_runs.run_date is the tick's "today"; each claim's period is its step.
+    let run_date = today.to_string();
     let run_id = db::runs::start_run(
         &ctx.db,
         NewRun {
             replica_id: &settings.replica_id,
             lock: holding.map(|h| (h.lock_token, h.fence.token, h.fence.lock_key)),
-            period: &period,
+            run_date: &run_date,
             lease: Some(settings.lock.ttl),
         },
     )
@@ -258,13 +260,13 @@ async fn work(
     .map_err(db_err("recording the run"))?;
     let fence = holding.map(|h| h.fence);
     let pipeline = std::sync::Arc::new(Pipeline::new(
-        ctx, fence, guard, shutdown, today, run_id, &period,
+        ctx, fence, guard, shutdown, today, run_id, &run_date,
     ));
     async {
-        let result = pipeline.claim_send_record().await;
+        let result = flow::claim_send_record(&pipeline).await;
         finish(&pipeline, result, started).await
     }
-    .instrument(tracing::info_span!("tick", run_id, period = %period))
+    .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
     .await
 }
 
@@ -344,13 +346,13 @@ async fn finish(
         .tick_worked(&counts, took, outcome == RunOutcome::Done);
     let summary = Summary {
         run_id,
-        period: p.period().to_owned(),
+        run_date: p.run_date().to_owned(),
         counts,
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
     };
     tracing::info!(
         outcome = outcome.as_str(),
-        period = %summary.period,
+        run_date = %summary.run_date,
         claimed = counts.claimed,
         sent = counts.sent,
         failed = counts.failed,

@@ -1,45 +1,30 @@
-//! The four stages of a tick, running concurrently, each a struct of its
-//! own with its own file: **claim** (`claim.rs`: owed invoices, page by
-//! page, checked row by row), **mark** (`mark.rs`: claimed rows recorded
-//! as started, a group at a time, ahead of the senders), **send**
-//! (`send.rs`: marked rows built and sent, `send_concurrency` at a time
-//! over the SMTP pool) and **record** (`record.rs`: results written in one
-//! statement per chunk). A backlog moves at the pace of the slower of the
-//! database and SMTP; per message the order never changes: claim
-//! committed, start recorded, send, status written.
-//!
-//! This file holds what the stages share ([`Pipeline`]: the run, the stop
-//! signals, the counts, the source problems met) and wires them together.
+//! What the four stages of a tick share ([`Pipeline`]): the run, the stop
+//! signals, the counts, the source problems met, the claim bound and the
+//! run's lease in the database. The stages (`claim.rs`, `mark.rs`,
+//! `send.rs`, `record.rs`) sit above this file; `flow.rs` wires them
+//! together.
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
 //! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows are claimed
 //! but not yet recorded at any moment ([`ClaimBound`]), and of those at most
 //! `4 × send_concurrency` are marked started and unfinished
-//! ([`MarkWindow`]): a SIGKILL leaves unknown only those and the mail the
+//! (`MarkWindow`): a SIGKILL leaves unknown only those and the mail the
 //! server took whose result was not yet written; later ticks return the
 //! rest.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 
 use chrono::NaiveDate;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use super::TickError;
-use super::bounds::{ClaimBound, MarkWindow};
-use super::claim::Claimer;
-use super::mark::Marker;
-use super::record::Recorder;
-use super::send::Sender;
+use super::bounds::ClaimBound;
+use super::context::Context;
 use super::timings::Timings;
-use crate::context::Context;
 use crate::db;
-use crate::db::reminders::Fence;
-use crate::domain::{Attempted, Counts, Letter, ReminderId, SourceProblem};
+use crate::db::locks::Fence;
+use crate::domain::{Counts, ReminderId, SourceProblem};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::problems::Tally;
 
@@ -84,8 +69,8 @@ pub(super) struct Pipeline {
     /// The database's date: the due steps and "days overdue" follow it.
     today: NaiveDate,
     run_id: i64,
-    /// `job_runs.period`: `today` as text.
-    period: String,
+    /// `job_runs.run_date`: `today` as text.
+    run_date: String,
     stopped: AtomicU8,
     counts: Mutex<Counts>,
     problems: Mutex<Tally>,
@@ -104,7 +89,7 @@ impl Pipeline {
         shutdown: &CancellationToken,
         today: NaiveDate,
         run_id: i64,
-        period: &str,
+        run_date: &str,
     ) -> Self {
         Self {
             ctx: ctx.clone(),
@@ -117,7 +102,7 @@ impl Pipeline {
             shutdown: shutdown.clone(),
             today,
             run_id,
-            period: period.to_owned(),
+            run_date: run_date.to_owned(),
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
@@ -147,8 +132,8 @@ impl Pipeline {
         self.run_id
     }
 
-    pub fn period(&self) -> &str {
-        &self.period
+    pub fn run_date(&self) -> &str {
+        &self.run_date
     }
 
     /// Rows claimed and not yet recorded.
@@ -233,71 +218,9 @@ impl Pipeline {
         std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Runs the four stages, each a task of its own, until the claimer runs
-    /// out of work (or stops) and everything it claimed has been attempted
-    /// and recorded. Meanwhile keeps the run's lease ahead of the database
-    /// clock. The stage tasks are aborted if this future is dropped; a
-    /// stage that panics ends the tick with an error (its rows are returned
-    /// like any unsent row), never the process.
-    pub async fn claim_send_record(self: &Arc<Self>) -> Result<(), TickError> {
-        let reminders = &self.ctx.settings.reminders;
-        let window = MarkWindow::new(reminders.send_concurrency);
-        let (to_mark, claimed) = mpsc::channel::<Vec<Letter>>(1);
-        // Never full: marked rows are bounded by the window.
-        let (to_send, marked) = mpsc::channel(window.size());
-        // Never full: rows in flight are bounded by the claim bound.
-        let (to_record, results) = mpsc::channel::<Vec<Attempted>>(self.bound.max());
-        let span = tracing::Span::current();
-        let mut stages = JoinSet::new();
-        let p = Arc::clone(self);
-        // Rows whose recipients are all suppressed go from the claim
-        // straight to the record stage, never marked or sent.
-        let skipped = to_record.clone();
-        stages.spawn(
-            async move {
-                let claimed = Claimer::new(p, skipped).run(&to_mark).await;
-                drop(to_mark);
-                claimed
-            }
-            .instrument(span.clone()),
-        );
-        let p = Arc::clone(self);
-        stages.spawn(
-            async move {
-                Marker::new(p, window).run(claimed, to_send).await;
-                Ok(())
-            }
-            .instrument(span.clone()),
-        );
-        let p = Arc::clone(self);
-        stages.spawn(
-            async move {
-                Sender::new(p).run(marked, to_record).await;
-                Ok(())
-            }
-            .instrument(span.clone()),
-        );
-        let p = Arc::clone(self);
-        stages.spawn(Recorder::new(p).run(results).instrument(span));
-        let work = async {
-            let mut first_error = Ok(());
-            while let Some(ended) = stages.join_next().await {
-                let ended = ended.unwrap_or_else(|e| Err(TickError::Stage(e.to_string())));
-                if first_error.is_ok() {
-                    first_error = ended;
-                }
-            }
-            first_error
-        };
-        tokio::select! {
-            done = work => done,
-            never = self.keep_lease() => match never {},
-        }
-    }
-
     /// Extends `job_runs.lease_until` every renewal interval while the lease
     /// is trusted; never returns.
-    async fn keep_lease(&self) -> std::convert::Infallible {
+    pub async fn keep_lease(&self) -> std::convert::Infallible {
         let lock = &self.ctx.settings.lock;
         loop {
             tokio::time::sleep(lock.renew_every).await;

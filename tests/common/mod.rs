@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::context::Context;
+use invoice_reminder::tick::context::Context;
 use invoice_reminder::tick::{TickError, TickOutcome, run_tick};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -398,7 +398,7 @@ pub async fn start_unlocked_run(db: &invoice_reminder::db::Db) -> i64 {
         invoice_reminder::db::runs::NewRun {
             replica_id: "test",
             lock: None,
-            period: "2026-11-30",
+            run_date: "2026-11-30",
             lease: None,
         },
     )

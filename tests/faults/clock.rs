@@ -122,11 +122,16 @@ async fn a_replica_whose_clock_runs_ahead_works_the_midnight_slots_day_not_the_d
     harness::wait_for_runs(&world, 1, Duration::from_secs(30)).await;
     replica.stop_gracefully().await;
 
-    let periods: Vec<String> = sqlx::query_scalar("SELECT period FROM job_runs ORDER BY id")
+    let run_dates: Vec<String> = sqlx::query_scalar("SELECT run_date FROM job_runs ORDER BY id")
         .fetch_all(world.pool())
         .await
         .unwrap();
-    assert_eq!(periods, vec!["2027-01-11".to_owned()], "{}", replica.log());
+    assert_eq!(
+        run_dates,
+        vec!["2027-01-11".to_owned()],
+        "{}",
+        replica.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,10 +160,10 @@ async fn a_replica_started_before_the_spring_transition_fires_at_the_new_local_t
     harness::wait_for_runs(&world, 1, Duration::from_secs(40)).await;
     replica.stop_gracefully().await;
 
-    let period: String = sqlx::query_scalar("SELECT period FROM job_runs")
+    let run_date: String = sqlx::query_scalar("SELECT run_date FROM job_runs")
         .fetch_one(world.pool())
         .await
         .unwrap();
-    assert_eq!(period, "2027-03-28", "{}", replica.log());
+    assert_eq!(run_date, "2027-03-28", "{}", replica.log());
     assert!(replica.log().contains("tick finished"), "{}", replica.log());
 }

@@ -38,7 +38,7 @@ async fn one_tick_sends_one_reminder_per_overdue_invoice_and_records_the_run() {
     assert_eq!(runs[0].outcome.as_deref(), Some("done"));
     assert_eq!((runs[0].claimed, runs[0].sent, runs[0].failed), (25, 25, 0));
     assert!(runs[0].finished_at.is_some());
-    assert_eq!(runs[0].period, summary.period);
+    assert_eq!(runs[0].run_date, summary.run_date);
 }
 
 #[tokio::test]
@@ -172,7 +172,7 @@ async fn today_is_the_database_date_in_the_configured_time_zone() {
         common::insert_overdue(world.pool(), 1).await;
         let ctx = world.context().await;
         let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-        let period = outcome.summary().unwrap().period.clone();
+        let run_date = outcome.summary().unwrap().run_date.clone();
         let expected: chrono::NaiveDate =
             sqlx::query_scalar("SELECT (now() AT TIME ZONE $1)::date")
                 .bind(zone)
@@ -180,15 +180,15 @@ async fn today_is_the_database_date_in_the_configured_time_zone() {
                 .await
                 .unwrap();
         assert_eq!(
-            period,
+            run_date,
             expected.to_string(),
-            "job_runs.period is the tick's today"
+            "job_runs.run_date is the tick's today"
         );
         assert_eq!(
             world.sink.received()[0].period().as_deref(),
             Some("overdue")
         );
-        days.push(period);
+        days.push(run_date);
     }
 
     assert_ne!(days[0], days[1]);

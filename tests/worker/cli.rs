@@ -193,3 +193,38 @@ async fn status_names_the_replica_holding_the_lock(backend: Backend) {
     }
     assert_eq!(status["last_runs"][0]["replica_id"], "worker-7");
 }
+
+#[tokio::test]
+async fn a_command_against_a_missing_database_prints_the_cause_once_without_postgres_source_lines()
+{
+    let world = World::new().await;
+    let missing = format!("ir_missing_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("postgres://postgres@127.0.0.1:5432/{missing}");
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
+        .arg("--config")
+        .arg(common::default_config_path())
+        .arg("status")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .env("INVOICE_REMINDER__DATABASE__URL", &url)
+        .output()
+        .await
+        .unwrap();
+
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    // The log quotes the database's name; count the cause by its words.
+    assert_eq!(printed.matches("does not exist").count(), 1, "{printed}");
+    assert!(printed.contains(&missing), "{printed}");
+    assert!(!printed.contains("at line"), "{printed}");
+    assert!(
+        printed.contains("failed to connect to PostgreSQL at"),
+        "{printed}"
+    );
+}

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use invoice_reminder::db;
-use invoice_reminder::db::reminders::{ClaimError, Fence};
+use invoice_reminder::db::locks::Fence;
+use invoice_reminder::db::reminders::ClaimError;
 use invoice_reminder::db::runs::NewRun;
 use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::{Acquisition, LostReason};
@@ -58,7 +59,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         NewRun {
             replica_id: "b",
             lock: Some((fresh.token(), fresh.fence(), &key)),
-            period: "2026-11-30",
+            run_date: "2026-11-30",
             lease: None,
         },
     )

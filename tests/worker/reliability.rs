@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use invoice_reminder::db;
-use invoice_reminder::db::reminders::Fence;
+use invoice_reminder::db::locks::Fence;
 use invoice_reminder::domain::{Attempted, Delivery, InvoiceId, ReminderId};
 use invoice_reminder::lock::Acquisition;
 use invoice_reminder::tick::{TickOutcome, run_tick};
@@ -141,7 +141,7 @@ async fn a_database_that_stops_answering_ends_the_tick_within_the_deadline_and_t
         .acquire_timeout(Duration::from_secs(1))
         .connect_lazy(&via_proxy)
         .unwrap();
-    let ctx = invoice_reminder::context::Context::new(settings, pool).unwrap();
+    let ctx = invoice_reminder::tick::context::Context::new(settings, pool).unwrap();
     let ctx = std::sync::Arc::new(ctx);
     let tick = {
         let ctx = ctx.clone();
@@ -199,7 +199,7 @@ async fn a_token_drawn_but_never_used_to_claim_still_raises_the_fencing_floor() 
             db::runs::NewRun {
                 replica_id: "quiet",
                 lock: Some((lease.token(), lease.fence(), &key)),
-                period: "2026-11-30",
+                run_date: "2026-11-30",
                 lease: None,
             },
         )

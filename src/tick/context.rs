@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use super::deferred::Deferred;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::lock::{LockBackend, LockError};
 use crate::mail::{Mailer, TemplateError, Templates};
 use crate::metrics::Metrics;
-use crate::tick::deferred::Deferred;
 
 #[derive(Clone)]
 pub struct Context {

@@ -1,0 +1,89 @@
+//! The four stages of a tick, running concurrently, each a struct of its
+//! own with its own file: **claim** (`claim.rs`: owed invoices, page by
+//! page, checked row by row), **mark** (`mark.rs`: claimed rows recorded
+//! as started, a group at a time, ahead of the senders), **send**
+//! (`send.rs`: marked rows built and sent, `send_concurrency` at a time
+//! over the SMTP pool) and **record** (`record.rs`: results written in one
+//! statement per chunk). A backlog moves at the pace of the slower of the
+//! database and SMTP; per message the order never changes: claim
+//! committed, start recorded, send, status written.
+//!
+//! This file wires them together; what they share is [`Pipeline`]
+//! (`pipeline.rs`), below every stage.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use super::TickError;
+use super::bounds::MarkWindow;
+use super::claim::Claimer;
+use super::mark::Marker;
+use super::pipeline::Pipeline;
+use super::record::Recorder;
+use super::send::Sender;
+use crate::domain::{Attempted, Letter};
+
+/// Runs the four stages, each a task of its own, until the claimer runs
+/// out of work (or stops) and everything it claimed has been attempted
+/// and recorded. Meanwhile keeps the run's lease ahead of the database
+/// clock. The stage tasks are aborted if this future is dropped; a
+/// stage that panics ends the tick with an error (its rows are returned
+/// like any unsent row), never the process.
+pub(super) async fn claim_send_record(pipeline: &Arc<Pipeline>) -> Result<(), TickError> {
+    let reminders = &pipeline.ctx().settings.reminders;
+    let window = MarkWindow::new(reminders.send_concurrency);
+    let (to_mark, claimed) = mpsc::channel::<Vec<Letter>>(1);
+    // Never full: marked rows are bounded by the window.
+    let (to_send, marked) = mpsc::channel(window.size());
+    // Never full: rows in flight are bounded by the claim bound.
+    let (to_record, results) = mpsc::channel::<Vec<Attempted>>(pipeline.bound().max());
+    let span = tracing::Span::current();
+    let mut stages = JoinSet::new();
+    let p = Arc::clone(pipeline);
+    // Rows whose recipients are all suppressed go from the claim
+    // straight to the record stage, never marked or sent.
+    let skipped = to_record.clone();
+    stages.spawn(
+        async move {
+            let claimed = Claimer::new(p, skipped).run(&to_mark).await;
+            drop(to_mark);
+            claimed
+        }
+        .instrument(span.clone()),
+    );
+    let p = Arc::clone(pipeline);
+    stages.spawn(
+        async move {
+            Marker::new(p, window).run(claimed, to_send).await;
+            Ok(())
+        }
+        .instrument(span.clone()),
+    );
+    let p = Arc::clone(pipeline);
+    stages.spawn(
+        async move {
+            Sender::new(p).run(marked, to_record).await;
+            Ok(())
+        }
+        .instrument(span.clone()),
+    );
+    let p = Arc::clone(pipeline);
+    stages.spawn(Recorder::new(p).run(results).instrument(span));
+    let work = async {
+        let mut first_error = Ok(());
+        while let Some(ended) = stages.join_next().await {
+            let ended = ended.unwrap_or_else(|e| Err(TickError::Stage(e.to_string())));
+            if first_error.is_ok() {
+                first_error = ended;
+            }
+        }
+        first_error
+    };
+    tokio::select! {
+        done = work => done,
+        never = pipeline.keep_lease() => match never {},
+    }
+}
