@@ -230,7 +230,7 @@ async fn the_operator_queries_end_a_killed_run_with_its_lease_and_skip_rows_neve
     // Run 1 was killed (never finished; its lease ran out 58 s ago); run 2
     // started after that; run 3 overlapped run 2.
     let runs: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO job_runs (replica_id, period, started_at, finished_at, lease_until)
+        "INSERT INTO job_runs (replica_id, run_date, started_at, finished_at, lease_until)
          VALUES ('killed', '2026-11-30', now() - interval '60 s', NULL, now() - interval '58 s'),
                 ('b', '2026-11-30', now() - interval '50 s', now() - interval '40 s', now() - interval '40 s'),
                 ('c', '2026-11-30', now() - interval '45 s', now() - interval '30 s', now() - interval '30 s')
