@@ -160,12 +160,11 @@ fn the_stages_shown_in_the_reminders_guide_are_the_defaults() {
     );
 }
 
-#[test]
-fn every_template_variable_the_reminders_guide_lists_exists() {
-    let text = page(WRITING);
-    let listed: Vec<String> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("| variable | meaning |"))
+/// The variables the table under `header` names (first column, in
+/// backticks), on `text`.
+fn listed_variables(text: &str, header: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with(header))
         .skip(2)
         .take_while(|l| l.starts_with('|'))
         .flat_map(|l| {
@@ -178,15 +177,19 @@ fn every_template_variable_the_reminders_guide_lists_exists() {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         })
-        .collect();
-    assert!(listed.len() >= 15, "{listed:?}");
-    // One template using every listed variable: rendering is strict, so a
-    // variable the page names but the code lacks fails the load.
+        .collect()
+}
+
+/// Loads the templates with `templates` (each named file using every one
+/// of `listed`) over the built-in ones. Loading renders every template
+/// against a sample and rendering is strict, so a listed variable the code
+/// lacks fails it.
+fn load_using_every(listed: &[String], templates: &[&str]) -> Result<(), String> {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("docs-vars-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(dir.join("en")).unwrap();
     let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
-    for name in ["upcoming", "overdue", "final"] {
+    for name in templates {
         std::fs::write(dir.join(format!("en/{name}.subject.j2")), "s").unwrap();
         std::fs::write(dir.join(format!("en/{name}.txt.j2")), &body).unwrap();
     }
@@ -204,7 +207,15 @@ fn every_template_variable_the_reminders_guide_lists_exists() {
         &settings.reminders.stages,
     );
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+    loaded.map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[test]
+fn every_template_variable_the_reminders_guide_lists_exists() {
+    let listed = listed_variables(&page(WRITING), "| variable | meaning |");
+    assert!(listed.len() >= 15, "{listed:?}");
+    let loaded = load_using_every(&listed, &["upcoming", "overdue", "final"]);
+    assert!(loaded.is_ok(), "{loaded:?}");
 }
 
 /// The operating guide's SQL statement that follows the comment starting `comment`.
@@ -481,47 +492,10 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
 
 #[test]
 fn every_statement_variable_the_reminders_guide_lists_exists() {
-    let text = page(WRITING);
-    let listed: Vec<String> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("| statement variable | meaning |"))
-        .skip(2)
-        .take_while(|l| l.starts_with('|'))
-        .flat_map(|l| {
-            l.split('|')
-                .nth(1)
-                .unwrap_or_default()
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let listed = listed_variables(&page(WRITING), "| statement variable | meaning |");
     assert!(listed.len() >= 20, "{listed:?}");
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("docs-statement-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(dir.join("en")).unwrap();
-    let body: String = listed.iter().map(|v| format!("{{{{ {v} }}}}\n")).collect();
-    std::fs::write(dir.join("en/statement.subject.j2"), "s").unwrap();
-    std::fs::write(dir.join("en/statement.txt.j2"), &body).unwrap();
-    let settings = Settings::load(&ConfigSource {
-        path: None,
-        env: vec![(
-            "INVOICE_REMINDER__TEMPLATES__DIR".into(),
-            dir.display().to_string(),
-        )],
-    })
-    .unwrap();
-    // Loading renders every statement template against a sample statement;
-    // rendering is strict, so a listed variable the code lacks fails it.
-    let loaded = invoice_reminder::mail::Templates::load(
-        &settings.templates,
-        &settings.company,
-        &settings.reminders.stages,
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(loaded.is_ok(), "{:?}", loaded.err().map(|e| e.to_string()));
+    let loaded = load_using_every(&listed, &["statement"]);
+    assert!(loaded.is_ok(), "{loaded:?}");
 }
 
 /// The operating guide's `curl` examples for the bounce webhook, run as
