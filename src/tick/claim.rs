@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use tokio::sync::mpsc;
 
 use super::TickError;
+use super::bounds::Reservation;
 use super::db_err;
 use super::pipeline::Pipeline;
 use super::timings::Spent;
@@ -36,6 +37,8 @@ use crate::lock::LostReason;
 use crate::mail::message::parse_recipients;
 use crate::problems;
 use crate::stages::Window;
+
+mod customers;
 
 /// How many rows with a NULL key or due date a tick reports at most.
 const UNUSABLE_REPORTED: u32 = 1_000;
@@ -178,12 +181,12 @@ impl Claimer {
             let Some(limit) = self.room(s.batch_size) else {
                 return Ok(false);
             };
-            let Some(reserved) = self.p.bound().reserve(limit as usize).await else {
+            let Some(reserved) = self
+                .reserve(usize::try_from(limit).unwrap_or(usize::MAX))
+                .await
+            else {
                 return Ok(false);
             };
-            if self.p.stop_reason().is_some() {
-                return Ok(false);
-            }
             let reclaimed = db::reminders::reclaim_failed(
                 &self.p.ctx().stages.claims,
                 &self.windows,
@@ -290,93 +293,6 @@ impl Claimer {
         ids
     }
 
-    /// Customer mode: the customers of a page's usable rows that this tick
-    /// has not handled yet, each once. Problems are reported as in invoice
-    /// mode, and a row without a `customer_id` is one (`missing_field`).
-    fn customers_of(&self, rows: Vec<SourceRow>) -> Vec<String> {
-        let customer_of: HashMap<InvoiceId, Option<String>> = rows
-            .iter()
-            .filter_map(|r| Some((r.invoice_id.clone()?, r.customer_id.clone())))
-            .collect();
-        let mut customers = Vec::new();
-        let mut handled = self.handled.lock().unwrap_or_else(|p| p.into_inner());
-        for id in self.candidates(rows) {
-            match customer_of.get(&id) {
-                Some(Some(customer)) => {
-                    if handled.insert(customer.clone()) {
-                        customers.push(customer.clone());
-                    }
-                }
-                _ => self.p.problem(crate::domain::SourceProblem {
-                    invoice_id: Some(id),
-                    invoice_number: None,
-                    problem: Problem::MissingField,
-                    detail: "customer_id is NULL (reminders.group_by = \"customer\")".into(),
-                }),
-            }
-        }
-        customers
-    }
-
-    /// Customer mode: claims every invoice of `customers` that owes a step
-    /// today (at most `max_invoices_per_mail` each), step by step, and
-    /// hands on one letter per customer. Rows with a problem are left out
-    /// here without a report: the scan reports each when its own page meets
-    /// it. Ok(false): stop claiming altogether.
-    async fn claim_customers(
-        &self,
-        customers: &[String],
-        batches: &mpsc::Sender<Vec<Letter>>,
-    ) -> Result<bool, TickError> {
-        let per_customer = self.p.ctx().settings.reminders.max_invoices_per_mail;
-        let owed = db::customers::owed_of_customers(
-            &self.p.ctx().stages.claims,
-            &self.windows,
-            self.owed(),
-            customers,
-            per_customer,
-        )
-        .await
-        .map_err(db_err(
-            "reading the invoices of the customers that owe a reminder",
-        ))?;
-        let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
-        for id in owed.iter().filter_map(|o| o.row.invoice_id.clone()) {
-            let n = copies.entry(id).or_insert(0);
-            *n = n.saturating_add(1);
-        }
-        let mut claimed = Vec::new();
-        for window in &self.windows {
-            let ids: Vec<InvoiceId> = owed
-                .iter()
-                .filter(|o| o.step == window.step.key)
-                .filter(|o| {
-                    // A repeated key goes to the claim, which refuses and reports it.
-                    let repeated = o
-                        .row
-                        .invoice_id
-                        .as_ref()
-                        .is_some_and(|id| copies.get(id).is_some_and(|n| *n > 1));
-                    repeated || problems::check(o.row.clone()).is_ok()
-                })
-                .filter_map(|o| o.row.invoice_id.clone())
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            if ids.is_empty() {
-                continue;
-            }
-            match self.claim_rows(window, &ids).await? {
-                Some(rows) => claimed.extend(rows),
-                None => {
-                    self.hand_on(batches, claimed).await?;
-                    return Ok(false);
-                }
-            }
-        }
-        self.hand_on(batches, claimed).await
-    }
-
     /// Claims `ids` (distinct keys) for `window` and hands on what it took.
     /// Ok(false): stop claiming altogether.
     async fn claim_keys(
@@ -385,32 +301,38 @@ impl Claimer {
         ids: &[InvoiceId],
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
-        match self.claim_rows(window, ids).await? {
-            Some(rows) => self.hand_on(batches, rows).await,
+        let Some(reserved) = self.reserve(ids.len()).await else {
+            return Ok(false);
+        };
+        match self.claim_reserved(window, ids).await? {
+            Some(rows) => {
+                reserved.keep(rows.len());
+                self.hand_on(batches, rows).await
+            }
             None => Ok(false),
         }
     }
 
-    /// Claims `ids` (distinct keys) for `window`, within the claim bound,
-    /// and reports what the claim refused. Ok(None): stop claiming
-    /// altogether.
-    async fn claim_rows(
+    /// Waits for room for `n` more claimed rows within the claim bound;
+    /// None if the tick stops meanwhile.
+    async fn reserve(&self, n: usize) -> Option<Reservation<'_>> {
+        let reserving = self.p.bound().reserve(n);
+        let reserved = self
+            .p
+            .timings()
+            .time(Spent::ClaimWaitingForRoom, reserving)
+            .await?;
+        self.p.stop_reason().is_none().then_some(reserved)
+    }
+
+    /// Claims `ids` (distinct keys) for `window`, in room already reserved
+    /// (the caller keeps what was claimed), and reports what the claim
+    /// refused. Ok(None): stop claiming altogether.
+    async fn claim_reserved(
         &self,
         window: &Window,
         ids: &[InvoiceId],
     ) -> Result<Option<Vec<ClaimedRow>>, TickError> {
-        let reserving = self.p.bound().reserve(ids.len());
-        let Some(reserved) = self
-            .p
-            .timings()
-            .time(Spent::ClaimWaitingForRoom, reserving)
-            .await
-        else {
-            return Ok(None);
-        };
-        if self.p.stop_reason().is_some() {
-            return Ok(None);
-        }
         let claiming = db::reminders::claim_batch(
             &self.p.ctx().stages.claims,
             ids,
@@ -433,8 +355,7 @@ impl Claimer {
             self.p.problem(problem);
         }
         let rows = claim.claimed;
-        let kept = reserved.keep(rows.len());
-        let skipped = ids.len().saturating_sub(kept).saturating_sub(refused);
+        let skipped = ids.len().saturating_sub(rows.len()).saturating_sub(refused);
         self.p.add(&Counts {
             skipped: count_of(skipped),
             ..Counts::default()
@@ -503,44 +424,6 @@ impl Claimer {
             }
         };
         Ok(batch.is_empty() || batches.send(self.letters(batch)).await.is_ok())
-    }
-
-    /// Claimed rows as letters: one per row in invoice mode; in customer
-    /// mode one per customer (at most `max_invoices_per_mail` rows each),
-    /// oldest due date first.
-    fn letters(&self, rows: Vec<Claimed>) -> Vec<Letter> {
-        if !self.by_customer() {
-            return rows.into_iter().map(|r| Letter { rows: vec![r] }).collect();
-        }
-        let max = usize::try_from(self.p.ctx().settings.reminders.max_invoices_per_mail)
-            .unwrap_or(usize::MAX)
-            .max(1);
-        let mut index: HashMap<Option<String>, usize> = HashMap::new();
-        let mut by_customer: Vec<Vec<Claimed>> = Vec::new();
-        for row in rows {
-            match index
-                .get(&row.customer.id)
-                .and_then(|i| by_customer.get_mut(*i))
-            {
-                Some(rows) => rows.push(row),
-                None => {
-                    index.insert(row.customer.id.clone(), by_customer.len());
-                    by_customer.push(vec![row]);
-                }
-            }
-        }
-        let mut letters = Vec::new();
-        for mut rows in by_customer {
-            rows.sort_by(|a, b| {
-                (a.invoice.due_date, &a.invoice.id).cmp(&(b.invoice.due_date, &b.invoice.id))
-            });
-            while !rows.is_empty() {
-                let rest = rows.split_off(rows.len().min(max));
-                letters.push(Letter { rows });
-                rows = rest;
-            }
-        }
-        letters
     }
 
     /// Looks the batch's recipients up in the suppression list (one

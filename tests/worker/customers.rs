@@ -339,3 +339,44 @@ async fn explain_counts_the_gap_per_customer_in_customer_mode() {
         "and the tick agrees: nothing within the gap"
     );
 }
+
+#[tokio::test]
+async fn a_page_whose_customers_owe_more_rows_than_the_claim_bound_is_sent_whole() {
+    // batch_size 4 bounds the claimed-but-unrecorded rows at 8; a page of
+    // four customers with three invoices each (three steps) owes 12 rows.
+    // Claiming them step by step while holding the earlier steps' rows
+    // once waited for room that only its own rows could free: the tick
+    // hung with the worker and the database idle.
+    let mut world = world_in_customer_mode().await;
+    world.set("reminders.batch_size", 4);
+    world.set("reminders.max_invoices_per_mail", 3);
+    world.set("reminders.min_days_between", 0);
+    let mut expected = Vec::new();
+    for n in 0..8 {
+        let (_, mut invoices) =
+            customer_with(world.pool(), &format!("Bound{n}"), &[-1, 10, 25]).await;
+        invoices.sort_unstable();
+        expected.push(invoices);
+    }
+
+    let ctx = world.context().await;
+    let ticked = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        run_tick(&ctx, &CancellationToken::new()),
+    )
+    .await;
+    ticked
+        .expect("the tick ends instead of waiting for room it holds itself")
+        .unwrap();
+
+    let mut got: Vec<Vec<i64>> = world.sink.received().iter().map(listed).collect();
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(
+        got, expected,
+        "one statement per customer, all three invoices"
+    );
+    let rows = rows(world.pool()).await;
+    assert_eq!(rows.len(), 24, "one row per (invoice, step)");
+    assert!(rows.iter().all(|r| r.2 == "sent"), "{rows:?}");
+}
