@@ -196,12 +196,18 @@ pub(super) async fn transact(
         Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
     }
 
-    // From here on the server has (part of) the message. lettre ends DATA
-    // with CRLF "." CRLF itself: the message's own last CRLF is left to it,
-    // so the server receives exactly `mail.bytes` (the bytes hashed for the
-    // proof), not one empty line more.
+    // From here on the server has (part of) the message: its content,
+    // dot-stuffed, and the final CRLF "." CRLF in one write (lettre's own
+    // `message` writes them separately, a segment and a wakeup of the
+    // server more per message). The message's own last CRLF is the first
+    // half of the end marker, so the server receives exactly `mail.bytes`
+    // (the bytes hashed for the proof), not one empty line more.
     let data = mail.bytes.strip_suffix(b"\r\n").unwrap_or(&mail.bytes);
-    match step(limit, conn.message(data)).await {
+    let sent = match std::str::from_utf8(data) {
+        Ok(text) => step(limit, conn.command(Content(text))).await,
+        Err(_) => step(limit, conn.message(data)).await,
+    };
+    match sent {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
@@ -218,6 +224,27 @@ pub(super) async fn transact(
             }),
             false,
         ),
+    }
+}
+
+/// A message's content after DATA's 354, as one write: every line that
+/// starts with "." gets another (RFC 5321 4.5.2, as lettre's own codec
+/// does), then CRLF "." CRLF.
+struct Content<'a>(&'a str);
+
+impl std::fmt::Display for Content<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut lines = self.0.split("\r\n").peekable();
+        while let Some(line) = lines.next() {
+            if line.starts_with('.') {
+                f.write_str(".")?;
+            }
+            f.write_str(line)?;
+            if lines.peek().is_some() {
+                f.write_str("\r\n")?;
+            }
+        }
+        f.write_str("\r\n.\r\n")
     }
 }
 
@@ -333,5 +360,22 @@ pub(super) async fn step<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(StepError::Smtp(e)),
         Err(_) => Err(StepError::Timeout(limit)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Content;
+
+    #[test]
+    fn content_lines_starting_with_a_dot_get_another_and_the_end_marker_follows() {
+        let wire = |s: &str| Content(s).to_string();
+        assert_eq!(wire("a\r\n.b\r\nc"), "a\r\n..b\r\nc\r\n.\r\n");
+        assert_eq!(wire(".first"), "..first\r\n.\r\n");
+        assert_eq!(wire("a\r\n.\r\nb"), "a\r\n..\r\nb\r\n.\r\n");
+        assert_eq!(wire("a\r\n\r\n..x"), "a\r\n\r\n...x\r\n.\r\n");
+        // A dot after a bare LF starts no SMTP line: left as it is.
+        assert_eq!(wire("x.y\n.z"), "x.y\n.z\r\n.\r\n");
+        assert_eq!(wire(""), "\r\n.\r\n");
     }
 }

@@ -582,3 +582,46 @@ async fn english_reminders_start_the_sentence_after_the_salutation_with_a_capita
         );
     }
 }
+
+#[tokio::test]
+async fn lines_of_a_template_that_start_with_a_dot_arrive_as_written() {
+    // SMTP ends a message at a line holding a lone "."; the sender doubles
+    // a leading dot and the server strips it again.
+    let dir = TemplateDir::new(&[
+        ("en/overdue.subject.j2", "Dots\n"),
+        (
+            "en/overdue.txt.j2",
+            "First line\n.\n..two dots\n.one dot {{ invoice.number }}\nlast\n",
+        ),
+    ]);
+    let mut world = World::new().await;
+    world.set("templates.dir", dir.path.display());
+    let id = common::insert_invoice(world.pool(), "Dot", "dot@example.test", 10, false).await;
+
+    tick(&world).await;
+
+    let mail = mail_for(&world, id);
+    let lines: Vec<&str> = mail.raw.split("\r\n").collect();
+    for line in [".", "..two dots", "last"] {
+        assert!(lines.contains(&line), "{line:?} in {:?}", mail.raw);
+    }
+    assert!(
+        lines.iter().any(|l| l.starts_with(".one dot INV-")),
+        "{:?}",
+        mail.raw
+    );
+    let proof = invoice_reminder::db::archive::proof_of(
+        &world.database(),
+        &invoice_reminder::domain::InvoiceId::from(id),
+        "overdue",
+    )
+    .await
+    .unwrap()
+    .expect("the reminder row");
+    use sha2::Digest as _;
+    assert_eq!(
+        proof.message_sha256.as_deref(),
+        Some(sha2::Sha256::digest(mail.raw.as_bytes()).as_slice()),
+        "the server received the bytes that were hashed"
+    );
+}
