@@ -264,9 +264,11 @@ impl Mailer {
                     let tcp = tokio::net::TcpStream::connect((s.host.as_str(), s.port))
                         .await
                         .map_err(|e| ConnectError::Failed(at(&e)))?;
-                    // lettre writes the body and the final "." separately;
-                    // with Nagle's algorithm the second write waits for the
-                    // server's delayed ACK (~40 ms a message).
+                    // Each write waits for its reply before the next, but a
+                    // write that ever followed an unanswered one would wait
+                    // for the server's delayed ACK under Nagle's algorithm
+                    // (~40 ms a message, as when lettre wrote the content
+                    // and the final "." separately).
                     tcp.set_nodelay(true)
                         .map_err(|e| ConnectError::Failed(at(&e)))?;
                     AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.inner.hello)
