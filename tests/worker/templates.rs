@@ -621,7 +621,11 @@ async fn lines_of_a_template_that_start_with_a_dot_arrive_as_written() {
     use sha2::Digest as _;
     assert_eq!(
         proof.message_sha256.as_deref(),
-        Some(sha2::Sha256::digest(mail.raw.as_bytes()).to_vec().as_slice()),
+        Some(
+            sha2::Sha256::digest(mail.raw.as_bytes())
+                .to_vec()
+                .as_slice()
+        ),
         "the server received the bytes that were hashed"
     );
 }
