@@ -126,11 +126,21 @@ pub(crate) use backoff_over;
 /// `customer_id`: the customer's statements are one thread), oldest first: the first one (the thread's root)
 /// and the latest nine, for `In-Reply-To` and `References`. Read in the
 /// claim's own statement (no round trip per message), through the unique
-/// index's `invoice_id` prefix.
+/// index's `invoice_id` prefix. Most claimed rows start no thread: two
+/// index probes decide that first (the list itself, a union of two sorted
+/// scans, took 26 µs a row, 13 of a 500-row claim's 31 ms, measured with
+/// auto_explain).
 macro_rules! thread_of {
     ($c:literal) => {
         concat!(
-            "ARRAY(SELECT t.message_id FROM (
+            "CASE WHEN NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL)
+                   AND NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.customer_id = ",
+            $c,
+            ".customer_id AND p.status = 'sent' AND p.message_id IS NOT NULL)
+              THEN ARRAY[]::text[] ELSE
+             ARRAY(SELECT t.message_id FROM (
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
                    WHERE (p.invoice_id = ",
             $c,
@@ -146,7 +156,7 @@ macro_rules! thread_of {
             $c,
             ".customer_id) AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at DESC, p.id DESC LIMIT 9)) t
-              ORDER BY t.sent_at, t.id)"
+              ORDER BY t.sent_at, t.id) END"
         )
     };
 }
