@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use tokio::sync::mpsc;
 
@@ -268,18 +268,14 @@ impl Claimer {
     /// is reported and left out; a key on several rows of the page goes to
     /// the claim unchecked, which refuses and reports it.
     fn candidates(&self, rows: Vec<SourceRow>) -> Vec<InvoiceId> {
-        let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
-        for id in rows.iter().filter_map(|r| r.invoice_id.clone()) {
-            let n = copies.entry(id).or_insert(0);
-            *n = n.saturating_add(1);
-        }
-        let mut ids = Vec::with_capacity(copies.len());
+        let repeated_ids = repeated(rows.iter().filter_map(|r| r.invoice_id.clone()));
+        let mut ids = Vec::with_capacity(rows.len());
         let mut taken = HashSet::new();
         for row in rows {
             let repeated = row
                 .invoice_id
                 .as_ref()
-                .is_some_and(|id| copies.get(id).is_some_and(|n| *n > 1));
+                .is_some_and(|id| repeated_ids.contains(id));
             if !repeated && let Err(problem) = problems::check(row.clone()) {
                 self.p.problem(problem);
                 continue;
@@ -378,16 +374,12 @@ impl Claimer {
             claimed: count_of(rows.len()),
             ..Counts::default()
         });
-        let mut copies: HashMap<_, usize> = HashMap::new();
-        for row in &rows {
-            let n = copies.entry(row.id).or_insert(0);
-            *n = n.saturating_add(1);
-        }
+        let twice = repeated(rows.iter().map(|r| r.id));
         let mut reported = HashSet::new();
         let mut batch = Vec::with_capacity(rows.len());
         let mut dropped = 0usize;
         for row in rows {
-            let checked = if copies.get(&row.id).is_some_and(|n| *n > 1) {
+            let checked = if twice.contains(&row.id) {
                 // Two source rows came back for one claim: believe neither.
                 Err(row.source.problem(
                     Problem::RepeatedKey,
@@ -525,5 +517,31 @@ impl Claimer {
             }
             Err(ClaimError::Database(e)) => Err(db_err(doing)(e)),
         }
+    }
+}
+
+/// The keys that occur more than once among `keys`.
+fn repeated<K: std::hash::Hash + Eq>(keys: impl IntoIterator<Item = K>) -> HashSet<K> {
+    let mut seen = HashSet::new();
+    let mut twice = HashSet::new();
+    for key in keys {
+        if let Some(again) = seen.replace(key) {
+            twice.insert(again);
+        }
+    }
+    twice
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repeated;
+
+    #[test]
+    fn repeated_keys_are_those_seen_more_than_once() {
+        let twice = repeated(["a", "b", "a", "c", "a", "b"]);
+        let mut keys: Vec<_> = twice.into_iter().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["a", "b"]);
+        assert!(repeated(["x", "y"]).is_empty());
     }
 }

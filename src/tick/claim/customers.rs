@@ -92,11 +92,7 @@ impl Claimer {
         owed: &[CustomerRow],
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
-        let mut copies: HashMap<InvoiceId, usize> = HashMap::new();
-        for id in owed.iter().filter_map(|o| o.row.invoice_id.clone()) {
-            let n = copies.entry(id).or_insert(0);
-            *n = n.saturating_add(1);
-        }
+        let repeated_ids = super::repeated(owed.iter().filter_map(|o| o.row.invoice_id.as_ref()));
         let steps: Vec<(&Window, Vec<InvoiceId>)> = self
             .windows
             .iter()
@@ -110,7 +106,7 @@ impl Claimer {
                             .row
                             .invoice_id
                             .as_ref()
-                            .is_some_and(|id| copies.get(id).is_some_and(|n| *n > 1));
+                            .is_some_and(|id| repeated_ids.contains(id));
                         repeated || problems::check(o.row.clone()).is_ok()
                     })
                     .filter_map(|o| o.row.invoice_id.clone())
