@@ -258,6 +258,31 @@ pub async fn claim_batch(
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<Claim, ClaimError> {
+    claim_steps(
+        db,
+        invoice_ids,
+        std::slice::from_ref(window),
+        owed,
+        run_id,
+        fence,
+    )
+    .await
+}
+
+/// [`claim_batch`] over several steps at once: each invoice is claimed for
+/// the step whose window (one of `windows`, which never overlap) holds its
+/// due date now. Customer mode claims the invoices of a few customers,
+/// whatever steps they owe, in this one statement (one instead of one per
+/// step).
+pub async fn claim_steps(
+    db: &Db,
+    invoice_ids: &[InvoiceId],
+    windows: &[Window],
+    owed: Owed<'_>,
+    run_id: i64,
+    fence: Option<Fence<'_>>,
+) -> Result<Claim, ClaimError> {
+    let (steps, due_froms, due_tos) = window_arrays(windows);
     // The source is read once (`keyed`), in the same statement as the
     // INSERT: an invoice paid, paused or claimed by someone else since the
     // scan is not claimed, and a key that now has two rows is not either
@@ -280,14 +305,17 @@ pub async fn claim_batch(
         source_columns!(),
         " FROM keyed s
               WHERE s.copies = 1
-                AND s.due_date >= COALESCE($8, '-infinity'::date) AND s.due_date <= $9
+                AND EXISTS (SELECT 1 FROM unnest($8::date[], $9::date[]) AS w(due_from, due_to)
+                             WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to)
                 AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL",
         owed_conditions!(),
         "
          ), claimed AS (
              INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id)
-             SELECT o.invoice_id, $5, 'sending', $6, $7, o.customer_id
+             SELECT o.invoice_id, w.step, 'sending', $6, $7, o.customer_id
                FROM owed o
+               JOIN unnest($5::text[], $8::date[], $9::date[]) AS w(step, due_from, due_to)
+                 ON o.due_date >= COALESCE(w.due_from, '-infinity'::date) AND o.due_date <= w.due_to
               ORDER BY o.invoice_id
              ON CONFLICT (invoice_id, period) DO NOTHING
              RETURNING id, invoice_id, attempts, period, customer_id
@@ -311,11 +339,11 @@ pub async fn claim_batch(
         check_fence(c, db, fence).await?;
         bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
             .bind(invoice_ids)
-            .bind(&window.step.key)
+            .bind(&steps)
             .bind(run_id)
             .bind(fence.map(|f| f.token))
-            .bind(window.due_from)
-            .bind(window.due_to)
+            .bind(&due_froms)
+            .bind(&due_tos)
             .fetch_all(&mut *c)
             .await
             .map_err(ClaimError::from)

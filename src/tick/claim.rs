@@ -253,7 +253,10 @@ impl Claimer {
                 customers.is_empty() || self.claim_customers(&customers, batches).await?
             } else {
                 let ids = self.candidates(page.owed);
-                ids.is_empty() || self.claim_keys(window, &ids, batches).await?
+                ids.is_empty()
+                    || self
+                        .claim_keys(std::slice::from_ref(window), &ids, batches)
+                        .await?
             };
             if !carried {
                 return Ok(false);
@@ -289,18 +292,19 @@ impl Claimer {
         ids
     }
 
-    /// Claims `ids` (distinct keys) for `window` and hands on what it took.
-    /// Ok(false): stop claiming altogether.
+    /// Claims `ids` (distinct keys), each for the step of `windows` its due
+    /// date is in, and hands on what it took. Ok(false): stop claiming
+    /// altogether.
     async fn claim_keys(
         &self,
-        window: &Window,
+        windows: &[Window],
         ids: &[InvoiceId],
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
         let Some(reserved) = self.reserve(ids.len()).await else {
             return Ok(false);
         };
-        match self.claim_reserved(window, ids).await? {
+        match self.claim_reserved(windows, ids).await? {
             Some(rows) => {
                 reserved.keep(rows.len());
                 self.hand_on(batches, rows).await
@@ -321,18 +325,19 @@ impl Claimer {
         self.p.stop_reason().is_none().then_some(reserved)
     }
 
-    /// Claims `ids` (distinct keys) for `window`, in room already reserved
-    /// (the caller keeps what was claimed), and reports what the claim
-    /// refused. Ok(None): stop claiming altogether.
+    /// Claims `ids` (distinct keys), each for the step of `windows` its due
+    /// date is in, in room already reserved (the caller keeps what was
+    /// claimed), and reports what the claim refused. Ok(None): stop
+    /// claiming altogether.
     async fn claim_reserved(
         &self,
-        window: &Window,
+        windows: &[Window],
         ids: &[InvoiceId],
     ) -> Result<Option<Vec<ClaimedRow>>, TickError> {
-        let claiming = db::reminders::claim_batch(
+        let claiming = db::reminders::claim_steps(
             &self.p.ctx().stages.claims,
             ids,
-            window,
+            windows,
             self.owed(),
             self.p.run_id(),
             self.p.fence(),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use invoice_reminder::db;
-use invoice_reminder::domain::InvoiceId;
+use invoice_reminder::domain::{Attempted, Delivery, InvoiceId, Proof};
 use invoice_reminder::lock::LeaseGuard;
 use invoice_reminder::tick::{TickOutcome, run_tick, work_period};
 use tokio_util::sync::CancellationToken;
@@ -145,6 +145,113 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
         vec![InvoiceId::from(owed)]
     );
     assert!(second.claimed.is_empty());
+}
+
+#[tokio::test]
+async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() {
+    let world = World::new().await;
+    let overdue = common::insert_invoice(world.pool(), "A", "a@example.test", 5, false).await;
+    let last = common::insert_invoice(world.pool(), "B", "b@example.test", 25, false).await;
+    let run = common::start_unlocked_run(&world.database()).await;
+    let (_, owed) = common::window(world.pool(), "overdue").await;
+    let windows = world.settings().reminders.stages.windows(owed.today);
+
+    let ids = [InvoiceId::from(overdue), InvoiceId::from(last)];
+    let claim = db::reminders::claim_steps(&world.database(), &ids, &windows, owed, run, None)
+        .await
+        .unwrap();
+
+    let mut steps: Vec<(Option<InvoiceId>, String)> = claim
+        .claimed
+        .iter()
+        .map(|c| (c.source.invoice_id.clone(), c.period.clone()))
+        .collect();
+    steps.sort();
+    assert_eq!(
+        steps,
+        vec![
+            (Some(InvoiceId::from(overdue)), "overdue".to_owned()),
+            (Some(InvoiceId::from(last)), "final".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn results_handed_over_in_any_order_each_settle_their_own_row() {
+    let world = World::new().await;
+    let invoices = common::insert_overdue(world.pool(), 3).await;
+    let run = common::start_unlocked_run(&world.database()).await;
+    let (window, owed) = common::window(world.pool(), "overdue").await;
+    let ids: Vec<InvoiceId> = invoices.iter().map(|&i| InvoiceId::from(i)).collect();
+    let mut claimed = db::reminders::claim_batch(&world.database(), &ids, &window, owed, run, None)
+        .await
+        .unwrap()
+        .claimed;
+    assert_eq!(claimed.len(), 3);
+    db::deliveries::mark_started(
+        &world.database(),
+        run,
+        &claimed.iter().map(|c| c.id).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+
+    // Newest row first: the statement must not rely on the order it is given.
+    claimed.sort_by_key(|c| std::cmp::Reverse(c.id));
+    let outcomes = [
+        Delivery::Sent {
+            message_id: "<newest@example.test>".into(),
+            proof: Proof {
+                reply: "250 2.0.0 Ok: queued as N".into(),
+                sha256: [7; 32],
+                archived: None,
+            },
+        },
+        Delivery::Failed {
+            error: "451 try later".into(),
+        },
+        Delivery::Discarded {
+            error: "550 no such user".into(),
+        },
+    ];
+    let attempted: Vec<Attempted> = claimed
+        .iter()
+        .zip(outcomes)
+        .map(|(c, delivery)| Attempted {
+            id: c.id,
+            invoice: c.source.invoice_id.clone().unwrap_or_default(),
+            period: c.period.clone(),
+            attempts_before: c.attempts,
+            delivery,
+        })
+        .collect();
+    db::deliveries::record_deliveries(&world.database(), run, 5, &attempted)
+        .await
+        .unwrap();
+
+    let rows: Vec<(i64, String, Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT id, status, message_id, last_error FROM reminders ORDER BY id DESC")
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.into_iter()
+            .map(|(_, status, message_id, error)| (status, message_id, error))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                "sent".to_owned(),
+                Some("<newest@example.test>".to_owned()),
+                None
+            ),
+            ("failed".to_owned(), None, Some("451 try later".to_owned())),
+            (
+                "discarded".to_owned(),
+                None,
+                Some("550 no such user".to_owned())
+            ),
+        ]
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,6 @@ use crate::db::customers::CustomerRow;
 use crate::db::invoices::SourceRow;
 use crate::domain::{Claimed, InvoiceId, Letter, Problem};
 use crate::problems;
-use crate::stages::Window;
 use crate::tick::TickError;
 use crate::tick::db_err;
 
@@ -81,69 +80,35 @@ impl Claimer {
     }
 
     /// Claims the owed rows of a few customers (at most `batch_size` rows),
-    /// step by step, and hands them on together. The room for all of them
-    /// is reserved before the first claim: reserving step by step while
-    /// holding the earlier steps' rows could wait for room that only those
-    /// rows, not yet handed on, would free. Rows with a problem are left
-    /// out here without a report: the scan reports each when its own page
-    /// meets it. Ok(false): stop claiming altogether.
+    /// whatever steps they owe, in one statement, and hands them on
+    /// together. The room for all of them is reserved before the claim.
+    /// Rows with a problem are left out here without a report: the scan
+    /// reports each when its own page meets it. Ok(false): stop claiming
+    /// altogether.
     async fn claim_letters(
         &self,
         owed: &[CustomerRow],
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
         let repeated_ids = super::repeated(owed.iter().filter_map(|o| o.row.invoice_id.as_ref()));
-        let steps: Vec<(&Window, Vec<InvoiceId>)> = self
-            .windows
+        let ids: BTreeSet<InvoiceId> = owed
             .iter()
-            .map(|window| {
-                let ids: BTreeSet<InvoiceId> = owed
-                    .iter()
-                    .filter(|o| o.step == window.step.key)
-                    .filter(|o| {
-                        // A repeated key goes to the claim, which refuses and reports it.
-                        let repeated = o
-                            .row
-                            .invoice_id
-                            .as_ref()
-                            .is_some_and(|id| repeated_ids.contains(id));
-                        repeated || problems::check(o.row.clone()).is_ok()
-                    })
-                    .filter_map(|o| o.row.invoice_id.clone())
-                    .collect();
-                (window, ids.into_iter().collect())
+            .filter(|o| {
+                // A repeated key goes to the claim, which refuses and reports it.
+                let repeated = o
+                    .row
+                    .invoice_id
+                    .as_ref()
+                    .is_some_and(|id| repeated_ids.contains(id));
+                repeated || problems::check(o.row.clone()).is_ok()
             })
-            .filter(|(_, ids): &(&Window, Vec<InvoiceId>)| !ids.is_empty())
+            .filter_map(|o| o.row.invoice_id.clone())
             .collect();
-        let rows = steps
-            .iter()
-            .fold(0usize, |n, (_, ids)| n.saturating_add(ids.len()));
-        if rows == 0 {
+        let ids: Vec<InvoiceId> = ids.into_iter().collect();
+        if ids.is_empty() {
             return Ok(true);
         }
-        let Some(reserved) = self.reserve(rows).await else {
-            return Ok(false);
-        };
-        let mut claimed = Vec::new();
-        let mut carried = true;
-        for (window, ids) in &steps {
-            match self.claim_reserved(window, ids).await {
-                Ok(Some(rows)) => claimed.extend(rows),
-                Ok(None) => {
-                    carried = false;
-                    break;
-                }
-                Err(e) => {
-                    // What was claimed stays counted until the end of the
-                    // run returns it.
-                    reserved.keep(claimed.len());
-                    return Err(e);
-                }
-            }
-        }
-        reserved.keep(claimed.len());
-        let handed = self.hand_on(batches, claimed).await?;
-        Ok(carried && handed)
+        self.claim_keys(&self.windows, &ids, batches).await
     }
 
     /// Claimed rows as letters: one per row in invoice mode; in customer
