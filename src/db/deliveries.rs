@@ -127,6 +127,10 @@ pub async fn record_deliveries(
     // (measured). The rows themselves are found by primary key only (see
     // `mark_started`).
     //
+    // The archive insert reads the rows the update returned (sent ones
+    // only) and finds each one's bytes by position too; with nothing to
+    // archive its arrays are empty and it inserts nothing. One message
+    // settling several rows is archived once.
     let statuses: Vec<(String,)> = on_db!(db, |c| {
         sqlx::query_as(db.sql(
         "WITH recorded AS (
