@@ -151,7 +151,12 @@ async fn next_chunk(
     while n < rows {
         let before = letters.len();
         // `recv_many` is cancel-safe: nothing is lost at the deadline.
-        match tokio::time::timeout_at(deadline, results.recv_many(&mut letters, rows - n)).await {
+        match tokio::time::timeout_at(
+            deadline,
+            results.recv_many(&mut letters, rows.saturating_sub(n)),
+        )
+        .await
+        {
             Ok(0) | Err(_) => break,
             Ok(_) => {
                 n = letters
