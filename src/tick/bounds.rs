@@ -123,11 +123,13 @@ impl MarkWindow {
     /// The window, as a multiple of `send_concurrency`.
     const SIZE: usize = 4;
 
-    /// A group is marked once no more than half a round of sends is left
-    /// in the window (`size - send_concurrency / 2` rows of room, 28 of 32
-    /// at the default 8): the senders rarely wait for a mark (a mark is a
-    /// round trip and a WAL flush, a fraction of a send), and marks cost
-    /// one commit per 28 reminders. A group takes more rows when more room
+    /// A group is half the window (`2 × send_concurrency`, 32 of 64 at the
+    /// default 16): two groups are in flight, so while the senders work
+    /// through one, the next is marked. A group marked only once all but
+    /// half a round of sends had left the window (28 of 32 at 8) kept the
+    /// senders waiting out every mark's round trip and WAL flush, with a
+    /// fifth of the machine idle (BENCHMARKS.md, "Tenth session"). Marks
+    /// cost one commit per group. A group takes more rows when more room
     /// has freed by the time it is marked.
     pub fn new(send_concurrency: u32) -> Self {
         let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
@@ -135,7 +137,7 @@ impl MarkWindow {
         Self {
             permits: Arc::new(Semaphore::new(size)),
             size,
-            group: size.saturating_sub(sc / 2).max(1),
+            group: (size / 2).max(1),
         }
     }
 
@@ -224,12 +226,12 @@ mod tests {
     #[tokio::test]
     async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
         let window = MarkWindow::new(8);
-        assert_eq!((window.size(), window.group()), (32, 28));
-        let first = window.open(28, 28).await.unwrap_or_default();
-        assert_eq!(first.len(), 28, "a group");
-        assert_eq!(window.in_use(), 28);
-        let second = window.open(1, 10).await.unwrap_or_default();
-        assert_eq!(second.len(), 4, "the room left");
+        assert_eq!((window.size(), window.group()), (32, 16));
+        let first = window.open(16, 16).await.unwrap_or_default();
+        assert_eq!(first.len(), 16, "a group");
+        assert_eq!(window.in_use(), 16);
+        let second = window.open(16, 20).await.unwrap_or_default();
+        assert_eq!(second.len(), 16, "the second group in flight, and no more");
         assert_eq!(window.in_use(), 32);
         let third = tokio::time::timeout(std::time::Duration::from_millis(50), window.open(1, 1));
         assert!(third.await.is_err(), "the window let a 33rd row in");
