@@ -5,12 +5,10 @@
 //! at start-up the template.
 
 use chrono::NaiveDate;
-use icu_locale_core::Locale;
 use minijinja::value::Value;
 use minijinja::{Environment, State};
 
 use super::format::Formats;
-use crate::locale::parse_locale;
 
 pub(super) fn add_filters(env: &mut Environment<'static>, formats: Formats) {
     let money_formats = formats.clone();
@@ -18,7 +16,7 @@ pub(super) fn add_filters(env: &mut Environment<'static>, formats: Formats) {
         "money",
         move |state: &State, amount: i64, currency: String| -> Result<String, minijinja::Error> {
             money_formats
-                .money(amount, &currency, &locale_of(state))
+                .money(amount, &currency, tag(&state.lookup("locale")))
                 .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e))
         },
     );
@@ -34,7 +32,9 @@ pub(super) fn add_filters(env: &mut Environment<'static>, formats: Formats) {
                 .parse()
                 .map_err(|_| invalid(format!("{value:?} is not a date (YYYY-MM-DD)")))?;
             match pattern {
-                None => formats.long_date(date, &locale_of(state)).map_err(invalid),
+                None => formats
+                    .long_date(date, tag(&state.lookup("locale")))
+                    .map_err(invalid),
                 Some(pattern) => {
                     use std::fmt::Write as _;
                     let mut out = String::new();
@@ -47,10 +47,8 @@ pub(super) fn add_filters(env: &mut Environment<'static>, formats: Formats) {
     );
 }
 
-/// The `locale` variable of the render context.
-fn locale_of(state: &State) -> Locale {
-    state
-        .lookup("locale")
-        .and_then(|v: Value| v.as_str().and_then(parse_locale))
-        .unwrap_or(Locale::UNKNOWN)
+/// The render context's `locale` variable as written ("" when it is
+/// missing: the root locale).
+fn tag(locale: &Option<Value>) -> &str {
+    locale.as_ref().and_then(Value::as_str).unwrap_or_default()
 }

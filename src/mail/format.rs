@@ -17,11 +17,25 @@ use icu_decimal::DecimalFormatter;
 use icu_decimal::input::Decimal;
 use icu_locale_core::Locale;
 
-/// Formatters by locale, built on first use (building one loads its data).
+use crate::locale::parse_locale;
+
+/// Formatters by locale tag (the render's `locale` as it is written),
+/// built on first use (building one loads its data), and the long dates
+/// already written: a tick formats the same few due dates thousands of
+/// times.
 #[derive(Default, Clone)]
 pub struct Formats {
     decimals: Arc<Mutex<HashMap<String, Arc<DecimalFormatter>>>>,
     dates: Arc<Mutex<HashMap<String, Arc<DateTimeFormatter<YMD>>>>>,
+    long_dates: Arc<Mutex<HashMap<String, HashMap<NaiveDate, String>>>>,
+}
+
+/// The most long dates kept per locale; the cache starts over beyond it.
+const MAX_KEPT_DATES: usize = 4096;
+
+/// The locale a tag names; an unknown tag formats as the root locale.
+fn locale_of(tag: &str) -> Locale {
+    parse_locale(tag).unwrap_or(Locale::UNKNOWN)
 }
 
 /// The number of decimals ISO 4217 gives `currency`.
@@ -52,17 +66,18 @@ pub fn major_to_minor(amount: &str, currency: &str) -> Result<i64, String> {
 
 impl Formats {
     /// `123456` minor units of EUR in `de` → `1.234,56 EUR`.
-    pub fn money(&self, minor: i64, currency: &str, locale: &Locale) -> Result<String, String> {
+    pub fn money(&self, minor: i64, currency: &str, tag: &str) -> Result<String, String> {
         let exponent = minor_units(currency)?;
         let formatter = {
             let mut cache = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
-            match cache.get(&locale.to_string()) {
+            match cache.get(tag) {
                 Some(f) => f.clone(),
                 None => {
-                    let f = DecimalFormatter::try_new(locale.into(), Default::default())
+                    let locale = locale_of(tag);
+                    let f = DecimalFormatter::try_new((&locale).into(), Default::default())
                         .map_err(|e| format!("no number format for {locale}: {e}"))?;
                     let f = Arc::new(f);
-                    cache.insert(locale.to_string(), f.clone());
+                    cache.insert(tag.to_owned(), f.clone());
                     f
                 }
             }
@@ -77,16 +92,23 @@ impl Formats {
     }
 
     /// `2026-11-20` in `de` → `20. November 2026`; in `en` → `November 20, 2026`.
-    pub fn long_date(&self, date: NaiveDate, locale: &Locale) -> Result<String, String> {
+    pub fn long_date(&self, date: NaiveDate, tag: &str) -> Result<String, String> {
+        {
+            let kept = self.long_dates.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(written) = kept.get(tag).and_then(|dates| dates.get(&date)) {
+                return Ok(written.clone());
+            }
+        }
         let formatter = {
             let mut cache = self.dates.lock().unwrap_or_else(|p| p.into_inner());
-            match cache.get(&locale.to_string()) {
+            match cache.get(tag) {
                 Some(f) => f.clone(),
                 None => {
-                    let f = DateTimeFormatter::try_new(locale.into(), YMD::long())
+                    let locale = locale_of(tag);
+                    let f = DateTimeFormatter::try_new((&locale).into(), YMD::long())
                         .map_err(|e| format!("no date format for {locale}: {e}"))?;
                     let f = Arc::new(f);
-                    cache.insert(locale.to_string(), f.clone());
+                    cache.insert(tag.to_owned(), f.clone());
                     f
                 }
             }
@@ -95,19 +117,24 @@ impl Formats {
         let day = u8::try_from(date.day()).unwrap_or(1);
         let iso = icu_calendar::Date::try_new_iso(date.year(), month, day)
             .map_err(|e| format!("date {date} out of range: {e}"))?;
-        Ok(formatter.format(&iso).to_string())
+        let written = formatter.format(&iso).to_string();
+        let mut kept = self.long_dates.lock().unwrap_or_else(|p| p.into_inner());
+        let dates = kept.entry(tag.to_owned()).or_default();
+        if dates.len() >= MAX_KEPT_DATES {
+            dates.clear();
+        }
+        dates.insert(date, written.clone());
+        Ok(written)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locale::parse_locale;
 
     fn money(minor: i64, currency: &str, tag: &str) -> String {
-        let locale = parse_locale(tag).unwrap_or(Locale::UNKNOWN);
         Formats::default()
-            .money(minor, currency, &locale)
+            .money(minor, currency, tag)
             .unwrap_or_else(|e| e)
     }
 
@@ -141,9 +168,11 @@ mod tests {
     fn dates_follow_the_locale() {
         let f = Formats::default();
         let date = NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default();
-        let en = f.long_date(date, &parse_locale("en").unwrap_or(Locale::UNKNOWN));
-        let de = f.long_date(date, &parse_locale("de").unwrap_or(Locale::UNKNOWN));
-        assert_eq!(en.as_deref(), Ok("November 20, 2026"));
-        assert_eq!(de.as_deref(), Ok("20. November 2026"));
+        for _ in 0..2 {
+            let en = f.long_date(date, "en");
+            let de = f.long_date(date, "de");
+            assert_eq!(en.as_deref(), Ok("November 20, 2026"));
+            assert_eq!(de.as_deref(), Ok("20. November 2026"));
+        }
     }
 }

@@ -311,7 +311,18 @@ fn build(
         })?;
     let name = sanitize(&customer.name, MAX_NAME_CHARS);
     let id = keys.message_id;
-    let mut builder = Message::builder().from(smtp.from.clone());
+    // The envelope from the addresses in hand: lettre would otherwise
+    // parse it back out of the From and To headers it was just given.
+    let envelope =
+        Envelope::new(Some(smtp.from.email.clone()), addresses.clone()).map_err(|e| {
+            MessageError::Build {
+                invoice_id: invoice_id.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+    let mut builder = Message::builder()
+        .from(smtp.from.clone())
+        .envelope(envelope);
     for address in addresses {
         builder = builder.to(Mailbox::new(
             (!name.is_empty()).then(|| name.clone()),

@@ -150,18 +150,19 @@ impl Templates {
     }
 
     /// Renders `{locale}/{template}`'s subject, text and (when it exists)
-    /// HTML with `vars`.
+    /// HTML with `vars`, turned into a template value once for all three.
     pub(super) fn render_parts(
         &self,
         locale: &str,
         template: &str,
         vars: &impl serde::Serialize,
     ) -> Result<Rendered, RenderError> {
+        let vars = minijinja::Value::from_serialize(vars);
         let name = |part: &str| format!("{locale}/{template}.{part}.j2");
-        let subject = self.render_one(&name("subject"), vars)?;
-        let text = self.render_one(&name("txt"), vars)?;
+        let subject = self.render_one(&name("subject"), &vars)?;
+        let text = self.render_one(&name("txt"), &vars)?;
         let html = match self.origins.contains_key(&name("html")) {
-            true => Some(self.render_one(&name("html"), vars)?),
+            true => Some(self.render_one(&name("html"), &vars)?),
             false => None,
         };
         Ok(Rendered {
@@ -182,7 +183,7 @@ impl Templates {
         }
     }
 
-    fn render_one(&self, name: &str, vars: &impl serde::Serialize) -> Result<String, RenderError> {
+    fn render_one(&self, name: &str, vars: &minijinja::Value) -> Result<String, RenderError> {
         let template = self
             .env
             .get_template(name)

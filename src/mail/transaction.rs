@@ -229,21 +229,27 @@ pub(super) async fn transact(
 
 /// A message's content after DATA's 354, as one write: every line that
 /// starts with "." gets another (RFC 5321 4.5.2, as lettre's own codec
-/// does), then CRLF "." CRLF.
+/// does), then CRLF "." CRLF. Written in runs between the lines that need
+/// the extra dot (most messages have none), not line by line.
 struct Content<'a>(&'a str);
 
 impl std::fmt::Display for Content<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut lines = self.0.split("\r\n").peekable();
-        while let Some(line) = lines.next() {
-            if line.starts_with('.') {
-                f.write_str(".")?;
-            }
-            f.write_str(line)?;
-            if lines.peek().is_some() {
-                f.write_str("\r\n")?;
-            }
+        let text = self.0;
+        if text.starts_with('.') {
+            f.write_str(".")?;
         }
+        let mut from = 0;
+        for at in memchr::memmem::find_iter(text.as_bytes(), b"\r\n.") {
+            // Through the CRLF, then the added dot; the line's own dot
+            // starts the next run. `at + 2` is a char boundary: CR and LF
+            // are ASCII.
+            let end = at.saturating_add(2);
+            f.write_str(text.get(from..end).unwrap_or_default())?;
+            f.write_str(".")?;
+            from = end;
+        }
+        f.write_str(text.get(from..).unwrap_or_default())?;
         f.write_str("\r\n.\r\n")
     }
 }
