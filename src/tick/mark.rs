@@ -9,8 +9,8 @@
 //! (`4 × send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
 //! SIGKILL can leave unknown. A mark is taken once the window has room for
-//! a group ([`MarkWindow::group`]: half the window, 32 rows at the default
-//! `send_concurrency` 16), so marks cost one commit per group.
+//! a group ([`MarkWindow::group`]: half the window, 64 rows at the default
+//! `send_concurrency` 32), so marks cost one commit per group.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run returned (this run's lease looked over) is never sent here.
