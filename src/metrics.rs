@@ -185,7 +185,6 @@ impl Metrics {
     /// A tick that worked (under the lock or without one) recorded its run.
     pub fn tick_worked(&self, counts: &Counts, took: Duration, done: bool) {
         let m = &self.inner;
-        m.tick_duration.observe(took.as_secs_f64());
         for (result, n) in [
             ("sent", counts.sent),
             ("failed", counts.failed),
@@ -205,6 +204,8 @@ impl Metrics {
                 .unwrap_or_default();
             m.last_success.set(now.as_secs_f64());
         }
+        // Last: a scraper that sees this tick counted sees its counts too.
+        m.tick_duration.observe(took.as_secs_f64());
     }
 
     /// A tick skipped `n` source rows for `problem`.

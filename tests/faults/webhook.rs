@@ -133,6 +133,26 @@ fn sample(metrics: &str, name_and_labels: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `/metrics` once a tick has been counted in it (a tick's duration is
+/// observed after its counts, so they are all there).
+async fn tick_counted_metrics(port: u16) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = get(port, "/metrics")
+            .await
+            .map(|(_, m)| m)
+            .unwrap_or_default();
+        if sample(&metrics, "invoice_reminder_tick_duration_seconds_count") >= 1.0 {
+            return metrics;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no tick counted within 30 s: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_bounce_suppresses_its_address_and_the_same_webhook_id_again_is_refused() {
     let world = harness::world_for(Backend::Redis).await;
@@ -377,7 +397,9 @@ async fn a_bounce_received_mid_backlog_stops_the_next_reminder_to_that_address()
     let body = bounce("victim@example.test", "hard_bounce");
     let (status, answer) = post(port, &signed(&secret, "msg_mid", now(), &body), &body).await;
     harness::wait_until_settled(&world, &[], Duration::from_secs(60)).await;
-    let (_, metrics) = get(port, "/metrics").await.unwrap();
+    // The rows settle before the tick publishes its counts: wait for the
+    // tick itself to be counted (its duration is observed last).
+    let metrics = tick_counted_metrics(port).await;
     replica.stop_gracefully().await;
 
     assert_eq!(status, 200, "{answer}");
