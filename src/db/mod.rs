@@ -23,6 +23,7 @@ pub mod seed;
 pub mod session;
 pub mod source;
 pub mod sql;
+pub mod stats;
 pub mod suppressions;
 
 use chrono::{DateTime, NaiveDate, Utc};

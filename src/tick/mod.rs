@@ -332,6 +332,12 @@ async fn finish(
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
         (Ok(()), None) => (RunOutcome::Done, None),
     };
+    // Only after a tick that went well (never adding a deadline's wait to
+    // one that met a failing database), inside the run's own time
+    // (job_runs.finished_at comes after it).
+    if outcome == RunOutcome::Done {
+        refresh_statistics(p, counts.claimed).await;
+    }
     let end = db::runs::RunEnd {
         outcome,
         counts: &counts,
@@ -378,6 +384,19 @@ async fn finish(
             }
         }
     })
+}
+
+/// After a tick that claimed much of the table, the planner's statistics
+/// of `reminders` (`db::stats`): never an error, the tick's work is done.
+async fn refresh_statistics(p: &Pipeline, claimed: u32) {
+    match db::stats::refresh_after_tick(&p.ctx().db, u64::from(claimed)).await {
+        Ok(true) => tracing::debug!(claimed, "statistics of the reminders table refreshed"),
+        Ok(false) => {}
+        Err(e) => tracing::debug!(
+            error = %e,
+            "could not refresh the statistics of the reminders table (autovacuum will)"
+        ),
+    }
 }
 
 /// One warning per tick for the source rows skipped, with a few examples,
