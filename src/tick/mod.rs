@@ -332,12 +332,6 @@ async fn finish(
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
         (Ok(()), None) => (RunOutcome::Done, None),
     };
-    // Only after a tick that went well (never adding a deadline's wait to
-    // one that met a failing database), inside the run's own time
-    // (job_runs.finished_at comes after it).
-    if outcome == RunOutcome::Done {
-        refresh_statistics(p, counts.claimed).await;
-    }
     let end = db::runs::RunEnd {
         outcome,
         counts: &counts,
@@ -346,6 +340,13 @@ async fn finish(
     };
     if db::runs::finish_run(&ctx.db, run_id, end).await.is_err() {
         ctx.deferred.finish(run_id, outcome, counts, error.clone());
+    }
+    // Housekeeping once the run's mail is done and recorded, still under
+    // the lock (the tick's duration includes it); only after a tick that
+    // went well, never adding a deadline's wait to one that met a failing
+    // database.
+    if outcome == RunOutcome::Done {
+        refresh_statistics(p, counts.claimed).await;
     }
     let took = started.elapsed();
     ctx.metrics
