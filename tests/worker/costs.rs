@@ -158,8 +158,7 @@ async fn planner_rows(world: &World) -> f32 {
 }
 
 #[tokio::test]
-async fn a_tick_that_claimed_much_of_the_table_leaves_the_planner_its_size_and_a_small_one_does_not_analyze()
- {
+async fn a_big_tick_refreshes_the_planners_statistics_and_a_small_one_does_not() {
     let world = World::new().await;
     common::insert_overdue(world.pool(), 200).await;
     let ctx = world.context().await;
