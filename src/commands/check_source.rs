@@ -101,11 +101,20 @@ async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyh
         timezone: settings.schedule.timezone.name(),
         min_days_between: settings.reminders.min_days_between,
     };
-    let plan = db::invoices::explain_owed_page(db, window, owed, settings.reminders.batch_size)
-        .await
-        .context("failed to EXPLAIN the scan")?;
+    let by_customer = db.names().reads_customer();
+    let batch_size = settings.reminders.batch_size;
+    let plan = if by_customer {
+        db::customers::explain_customer_page(db, &windows, owed, batch_size).await
+    } else {
+        db::invoices::explain_owed_page(db, window, owed, batch_size).await
+    }
+    .context("failed to EXPLAIN the scan")?;
     outln!();
-    outln!("scan (a page of the {:?} step, EXPLAIN):", window.step.key);
+    if by_customer {
+        outln!("scan (a page in customer order, EXPLAIN):");
+    } else {
+        outln!("scan (a page of the {:?} step, EXPLAIN):", window.step.key);
+    }
     let mut seq_scans = Vec::new();
     if let Some(root) = plan.get(0).and_then(|p| p.get("Plan")) {
         print_node(root, 1, &mut seq_scans)?;
@@ -121,12 +130,21 @@ async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyh
             outln!(
                 "warning: the scan reads {schema}.{table} (~{rows:.0} rows) sequentially on every page."
             );
-            outln!(
-                "Add an index on the columns your view exposes as due_date and invoice_id, over unpaid rows:"
-            );
-            outln!(
-                "  CREATE INDEX CONCURRENTLY {table}_reminder_scan ON {schema}.{table} (<due date column>, (<key column>::text) COLLATE \"C\") WHERE <not paid>;"
-            );
+            if by_customer {
+                outln!(
+                    "Add an index on the columns your view exposes as customer_id and due_date, over unpaid rows:"
+                );
+                outln!(
+                    "  CREATE INDEX CONCURRENTLY {table}_reminder_customers ON {schema}.{table} ((<customer column>::text), <due date column>) WHERE <not paid>;"
+                );
+            } else {
+                outln!(
+                    "Add an index on the columns your view exposes as due_date and invoice_id, over unpaid rows:"
+                );
+                outln!(
+                    "  CREATE INDEX CONCURRENTLY {table}_reminder_scan ON {schema}.{table} (<due date column>, (<key column>::text) COLLATE \"C\") WHERE <not paid>;"
+                );
+            }
             outln!("(README, \"Using your own invoices\": index advice)");
         }
     }

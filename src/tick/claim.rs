@@ -48,9 +48,6 @@ pub(super) struct Claimer {
     p: Arc<Pipeline>,
     /// Each step's due-date range today, oldest due dates first.
     windows: Vec<Window>,
-    /// Customer mode: the customers this tick has handled (each gets one
-    /// mail per tick; what did not fit waits for the next).
-    handled: std::sync::Mutex<HashSet<String>>,
     /// The record stage: claimed rows that are not sent at all (every
     /// recipient suppressed) go straight there.
     skipped: mpsc::Sender<Vec<Attempted>>,
@@ -62,7 +59,6 @@ impl Claimer {
         Self {
             p,
             windows,
-            handled: std::sync::Mutex::default(),
             skipped,
         }
     }
@@ -85,6 +81,10 @@ impl Claimer {
         self.tidy_up().await?;
         self.report_unusable_rows().await?;
         if !self.claim_retries(batches).await? {
+            return Ok(());
+        }
+        if self.by_customer() {
+            self.claim_customers(batches).await?;
             return Ok(());
         }
         for window in &self.windows {
@@ -151,9 +151,9 @@ impl Claimer {
         Ok(())
     }
 
-    /// Rows without a due date or a key have no place in a page's order, so
-    /// no page meets them: they are looked up once per tick (bounded) and
-    /// reported.
+    /// Rows without a due date or a key (or, in customer mode, a customer)
+    /// have no place in a page's order, so no page meets them: they are
+    /// looked up once per tick (bounded) and reported.
     async fn report_unusable_rows(&self) -> Result<(), TickError> {
         let Some(due_by) = self.windows.iter().map(|w| w.due_to).max() else {
             return Ok(());
@@ -162,7 +162,8 @@ impl Claimer {
             .await
             .map_err(db_err("looking for invoices without a key or a due date"))?;
         for row in rows {
-            if let Err(problem) = row.into_parts() {
+            let problem = self.without_customer(&row);
+            if let Some(problem) = problem.or_else(|| row.into_parts().err()) {
                 self.p.problem(problem);
             }
         }
@@ -248,16 +249,11 @@ impl Claimer {
             };
             after = Some(last);
             let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
-            let carried = if self.by_customer() {
-                let customers = self.customers_of(page.owed);
-                customers.is_empty() || self.claim_customers(&customers, batches).await?
-            } else {
-                let ids = self.candidates(page.owed);
-                ids.is_empty()
-                    || self
-                        .claim_keys(std::slice::from_ref(window), &ids, batches)
-                        .await?
-            };
+            let ids = self.candidates(page.owed);
+            let carried = ids.is_empty()
+                || self
+                    .claim_keys(std::slice::from_ref(window), &ids, batches)
+                    .await?;
             if !carried {
                 return Ok(false);
             }

@@ -106,7 +106,7 @@ impl Pipeline {
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
-            bound: ClaimBound::new(ctx.settings.reminders.batch_size),
+            bound: ClaimBound::for_settings(&ctx.settings.reminders),
             timings: Timings::default(),
             unsent: Mutex::default(),
         }

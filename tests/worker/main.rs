@@ -8,6 +8,7 @@ mod claims;
 mod cli;
 mod config;
 mod costs;
+mod customer_source;
 mod customers;
 mod delivery;
 mod explain;

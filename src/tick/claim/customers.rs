@@ -1,13 +1,16 @@
 //! Customer mode's part of the claim stage (`reminders.group_by =
-//! "customer"`): the customers a page meets, all of their owed invoices at
-//! once, claimed step by step in room reserved for all of them, and handed
-//! on as one letter per customer.
+//! "customer"`): the source is walked in customer order, a page of whole
+//! customers at a time, so that one read finds every invoice a customer
+//! owes today, whatever its step; their rows are claimed a few customers at
+//! a time, in room reserved for all of them, and handed on as one letter
+//! per customer.
 //!
 //! Every (invoice, step) is still claimed under UNIQUE (invoice_id,
 //! period); a letter holds only rows this tick claimed, at most
-//! `max_invoices_per_mail`, oldest due date first.
+//! `max_invoices_per_mail`, oldest due date first. Each customer is met on
+//! one page only, so it gets at most one letter per tick.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
 use tokio::sync::mpsc;
 
@@ -15,100 +18,133 @@ use super::Claimer;
 use crate::db;
 use crate::db::customers::CustomerRow;
 use crate::db::invoices::SourceRow;
-use crate::domain::{Claimed, InvoiceId, Letter, Problem};
+use crate::domain::{Claimed, InvoiceId, Letter, Problem, SourceProblem};
 use crate::problems;
 use crate::tick::TickError;
 use crate::tick::db_err;
+use crate::tick::timings::Spent;
 
 impl Claimer {
-    /// Customer mode: the customers of a page's usable rows that this tick
-    /// has not handled yet, each once. Problems are reported as in invoice
-    /// mode, and a row without a `customer_id` is one (`missing_field`).
-    pub(super) fn customers_of(&self, rows: Vec<SourceRow>) -> Vec<String> {
-        let customer_of: HashMap<InvoiceId, Option<String>> = rows
-            .iter()
-            .filter_map(|r| Some((r.invoice_id.clone()?, r.customer_id.clone())))
-            .collect();
-        let mut customers = Vec::new();
-        let mut handled = self.handled.lock().unwrap_or_else(|p| p.into_inner());
-        for id in self.candidates(rows) {
-            match customer_of.get(&id) {
-                Some(Some(customer)) => {
-                    if handled.insert(customer.clone()) {
-                        customers.push(customer.clone());
-                    }
-                }
-                _ => self.p.problem(crate::domain::SourceProblem {
-                    invoice_id: Some(id),
-                    invoice_number: None,
-                    problem: Problem::MissingField,
-                    detail: "customer_id is NULL (reminders.group_by = \"customer\")".into(),
-                }),
-            }
-        }
-        customers
-    }
-
-    /// Customer mode: claims every invoice of `customers` that owes a step
-    /// today (at most `max_invoices_per_mail` each) and hands on one letter
-    /// per customer, a few customers at a time (see [`Self::claim_letters`]).
+    /// Customer mode: claims, page by page in customer order, every
+    /// invoice that owes a step today (at most `max_invoices_per_mail` per
+    /// customer) and hands on one letter per customer. A page that ends
+    /// inside a customer leaves that customer to the next page; a customer
+    /// whose unpaid invoices fill a page alone is read by key instead.
     /// Ok(false): stop claiming altogether.
     pub(super) async fn claim_customers(
         &self,
-        customers: &[String],
         batches: &mpsc::Sender<Vec<Letter>>,
     ) -> Result<bool, TickError> {
         let settings = &self.p.ctx().settings.reminders;
-        let owed = db::customers::owed_of_customers(
-            &self.p.ctx().stages.claims,
-            &self.windows,
-            self.owed(),
-            customers,
-            settings.max_invoices_per_mail,
-        )
-        .await
-        .map_err(db_err(
-            "reading the invoices of the customers that owe a reminder",
-        ))?;
+        let per_mail = usize::try_from(settings.max_invoices_per_mail)
+            .unwrap_or(usize::MAX)
+            .max(1);
         let most = usize::try_from(settings.batch_size).unwrap_or(usize::MAX);
-        for customers in whole_customers(owed, most) {
-            if !self.claim_letters(&customers, batches).await? {
+        let database = &self.p.ctx().stages.claims;
+        let mut after: Option<String> = None;
+        loop {
+            if self.p.stop_reason().is_some() {
                 return Ok(false);
             }
+            let Some(limit) = self.room(settings.batch_size) else {
+                return Ok(false);
+            };
+            let reading = db::customers::fetch_customer_page(
+                database,
+                &self.windows,
+                self.owed(),
+                after.as_deref(),
+                limit,
+            );
+            let page = self
+                .p
+                .timings()
+                .time(Spent::ClaimPages, reading)
+                .await
+                .map_err(db_err("reading the invoices that owe a reminder"))?;
+            let Some(last) = page.customers.last().cloned() else {
+                return Ok(true);
+            };
+            let full = page.customers.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+            let mut owed = page.owed;
+            let mut next = last.clone();
+            if full {
+                match page.customers.iter().rev().find(|c| **c != last) {
+                    // The page may end inside its last customer: that
+                    // customer starts the next page.
+                    Some(before) => {
+                        owed.retain(|r| r.row.customer_id.as_ref() != Some(&last));
+                        next = before.clone();
+                    }
+                    // One customer fills the page: its owed invoices by key.
+                    None => {
+                        owed = db::customers::owed_of_customers(
+                            database,
+                            &self.windows,
+                            self.owed(),
+                            std::slice::from_ref(&last),
+                            settings.max_invoices_per_mail,
+                        )
+                        .await
+                        .map_err(db_err(
+                            "reading the invoices of a customer that owes a reminder",
+                        ))?;
+                    }
+                }
+            }
+            after = Some(next);
+            for customers in whole_customers(self.usable(owed, per_mail), most) {
+                let ids: Vec<InvoiceId> = customers
+                    .into_iter()
+                    .filter_map(|o| o.row.invoice_id)
+                    .collect();
+                if !self.claim_keys(&self.windows, &ids, batches).await? {
+                    return Ok(false);
+                }
+            }
+            if !full {
+                return Ok(true);
+            }
         }
-        Ok(true)
     }
 
-    /// Claims the owed rows of a few customers (at most `batch_size` rows),
-    /// whatever steps they owe, in one statement, and hands them on
-    /// together. The room for all of them is reserved before the claim.
-    /// Rows with a problem are left out here without a report: the scan
-    /// reports each when its own page meets it. Ok(false): stop claiming
-    /// altogether.
-    async fn claim_letters(
-        &self,
-        owed: &[CustomerRow],
-        batches: &mpsc::Sender<Vec<Letter>>,
-    ) -> Result<bool, TickError> {
-        let repeated_ids = super::repeated(owed.iter().filter_map(|o| o.row.invoice_id.as_ref()));
-        let ids: BTreeSet<InvoiceId> = owed
-            .iter()
-            .filter(|o| {
-                // A repeated key goes to the claim, which refuses and reports it.
-                let repeated = o
-                    .row
-                    .invoice_id
-                    .as_ref()
-                    .is_some_and(|id| repeated_ids.contains(id));
-                repeated || problems::check(o.row.clone()).is_ok()
-            })
-            .filter_map(|o| o.row.invoice_id.clone())
-            .collect();
-        let ids: Vec<InvoiceId> = ids.into_iter().collect();
-        if ids.is_empty() {
-            return Ok(true);
+    /// The owed rows of a page worth claiming, in the page's order, each
+    /// key once and at most `per_mail` per customer: a row with a problem is
+    /// reported and left out; a key on several rows of the page goes to the
+    /// claim unchecked, which refuses and reports it.
+    fn usable(&self, owed: Vec<CustomerRow>, per_mail: usize) -> Vec<CustomerRow> {
+        let repeated_ids = super::repeated(owed.iter().filter_map(|o| o.row.invoice_id.clone()));
+        let mut taken = HashSet::new();
+        let mut listed: HashMap<Option<String>, usize> = HashMap::new();
+        let mut usable = Vec::with_capacity(owed.len());
+        for o in owed {
+            let Some(id) = o.row.invoice_id.clone() else {
+                continue;
+            };
+            if !repeated_ids.contains(&id)
+                && let Err(problem) = problems::check(o.row.clone())
+            {
+                self.p.problem(problem);
+                continue;
+            }
+            let n = listed.entry(o.row.customer_id.clone()).or_insert(0);
+            if *n < per_mail && taken.insert(id) {
+                *n = n.saturating_add(1);
+                usable.push(o);
+            }
         }
-        self.claim_keys(&self.windows, &ids, batches).await
+        usable
+    }
+
+    /// Customer mode: a row no customer-order page meets (its
+    /// `customer_id` is NULL) as the problem it is, if it is one.
+    pub(super) fn without_customer(&self, row: &SourceRow) -> Option<SourceProblem> {
+        (self.by_customer() && row.customer_id.is_none()).then(|| SourceProblem {
+            invoice_id: row.invoice_id.clone(),
+            invoice_number: row.number.clone(),
+            problem: Problem::MissingField,
+            detail: "customer_id is NULL (reminders.group_by = \"customer\")".into(),
+        })
     }
 
     /// Claimed rows as letters: one per row in invoice mode; in customer
@@ -181,6 +217,8 @@ fn whole_customers(owed: Vec<CustomerRow>, most: usize) -> Vec<Vec<CustomerRow>>
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn rows_of(customers: &[(&str, usize)]) -> Vec<CustomerRow> {
