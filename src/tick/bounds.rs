@@ -25,7 +25,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 use crate::config::{GroupBy, ReminderSettings};
 
-/// Rows claimed but not yet recorded: at most `2 × batch_size`.
+/// Rows claimed but not yet recorded: at most `2 × batch_size` (customer
+/// mode: and the rows of the mark window's statements).
 #[derive(Debug)]
 pub(super) struct ClaimBound {
     permits: Semaphore,

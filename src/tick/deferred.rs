@@ -27,7 +27,8 @@ use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 use crate::mail;
 
 /// The most results kept. Sending stops when results cannot be written
-/// (`tick::pipeline`), so one tick adds at most `2 × batch_size`.
+/// (`tick::pipeline`), so one tick adds at most its claim bound (`2 ×
+/// batch_size`, and in customer mode the mark window's statements' rows).
 pub const MAX_ROWS: usize = 50_000;
 
 /// The queue of writes waiting for the database. One per process; cheap

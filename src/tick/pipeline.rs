@@ -6,8 +6,9 @@
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
-//! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows are claimed
-//! but not yet recorded at any moment ([`ClaimBound`]), and of those at most
+//! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows (customer
+//! mode: and the mark window's statements' rows) are claimed but not yet
+//! recorded at any moment ([`ClaimBound`]), and of those at most
 //! `4 × send_concurrency` are marked started and unfinished
 //! (`MarkWindow`): a SIGKILL leaves unknown only those and the mail the
 //! server took whose result was not yet written; later ticks return the
