@@ -42,6 +42,24 @@ pub async fn mark_started(
     .await)
 }
 
+/// Takes back the started mark of `ids` (rows of run `run_id` still
+/// `sending`) that were marked but never handed to SMTP: a row claimed
+/// started whose source row failed its check once claimed. The end of the
+/// run then returns them like any unstarted row, and a SIGKILL meanwhile
+/// cannot leave them unknown.
+pub async fn unmark(db: &Db, run_id: i64, ids: &[ReminderId]) -> Result<u64, sqlx::Error> {
+    on_db!(db, |c| sqlx::query(db.sql(
+        "UPDATE {ir}.reminders SET started_at = NULL
+          WHERE id = ANY($2) AND run_id + 0 = $1 AND status || '' = 'sending'"
+    ))
+    .persistent(db.named())
+    .bind(run_id)
+    .bind(ids)
+    .execute(&mut *c)
+    .await
+    .map(|done| done.rows_affected()))
+}
+
 /// Records the outcome of a set of attempts in one statement. Only rows
 /// still `sending` under `run_id` are touched, and an attempt is counted
 /// only if `attempts` is still what the claim saw: recording the same

@@ -22,8 +22,10 @@ use std::collections::HashSet;
 use tokio::sync::mpsc;
 
 use super::TickError;
+use super::bounds::MarkWindow;
 use super::bounds::Reservation;
 use super::db_err;
+use super::mark::Batch;
 use super::pipeline::Pipeline;
 use super::timings::Spent;
 use crate::config::GroupBy;
@@ -31,7 +33,7 @@ use crate::db;
 use crate::db::invoices::{OverdueKey, Owed, SourceRow};
 use crate::db::reminders::{Backoff, ClaimError, ClaimedRow};
 use crate::domain::{
-    Attempted, Claimed, Counts, Delivery, InvoiceId, Letter, Problem, SkipReason, count_of,
+    Attempted, Claimed, Counts, Delivery, InvoiceId, Problem, ReminderId, SkipReason, count_of,
 };
 use crate::lock::LostReason;
 use crate::mail::message::parse_recipients;
@@ -51,15 +53,23 @@ pub(super) struct Claimer {
     /// The record stage: claimed rows that are not sent at all (every
     /// recipient suppressed) go straight there.
     skipped: mpsc::Sender<Vec<Attempted>>,
+    /// The mark window: customer mode's claims mark their rows started, so
+    /// they take their letters' room in it before they claim.
+    window: MarkWindow,
 }
 
 impl Claimer {
-    pub fn new(p: Arc<Pipeline>, skipped: mpsc::Sender<Vec<Attempted>>) -> Self {
+    pub fn new(
+        p: Arc<Pipeline>,
+        skipped: mpsc::Sender<Vec<Attempted>>,
+        window: MarkWindow,
+    ) -> Self {
         let windows = p.ctx().settings.reminders.stages.windows(p.today());
         Self {
             p,
             windows,
             skipped,
+            window,
         }
     }
 
@@ -77,7 +87,7 @@ impl Claimer {
         }
     }
 
-    pub async fn run(self, batches: &mpsc::Sender<Vec<Letter>>) -> Result<(), TickError> {
+    pub async fn run(self, batches: &mpsc::Sender<Batch>) -> Result<(), TickError> {
         self.tidy_up().await?;
         self.report_unusable_rows().await?;
         if !self.claim_retries(batches).await? {
@@ -172,14 +182,14 @@ impl Claimer {
 
     /// Re-claims failed rows whose backoff is over, a batch at a time.
     /// Ok(false): stop claiming altogether.
-    async fn claim_retries(&self, batches: &mpsc::Sender<Vec<Letter>>) -> Result<bool, TickError> {
+    async fn claim_retries(&self, batches: &mpsc::Sender<Batch>) -> Result<bool, TickError> {
         let s = &self.p.ctx().settings.reminders;
         let backoff = Backoff {
             first: s.retry_backoff,
             max: s.retry_backoff_max,
         };
         while self.p.stop_reason().is_none() {
-            let Some(limit) = self.room(s.batch_size) else {
+            let Some(limit) = self.room(s.batch_size, 0) else {
                 return Ok(false);
             };
             let Some(reserved) = self
@@ -218,7 +228,7 @@ impl Claimer {
     async fn claim_window(
         &self,
         window: &Window,
-        batches: &mpsc::Sender<Vec<Letter>>,
+        batches: &mpsc::Sender<Batch>,
     ) -> Result<bool, TickError> {
         let batch_size = self.p.ctx().settings.reminders.batch_size;
         let mut after: Option<OverdueKey> = None;
@@ -226,7 +236,7 @@ impl Claimer {
             if self.p.stop_reason().is_some() {
                 return Ok(false);
             }
-            let Some(limit) = self.room(batch_size) else {
+            let Some(limit) = self.room(batch_size, 0) else {
                 return Ok(false);
             };
             let page = self
@@ -295,12 +305,12 @@ impl Claimer {
         &self,
         windows: &[Window],
         ids: &[InvoiceId],
-        batches: &mpsc::Sender<Vec<Letter>>,
+        batches: &mpsc::Sender<Batch>,
     ) -> Result<bool, TickError> {
         let Some(reserved) = self.reserve(ids.len()).await else {
             return Ok(false);
         };
-        match self.claim_reserved(windows, ids).await? {
+        match self.claim_reserved(windows, ids, false).await? {
             Some(rows) => {
                 reserved.keep(rows.len());
                 self.hand_on(batches, rows).await
@@ -323,21 +333,29 @@ impl Claimer {
 
     /// Claims `ids` (distinct keys), each for the step of `windows` its due
     /// date is in, in room already reserved (the caller keeps what was
-    /// claimed), and reports what the claim refused. Ok(None): stop
-    /// claiming altogether.
+    /// claimed), and reports what the claim refused; `started`: with the
+    /// rows marked started by the claim itself. Ok(None): stop claiming
+    /// altogether.
     async fn claim_reserved(
         &self,
         windows: &[Window],
         ids: &[InvoiceId],
+        started: bool,
     ) -> Result<Option<Vec<ClaimedRow>>, TickError> {
-        let claiming = db::reminders::claim_steps(
+        let (database, owed, run_id, fence) = (
             &self.p.ctx().stages.claims,
-            ids,
-            windows,
             self.owed(),
             self.p.run_id(),
             self.p.fence(),
         );
+        let claiming = async {
+            if started {
+                db::reminders::claim_steps_started(database, ids, windows, owed, run_id, fence)
+                    .await
+            } else {
+                db::reminders::claim_steps(database, ids, windows, owed, run_id, fence).await
+            }
+        };
         let claim = self
             .p
             .timings()
@@ -360,17 +378,31 @@ impl Claimer {
         Ok(Some(rows))
     }
 
-    /// Checks claimed rows and passes the good ones on, as letters;
-    /// Ok(false) if the marker is gone. A row that fails its check now, or
-    /// whose reminder id came back more than once, is not sent: it frees
-    /// its room and the end of the run returns it. Rows whose recipients
-    /// are all suppressed go to the record stage instead of the marker (see
-    /// [`Self::suppress`]).
+    /// Checks claimed rows and passes the good ones on, as letters, to be
+    /// marked; Ok(false) if the marker is gone. A row that is not passed
+    /// on (see [`Self::screen`]) is never marked: the end of the run
+    /// returns it.
     async fn hand_on(
         &self,
-        batches: &mpsc::Sender<Vec<Letter>>,
+        batches: &mpsc::Sender<Batch>,
         rows: Vec<ClaimedRow>,
     ) -> Result<bool, TickError> {
+        let (batch, _dropped) = self.screen(rows).await?;
+        Ok(batch.is_empty()
+            || batches
+                .send(Batch::Claimed(self.letters(batch)))
+                .await
+                .is_ok())
+    }
+
+    /// The claimed rows worth sending, and the ids of those dropped. A row
+    /// that fails its check now, or whose reminder id came back more than
+    /// once, is dropped: it frees its room. Rows whose recipients are all
+    /// suppressed go to the record stage instead (see [`Self::suppress`]).
+    async fn screen(
+        &self,
+        rows: Vec<ClaimedRow>,
+    ) -> Result<(Vec<Claimed>, Vec<ReminderId>), TickError> {
         self.p.add(&Counts {
             claimed: count_of(rows.len()),
             ..Counts::default()
@@ -378,7 +410,7 @@ impl Claimer {
         let twice = repeated(rows.iter().map(|r| r.id));
         let mut reported = HashSet::new();
         let mut batch = Vec::with_capacity(rows.len());
-        let mut dropped = 0usize;
+        let mut dropped = Vec::new();
         for row in rows {
             let checked = if twice.contains(&row.id) {
                 // Two source rows came back for one claim: believe neither.
@@ -403,20 +435,19 @@ impl Claimer {
                     if first {
                         self.p.problem(problem);
                     }
-                    dropped = dropped.saturating_add(1);
+                    dropped.push(row.id);
                 }
             }
         }
-        self.p.bound().release(dropped);
-        let batch = match self.suppress(batch).await {
-            Ok(batch) => batch,
+        self.p.bound().release(dropped.len());
+        match self.suppress(batch).await {
+            Ok(batch) => Ok((batch, dropped)),
             Err((e, unsent)) => {
-                // Never marked: the end of the run returns them.
+                // Never sent: the end of the run returns them.
                 self.p.bound().release(unsent);
-                return Err(db_err("reading the suppression list")(e));
+                Err(db_err("reading the suppression list")(e))
             }
-        };
-        Ok(batch.is_empty() || batches.send(self.letters(batch)).await.is_ok())
+        }
     }
 
     /// Looks the batch's recipients up in the suppression list (one
@@ -483,13 +514,16 @@ impl Claimer {
         Ok(to_send)
     }
 
-    /// How many rows the next claim may take: `batch_size`, or less near
+    /// How many rows the next claim may take, besides `pending` rows being
+    /// claimed meanwhile: `batch_size`, or less near
     /// `reminders.max_per_tick`; None once the tick's share is claimed.
-    fn room(&self, batch_size: u32) -> Option<u32> {
+    fn room(&self, batch_size: u32, pending: usize) -> Option<u32> {
         let Some(max) = self.p.ctx().settings.reminders.max_per_tick else {
             return Some(batch_size);
         };
-        let left = max.saturating_sub(self.p.counts().claimed);
+        let left = max
+            .saturating_sub(self.p.counts().claimed)
+            .saturating_sub(u32::try_from(pending).unwrap_or(u32::MAX));
         if left == 0 {
             tracing::info!(
                 max_per_tick = max,

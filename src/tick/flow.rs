@@ -20,11 +20,11 @@ use tracing::Instrument;
 use super::TickError;
 use super::bounds::MarkWindow;
 use super::claim::Claimer;
-use super::mark::Marker;
+use super::mark::{Batch, Marker};
 use super::pipeline::Pipeline;
 use super::record::Recorder;
 use super::send::Sender;
-use crate::domain::{Attempted, Letter};
+use crate::domain::Attempted;
 
 /// Runs the four stages, each a task of its own, until the claimer runs
 /// out of work (or stops) and everything it claimed has been attempted
@@ -35,20 +35,21 @@ use crate::domain::{Attempted, Letter};
 pub(super) async fn claim_send_record(pipeline: &Arc<Pipeline>) -> Result<(), TickError> {
     let reminders = &pipeline.ctx().settings.reminders;
     let window = MarkWindow::new(reminders.send_concurrency);
-    let (to_mark, claimed) = mpsc::channel::<Vec<Letter>>(1);
+    let (to_mark, claimed) = mpsc::channel::<Batch>(1);
     // Never full: marked rows are bounded by the window.
     let (to_send, marked) = mpsc::channel(window.size());
     // Never full: rows in flight are bounded by the claim bound.
     let (to_record, results) = mpsc::channel::<Vec<Attempted>>(pipeline.bound().max());
     let span = tracing::Span::current();
     let mut stages = JoinSet::new();
+    let claim_window = window.clone();
     let p = Arc::clone(pipeline);
     // Rows whose recipients are all suppressed go from the claim
     // straight to the record stage, never marked or sent.
     let skipped = to_record.clone();
     stages.spawn(
         async move {
-            let claimed = Claimer::new(p, skipped).run(&to_mark).await;
+            let claimed = Claimer::new(p, skipped, claim_window).run(&to_mark).await;
             drop(to_mark);
             claimed
         }

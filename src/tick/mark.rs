@@ -12,6 +12,12 @@
 //! a group ([`MarkWindow::group`]: half the window, 64 rows at the default
 //! `send_concurrency` 32), so marks cost one commit per group.
 //!
+//! In customer mode a new claim marks its rows started itself (the claim
+//! of a few whole customers is their letters' mark: `claim/customers.rs`);
+//! the claimer takes their room in the window before it claims, and this
+//! stage passes them straight on ([`Batch::Started`]). Retries are marked
+//! here as in invoice mode.
+//!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run returned (this run's lease looked over) is never sent here.
 //! Rows never marked are returned at the end of the run, or by a later run
@@ -36,6 +42,14 @@ pub(super) struct Marked {
     pub permit: OwnedSemaphorePermit,
 }
 
+/// What the claimer hands the marker: letters to mark, or letters whose
+/// claim already marked them started (customer mode), each with its place
+/// in the window, which the marker passes straight on to the senders.
+pub(super) enum Batch {
+    Claimed(Vec<Letter>),
+    Started(Vec<Marked>),
+}
+
 /// The mark stage of one tick.
 pub(super) struct Marker {
     p: Arc<Pipeline>,
@@ -55,11 +69,7 @@ impl Marker {
 
     /// Marks claimed batches a group at a time and passes each marked row
     /// on, until the claimer is done and every row is marked or skipped.
-    pub async fn run(
-        mut self,
-        mut claimed: mpsc::Receiver<Vec<Letter>>,
-        to_send: mpsc::Sender<Marked>,
-    ) {
+    pub async fn run(mut self, mut claimed: mpsc::Receiver<Batch>, to_send: mpsc::Sender<Marked>) {
         loop {
             if self.buffer.is_empty() {
                 let waiting = claimed.recv();
@@ -69,17 +79,35 @@ impl Marker {
                     .time(Spent::MarkWaitingForRows, waiting)
                     .await
                 {
-                    Some(batch) => self.buffer.extend(batch),
+                    Some(batch) => self.take(batch, &to_send).await,
                     None => return,
+                }
+                if self.buffer.is_empty() {
+                    continue;
                 }
             }
             // A group takes what has already arrived, never waits for more.
             while self.buffer.len() < self.window.group()
                 && let Ok(batch) = claimed.try_recv()
             {
-                self.buffer.extend(batch);
+                self.take(batch, &to_send).await;
             }
             self.mark_group(&to_send).await;
+        }
+    }
+
+    /// Buffers letters to mark; passes letters already started on.
+    async fn take(&mut self, batch: Batch, to_send: &mpsc::Sender<Marked>) {
+        match batch {
+            Batch::Claimed(letters) => self.buffer.extend(letters),
+            Batch::Started(marked) => {
+                for m in marked {
+                    if let Err(unsent) = to_send.send(m).await {
+                        self.p
+                            .not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
+                    }
+                }
+            }
         }
     }
 

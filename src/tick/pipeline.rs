@@ -208,10 +208,17 @@ impl Pipeline {
     /// Marked rows that were not sent: returned at the end of the run, and
     /// their room in the claim bound freed.
     pub fn not_sent_all(&self, ids: impl IntoIterator<Item = ReminderId>) {
+        let n = self.return_at_end(ids);
+        self.bound.release(n);
+    }
+
+    /// Marked rows that were not sent and whose room is already free: only
+    /// returned at the end of the run. Returns how many.
+    pub fn return_at_end(&self, ids: impl IntoIterator<Item = ReminderId>) -> usize {
         let mut unsent = self.unsent.lock().unwrap_or_else(|p| p.into_inner());
         let before = unsent.len();
         unsent.extend(ids);
-        self.bound.release(unsent.len().saturating_sub(before));
+        unsent.len().saturating_sub(before)
     }
 
     /// Rows started but never sent, for the end-of-run return.

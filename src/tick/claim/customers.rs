@@ -16,96 +16,248 @@ use tokio::sync::mpsc;
 
 use super::Claimer;
 use crate::db;
-use crate::db::customers::CustomerRow;
+use crate::db::customers::{CustomerPage, CustomerRow};
 use crate::db::invoices::SourceRow;
-use crate::domain::{Claimed, InvoiceId, Letter, Problem, SourceProblem};
+use crate::domain::{Claimed, InvoiceId, Letter, Problem, ReminderId, SourceProblem};
 use crate::problems;
 use crate::tick::TickError;
 use crate::tick::db_err;
+use crate::tick::mark::{Batch, Marked};
 use crate::tick::timings::Spent;
+
+/// A page as read, and whether it was full (more may follow).
+struct Read {
+    page: CustomerPage,
+    full: bool,
+}
 
 impl Claimer {
     /// Customer mode: claims, page by page in customer order, every
     /// invoice that owes a step today (at most `max_invoices_per_mail` per
-    /// customer) and hands on one letter per customer. A page that ends
-    /// inside a customer leaves that customer to the next page; a customer
-    /// whose unpaid invoices fill a page alone is read by key instead.
-    /// Ok(false): stop claiming altogether.
+    /// customer) and hands on one letter per customer. The next page is
+    /// read while this one's rows are claimed (on the shared pool: the
+    /// claims have a connection of their own). Ok(false): stop claiming
+    /// altogether.
     pub(super) async fn claim_customers(
         &self,
-        batches: &mpsc::Sender<Vec<Letter>>,
+        batches: &mpsc::Sender<Batch>,
     ) -> Result<bool, TickError> {
         let settings = &self.p.ctx().settings.reminders;
         let per_mail = usize::try_from(settings.max_invoices_per_mail)
             .unwrap_or(usize::MAX)
             .max(1);
         let most = usize::try_from(settings.batch_size).unwrap_or(usize::MAX);
-        let database = &self.p.ctx().stages.claims;
-        let mut after: Option<String> = None;
+        let Some(mut page) = self.customer_page(None, 0).await? else {
+            return Ok(false);
+        };
         loop {
-            if self.p.stop_reason().is_some() {
-                return Ok(false);
-            }
-            let Some(limit) = self.room(settings.batch_size) else {
-                return Ok(false);
+            let Some((owed, next)) = self.cut(page).await? else {
+                return Ok(true);
             };
-            let reading = db::customers::fetch_customer_page(
-                database,
-                &self.windows,
-                self.owed(),
-                after.as_deref(),
-                limit,
+            let groups = whole_customers(self.usable(owed, per_mail), most, self.window.group());
+            let Some(after) = next else {
+                return self.claim_groups(groups, batches).await;
+            };
+            let pending = groups.iter().map(Vec::len).sum();
+            let (read, carried) = tokio::join!(
+                self.customer_page(Some(after), pending),
+                self.claim_groups(groups, batches)
             );
-            let page = self
-                .p
-                .timings()
-                .time(Spent::ClaimPages, reading)
-                .await
-                .map_err(db_err("reading the invoices that owe a reminder"))?;
-            let Some(last) = page.customers.last().cloned() else {
-                return Ok(true);
-            };
-            let full = page.customers.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
-            let mut owed = page.owed;
-            let mut next = last.clone();
-            if full {
-                match page.customers.iter().rev().find(|c| **c != last) {
-                    // The page may end inside its last customer: that
-                    // customer starts the next page.
-                    Some(before) => {
-                        owed.retain(|r| r.row.customer_id.as_ref() != Some(&last));
-                        next = before.clone();
-                    }
-                    // One customer fills the page: its owed invoices by key.
-                    None => {
-                        owed = db::customers::owed_of_customers(
-                            database,
-                            &self.windows,
-                            self.owed(),
-                            std::slice::from_ref(&last),
-                            settings.max_invoices_per_mail,
-                        )
-                        .await
-                        .map_err(db_err(
-                            "reading the invoices of a customer that owes a reminder",
-                        ))?;
-                    }
-                }
+            if !carried? {
+                return Ok(false);
             }
-            after = Some(next);
-            for customers in whole_customers(self.usable(owed, per_mail), most) {
-                let ids: Vec<InvoiceId> = customers
-                    .into_iter()
-                    .filter_map(|o| o.row.invoice_id)
-                    .collect();
-                if !self.claim_keys(&self.windows, &ids, batches).await? {
-                    return Ok(false);
-                }
-            }
-            if !full {
-                return Ok(true);
+            match read? {
+                Some(next) => page = next,
+                None => return Ok(false),
             }
         }
+    }
+
+    /// Reads the page after customer `after`, of as many rows as the tick
+    /// may still claim besides `pending` (rows being claimed meanwhile).
+    /// Ok(None): stop claiming (stopped, or `max_per_tick` reached).
+    async fn customer_page(
+        &self,
+        after: Option<String>,
+        pending: usize,
+    ) -> Result<Option<Read>, TickError> {
+        if self.p.stop_reason().is_some() {
+            return Ok(None);
+        }
+        let batch_size = self.p.ctx().settings.reminders.batch_size;
+        let Some(limit) = self.room(batch_size, pending) else {
+            return Ok(None);
+        };
+        let reading = db::customers::fetch_customer_page(
+            &self.p.ctx().db,
+            &self.windows,
+            self.owed(),
+            after.as_deref(),
+            limit,
+        );
+        let page = self
+            .p
+            .timings()
+            .time(Spent::ClaimPages, reading)
+            .await
+            .map_err(db_err("reading the invoices that owe a reminder"))?;
+        let full = page.customers.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(Some(Read { page, full }))
+    }
+
+    /// A page's owed rows of whole customers, and the customer the next
+    /// page starts after (None: this was the last page). A page that may
+    /// end inside its last customer leaves that customer to the next page;
+    /// a customer whose unpaid invoices fill a page alone is read by key.
+    /// Ok(None): the page is empty.
+    async fn cut(
+        &self,
+        read: Read,
+    ) -> Result<Option<(Vec<CustomerRow>, Option<String>)>, TickError> {
+        let Read { page, full } = read;
+        let Some(last) = page.customers.last().cloned() else {
+            return Ok(None);
+        };
+        let mut owed = page.owed;
+        if !full {
+            return Ok(Some((owed, None)));
+        }
+        match page.customers.iter().rev().find(|c| **c != last) {
+            Some(before) => {
+                owed.retain(|r| r.row.customer_id.as_ref() != Some(&last));
+                Ok(Some((owed, Some(before.clone()))))
+            }
+            None => {
+                let settings = &self.p.ctx().settings.reminders;
+                let owed = db::customers::owed_of_customers(
+                    &self.p.ctx().stages.claims,
+                    &self.windows,
+                    self.owed(),
+                    std::slice::from_ref(&last),
+                    settings.max_invoices_per_mail,
+                )
+                .await
+                .map_err(db_err(
+                    "reading the invoices of a customer that owes a reminder",
+                ))?;
+                Ok(Some((owed, Some(last))))
+            }
+        }
+    }
+
+    /// Claims each group of whole customers in one statement and hands its
+    /// letters on. Ok(false): stop claiming altogether.
+    async fn claim_groups(
+        &self,
+        groups: Vec<Vec<CustomerRow>>,
+        batches: &mpsc::Sender<Batch>,
+    ) -> Result<bool, TickError> {
+        for customers in groups {
+            let letters = customer_count(&customers);
+            let ids: Vec<InvoiceId> = customers
+                .into_iter()
+                .filter_map(|o| o.row.invoice_id)
+                .collect();
+            if !self.claim_started(&ids, letters, batches).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Claims `ids`, the owed rows of `letters` whole customers (at most a
+    /// mark group of them), **marked started by the claim itself**, and
+    /// hands their letters to the senders through the marker, each with
+    /// its room in the mark window, taken before the claim: the claim is
+    /// the letters' mark (no mark statement, no commit of its own). A
+    /// claimed row that is not sent after all is un-marked at once, so
+    /// what a SIGKILL can leave unknown stays within the window. Ok(false):
+    /// stop claiming altogether.
+    async fn claim_started(
+        &self,
+        ids: &[InvoiceId],
+        letters: usize,
+        batches: &mpsc::Sender<Batch>,
+    ) -> Result<bool, TickError> {
+        let Some(reserved) = self.reserve(ids.len()).await else {
+            return Ok(false);
+        };
+        let opening = self.window.open(letters, letters);
+        let Some(permits) = self
+            .p
+            .timings()
+            .time(Spent::MarkWaitingForRoom, opening)
+            .await
+        else {
+            return Ok(false);
+        };
+        // Waiting for room may have outlasted the lease.
+        if self.p.stop_reason().is_some() {
+            return Ok(false);
+        }
+        let Some(rows) = self.claim_reserved(&self.windows, ids, true).await? else {
+            return Ok(false);
+        };
+        reserved.keep(rows.len());
+        let claimed: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
+        let (batch, dropped) = match self.screen(rows).await {
+            Ok(screened) => screened,
+            Err(e) => {
+                // Started, never sent: the end of the run returns them.
+                self.p.return_at_end(claimed);
+                return Err(e);
+            }
+        };
+        let mut letters = self.letters(batch);
+        let beyond = letters.split_off(letters.len().min(permits.len()));
+        let mut unsent = dropped;
+        if !beyond.is_empty() {
+            // More letters than room taken (never, with whole customers of
+            // one letter each): not sent now, their room freed.
+            let ids: Vec<ReminderId> = beyond.iter().flat_map(Letter::ids).collect();
+            self.p.bound().release(ids.len());
+            unsent.extend(ids);
+        }
+        self.unmark(unsent).await?;
+        let marked: Vec<Marked> = letters
+            .into_iter()
+            .zip(permits)
+            .map(|(letter, permit)| Marked { letter, permit })
+            .collect();
+        if marked.is_empty() {
+            return Ok(true);
+        }
+        match batches.send(Batch::Started(marked)).await {
+            Ok(()) => Ok(true),
+            Err(gone) => {
+                if let Batch::Started(marked) = gone.0 {
+                    self.p.not_sent_all(
+                        marked
+                            .iter()
+                            .flat_map(|m| m.letter.ids())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Takes back the started mark of claimed rows that will not be sent
+    /// (their room is already free); if that fails, the end of the run
+    /// returns them.
+    async fn unmark(&self, ids: Vec<ReminderId>) -> Result<(), TickError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let database = &self.p.ctx().stages.claims;
+        if let Err(e) = db::deliveries::unmark(database, self.p.run_id(), &ids).await {
+            self.p.return_at_end(ids);
+            return Err(db_err(
+                "taking back the start of rows that will not be sent",
+            )(e));
+        }
+        Ok(())
     }
 
     /// The owed rows of a page worth claiming, in the page's order, each
@@ -187,32 +339,40 @@ impl Claimer {
 }
 
 /// Customer mode: `owed` (ordered by customer) cut into groups of whole
-/// customers with at most `most` rows each (a customer with more, which
-/// the settings rule out, is a group of its own).
-fn whole_customers(owed: Vec<CustomerRow>, most: usize) -> Vec<Vec<CustomerRow>> {
+/// customers with at most `most` rows and at most `customers` customers
+/// each (a customer with more rows, which the settings rule out, is a group
+/// of its own).
+fn whole_customers(owed: Vec<CustomerRow>, most: usize, customers: usize) -> Vec<Vec<CustomerRow>> {
     let mut groups: Vec<Vec<CustomerRow>> = Vec::new();
     let mut group: Vec<CustomerRow> = Vec::new();
-    let mut customer: Vec<CustomerRow> = Vec::new();
-    for row in owed {
-        if customer
-            .last()
-            .is_some_and(|last| last.row.customer_id != row.row.customer_id)
-        {
-            if !group.is_empty() && group.len().saturating_add(customer.len()) > most {
-                groups.push(std::mem::take(&mut group));
-            }
-            group.append(&mut customer);
+    let mut in_group = 0usize;
+    let mut rows = owed.into_iter().peekable();
+    while let Some(first) = rows.next() {
+        let mut customer = vec![first];
+        while let Some(next) = rows.next_if(|r| r.row.customer_id == customer[0].row.customer_id) {
+            customer.push(next);
         }
-        customer.push(row);
+        let full =
+            group.len().saturating_add(customer.len()) > most || in_group >= customers.max(1);
+        if !group.is_empty() && full {
+            groups.push(std::mem::take(&mut group));
+            in_group = 0;
+        }
+        group.append(&mut customer);
+        in_group = in_group.saturating_add(1);
     }
-    if !group.is_empty() && group.len().saturating_add(customer.len()) > most {
-        groups.push(std::mem::take(&mut group));
-    }
-    group.append(&mut customer);
     if !group.is_empty() {
         groups.push(group);
     }
     groups
+}
+
+/// How many customers `rows` (ordered by customer) hold.
+fn customer_count(rows: &[CustomerRow]) -> usize {
+    rows.windows(2)
+        .filter(|w| w[0].row.customer_id != w[1].row.customer_id)
+        .count()
+        .saturating_add(usize::from(!rows.is_empty()))
 }
 
 #[cfg(test)]
@@ -242,9 +402,9 @@ mod tests {
 
     #[test]
     fn groups_hold_whole_customers_and_at_most_the_limit() {
-        let groups = whole_customers(rows_of(&[("a", 3), ("b", 3), ("c", 2), ("d", 4)]), 4);
+        let groups = whole_customers(rows_of(&[("a", 3), ("b", 3), ("c", 2), ("d", 4)]), 4, 10);
         assert_eq!(sizes(&groups), [3, 3, 2, 4]);
-        let groups = whole_customers(rows_of(&[("a", 1), ("b", 2), ("c", 1), ("d", 4)]), 4);
+        let groups = whole_customers(rows_of(&[("a", 1), ("b", 2), ("c", 1), ("d", 4)]), 4, 10);
         assert_eq!(sizes(&groups), [4, 4]);
         for group in &groups {
             let customers: BTreeSet<_> = group.iter().map(|r| &r.row.customer_id).collect();
@@ -253,9 +413,24 @@ mod tests {
     }
 
     #[test]
+    fn groups_hold_at_most_the_customers_one_mark_group_takes() {
+        let groups = whole_customers(
+            rows_of(&[("a", 1), ("b", 1), ("c", 2), ("d", 1), ("e", 1)]),
+            100,
+            2,
+        );
+        assert_eq!(sizes(&groups), [2, 3, 1]);
+        for group in &groups {
+            assert!(customer_count(group) <= 2);
+        }
+        assert_eq!(customer_count(&rows_of(&[("a", 2), ("b", 1)])), 2);
+        assert_eq!(customer_count(&[]), 0);
+    }
+
+    #[test]
     fn a_customer_over_the_limit_is_a_group_of_its_own_and_nothing_is_lost() {
-        let groups = whole_customers(rows_of(&[("a", 1), ("b", 6), ("c", 1)]), 4);
+        let groups = whole_customers(rows_of(&[("a", 1), ("b", 6), ("c", 1)]), 4, 10);
         assert_eq!(sizes(&groups), [1, 6, 1]);
-        assert!(whole_customers(Vec::new(), 4).is_empty());
+        assert!(whole_customers(Vec::new(), 4, 10).is_empty());
     }
 }
