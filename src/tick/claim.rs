@@ -469,7 +469,7 @@ impl Claimer {
         asked.sort_unstable();
         asked.dedup();
         let suppressed: HashSet<String> =
-            db::suppressions::suppressed_among(&self.p.ctx().stages.claims, &asked)
+            db::suppressions::suppressed_among(&self.p.ctx().db, &asked)
                 .await
                 .map_err(|e| (e, batch.len()))?
                 .into_iter()

@@ -12,18 +12,26 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::Claimer;
 use crate::db;
 use crate::db::customers::{CustomerPage, CustomerRow};
 use crate::db::invoices::SourceRow;
+use crate::db::reminders::ClaimedRow;
 use crate::domain::{Claimed, InvoiceId, Letter, Problem, ReminderId, SourceProblem};
 use crate::problems;
 use crate::tick::TickError;
 use crate::tick::db_err;
 use crate::tick::mark::{Batch, Marked};
 use crate::tick::timings::Spent;
+
+/// The rows a started claim took, with their letters' room in the mark
+/// window.
+struct Started {
+    rows: Vec<ClaimedRow>,
+    permits: Vec<OwnedSemaphorePermit>,
+}
 
 /// A page as read, and whether it was full (more may follow).
 struct Read {
@@ -47,28 +55,49 @@ impl Claimer {
             .unwrap_or(usize::MAX)
             .max(1);
         let most = usize::try_from(settings.batch_size).unwrap_or(usize::MAX);
+        let most_customers = self.window.group();
         let Some(mut page) = self.customer_page(None, 0).await? else {
             return Ok(false);
         };
+        // The last group of a page, short of a full claim, is claimed with
+        // the next page's first customers (fewer, fuller claims).
+        let mut carry: Vec<CustomerRow> = Vec::new();
         loop {
             let Some((owed, next)) = self.cut(page).await? else {
-                return Ok(true);
+                return self.claim_groups(vec![carry], batches).await;
             };
-            let groups = whole_customers(self.usable(owed, per_mail), most, self.window.group());
+            let mut rows = std::mem::take(&mut carry);
+            rows.extend(self.usable(owed, per_mail));
+            let mut groups = whole_customers(rows, most, most_customers);
             let Some(after) = next else {
                 return self.claim_groups(groups, batches).await;
             };
-            let pending = groups.iter().map(Vec::len).sum();
-            let (read, carried) = tokio::join!(
+            if groups
+                .last()
+                .is_some_and(|g| g.len() < most && customer_count(g) < most_customers)
+            {
+                carry = groups.pop().unwrap_or_default();
+            }
+            let pending = groups
+                .iter()
+                .map(Vec::len)
+                .sum::<usize>()
+                .saturating_add(carry.len());
+            let (read, claimed) = tokio::join!(
                 self.customer_page(Some(after), pending),
                 self.claim_groups(groups, batches)
             );
-            if !carried? {
+            if !claimed? {
                 return Ok(false);
             }
             match read? {
                 Some(next) => page = next,
-                None => return Ok(false),
+                // Stopped, or the tick's share is taken by what is being
+                // claimed: the carried customers still go.
+                None => {
+                    self.claim_groups(vec![carry], batches).await?;
+                    return Ok(false);
+                }
             }
         }
     }
@@ -146,41 +175,58 @@ impl Claimer {
     }
 
     /// Claims each group of whole customers in one statement and hands its
-    /// letters on. Ok(false): stop claiming altogether.
+    /// letters on; a group's rows are checked and handed on while the next
+    /// group is claimed. Ok(false): stop claiming altogether.
     async fn claim_groups(
         &self,
         groups: Vec<Vec<CustomerRow>>,
         batches: &mpsc::Sender<Batch>,
     ) -> Result<bool, TickError> {
-        for customers in groups {
+        let mut claimed: Option<Started> = None;
+        for customers in groups.into_iter().filter(|g| !g.is_empty()) {
             let letters = customer_count(&customers);
             let ids: Vec<InvoiceId> = customers
                 .into_iter()
                 .filter_map(|o| o.row.invoice_id)
                 .collect();
-            if !self.claim_started(&ids, letters, batches).await? {
-                return Ok(false);
+            let (handed, next) = tokio::join!(
+                self.hand_on_started(claimed.take(), batches),
+                self.claim_started(&ids, letters)
+            );
+            match (handed, next) {
+                (Ok(true), Ok(Some(next))) => claimed = Some(next),
+                (handed, next) => {
+                    let next = match next {
+                        Ok(Some(next)) => {
+                            // Claimed, never to be sent: un-marked, returned
+                            // at the end of the run.
+                            self.abandon(next).await;
+                            Ok(())
+                        }
+                        Ok(None) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                    handed?;
+                    next?;
+                    return Ok(false);
+                }
             }
         }
-        Ok(true)
+        self.hand_on_started(claimed, batches).await
     }
 
     /// Claims `ids`, the owed rows of `letters` whole customers (at most a
-    /// mark group of them), **marked started by the claim itself**, and
-    /// hands their letters to the senders through the marker, each with
-    /// its room in the mark window, taken before the claim: the claim is
-    /// the letters' mark (no mark statement, no commit of its own). A
-    /// claimed row that is not sent after all is un-marked at once, so
-    /// what a SIGKILL can leave unknown stays within the window. Ok(false):
+    /// mark group of them), **marked started by the claim itself**, in room
+    /// taken in the mark window before the claim: the claim is the
+    /// letters' mark (no mark statement, no commit of its own). Ok(None):
     /// stop claiming altogether.
     async fn claim_started(
         &self,
         ids: &[InvoiceId],
         letters: usize,
-        batches: &mpsc::Sender<Batch>,
-    ) -> Result<bool, TickError> {
+    ) -> Result<Option<Started>, TickError> {
         let Some(reserved) = self.reserve(ids.len()).await else {
-            return Ok(false);
+            return Ok(None);
         };
         let opening = self.window.open(letters, letters);
         let Some(permits) = self
@@ -189,16 +235,32 @@ impl Claimer {
             .time(Spent::MarkWaitingForRoom, opening)
             .await
         else {
-            return Ok(false);
+            return Ok(None);
         };
         // Waiting for room may have outlasted the lease.
         if self.p.stop_reason().is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         let Some(rows) = self.claim_reserved(&self.windows, ids, true).await? else {
-            return Ok(false);
+            return Ok(None);
         };
         reserved.keep(rows.len());
+        Ok(Some(Started { rows, permits }))
+    }
+
+    /// Checks rows a started claim took and hands their letters to the
+    /// senders through the marker, each with its room in the mark window. A
+    /// claimed row that is not sent after all is un-marked at once, so what
+    /// a SIGKILL can leave unknown stays within the window. Ok(false): the
+    /// marker is gone.
+    async fn hand_on_started(
+        &self,
+        started: Option<Started>,
+        batches: &mpsc::Sender<Batch>,
+    ) -> Result<bool, TickError> {
+        let Some(Started { rows, permits }) = started else {
+            return Ok(true);
+        };
         let claimed: Vec<ReminderId> = rows.iter().map(|r| r.id).collect();
         let (batch, dropped) = match self.screen(rows).await {
             Ok(screened) => screened,
@@ -240,6 +302,17 @@ impl Claimer {
                 }
                 Ok(false)
             }
+        }
+    }
+
+    /// Rows a started claim took that will not be sent: their room freed,
+    /// their mark taken back (or, failing that, returned at the end of the
+    /// run).
+    async fn abandon(&self, started: Started) {
+        let ids: Vec<ReminderId> = started.rows.iter().map(|r| r.id).collect();
+        self.p.bound().release(ids.len());
+        if let Err(e) = self.unmark(ids).await {
+            tracing::debug!(error = %e, "claimed rows left for the end of the run");
         }
     }
 
