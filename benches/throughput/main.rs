@@ -28,7 +28,8 @@
 //! * `BENCH_EXTRAS` (default 1; 0 = off): the 1k-among-1M index case, the
 //!   UUID view, PgBouncer and lock theft;
 //! * `BENCH_CUSTOMERS` (default 1; 0 = off): customer mode, 100k invoices
-//!   over 20k customers, against smtp-source and invoice mode's RSS;
+//!   over 20k customers, in `BENCH_ROUNDS` rounds against smtp-source, and
+//!   against invoice mode's RSS;
 //! * `BENCH_ARCHIVE` (default 1; 0 = off): the archive's bytes per message
 //!   after a 10k tick with `archive.store = "database"`.
 //!
@@ -365,7 +366,7 @@ async fn bench() {
         archive::run(&new, &sink).await;
     }
     let customer_case = match knobs.customers {
-        true => Some(customers::run(&new, &settings, &sink).await),
+        true => Some(customers::run(&new, &settings, &sink, knobs.rounds).await),
         false => None,
     };
 
