@@ -146,8 +146,8 @@ impl MarkWindow {
     /// The window, as a multiple of `send_concurrency`.
     const SIZE: usize = 4;
 
-    /// A group is half the window (`2 × send_concurrency`, 64 of 128 at the
-    /// default 32): two groups are in flight, so while the senders work
+    /// A group is half the window (`2 × send_concurrency`, 128 of 256 at the
+    /// default 64): two groups are in flight, so while the senders work
     /// through one, the next is marked. A group marked only once all but
     /// half a round of sends had left the window (28 of 32 at 8) kept the
     /// senders waiting out every mark's round trip and WAL flush, with a

@@ -9,8 +9,8 @@
 //! (`4 × send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
 //! SIGKILL can leave unknown. A mark is taken once the window has room for
-//! a group ([`MarkWindow::group`]: half the window, 64 rows at the default
-//! `send_concurrency` 32), so marks cost one commit per group.
+//! a group ([`MarkWindow::group`]: half the window, 128 rows at the default
+//! `send_concurrency` 64), so marks cost one commit per group.
 //!
 //! In customer mode a new claim marks its rows started itself (the claim
 //! of a few whole customers is their letters' mark: `claim/customers.rs`);

@@ -1,13 +1,13 @@
 //! What a tick costs the database, guarded without timings: transactions
 //! per 1,000 reminders and rows written per reminder, as PostgreSQL itself
 //! counts them (`pg_stat_database`), over a tick of 2,000 owed reminders
-//! with the default settings (`batch_size` 500, `send_concurrency` 32).
+//! with the default settings (`batch_size` 500, `send_concurrency` 64).
 //!
 //! The design's arithmetic, per 1,000 reminders:
 //! * pages: 1,000 / 500 = 2 (plus one empty page per step, per tick);
 //! * claims: 1,000 / 500 = 2 transactions;
 //! * started marks: one per group of half the mark window, `2 x
-//!   send_concurrency` = 64 rows: 16;
+//!   send_concurrency` = 128 rows: 8;
 //! * results: one statement per half batch (250 rows): 4;
 //! * suppression lookups: one per claimed batch: 2 (measured: 72.5 without
 //!   them, 75.0 with);
@@ -21,8 +21,8 @@
 //!   connection it uses, a transaction each (~10 per 1,000 at this size;
 //!   nothing once a `run` process has warmed up).
 //!
-//! About 47 in all (measured: 47.0, 44.5 before the statistics refresh;
-//! 60.5 with `send_concurrency` 16); the
+//! About 39 in all (measured: 39.5; 47.0 with `send_concurrency` 32, 44.5
+//! before the statistics refresh; 60.5 with 16); the
 //! bound is 80. A commit per message
 //! (a mark, a result or a claim per row) adds 1,000 and fails this test
 //! (measured with a mark per row: 1,049).
