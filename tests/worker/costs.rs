@@ -122,7 +122,7 @@ async fn a_tick_costs_at_most_80_transactions_per_1000_reminders_and_3_rows_writ
     );
     assert!(
         per_1000 <= 80.0,
-        "{per_1000:.1} transactions per 1,000 reminders (bound 80; the design makes about 47, see the module doc)"
+        "{per_1000:.1} transactions per 1,000 reminders (bound 80; the design makes about 39, see the module doc)"
     );
     assert!(
         rows_per_reminder <= 3.05,
