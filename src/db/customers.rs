@@ -22,6 +22,22 @@ use super::conn::on_db;
 use super::invoices::{Owed, SourceRow, bind_owed, owed_flags, source_columns, window_arrays};
 use crate::stages::Window;
 
+/// SQL: source row `s` has no reminder for step `w.key` yet, and its
+/// customer had none `sent` or `sending` within the gap (`$1` today, `$2`
+/// `min_days_between`, `$3` the time zone, as [`bind_owed`] binds them):
+/// `min_days_between` per customer, as both reads here apply it.
+macro_rules! not_reminded {
+    () => {
+        concat!(
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
+            " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0)",
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
+            " AND g.status IN ('sent', 'sending')",
+            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)"
+        )
+    };
+}
+
 /// One owed invoice of a customer, with the step it owes today.
 #[derive(Debug, Clone, FromRow)]
 pub struct CustomerRow {
@@ -55,11 +71,7 @@ pub async fn owed_of_customers(
         " ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
         " WHERE TRUE",
         owed_flags!(),
-        " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-        " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0)",
-        " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
-        " AND g.status IN ('sent', 'sending')",
-        " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)",
+        not_reminded!(),
         ") o WHERE o.nth <= $8",
         " ORDER BY o.customer_id, o.due_date, o.invoice_id COLLATE \"C\""
     ));
@@ -108,11 +120,7 @@ macro_rules! customer_page {
         concat!(
             "SELECT CASE WHEN w.key IS NOT NULL",
             owed_flags!(),
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-            " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0)",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
-            " AND g.status IN ('sent', 'sending')",
-            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)",
+            not_reminded!(),
             " THEN w.key END AS step, ",
             source_columns!(),
             " FROM (SELECT s.* FROM {src} s WHERE ",
