@@ -123,40 +123,58 @@ pub(crate) use backoff_over;
 
 /// The Message-IDs of the reminders sent for the invoice of claimed row
 /// `$c` (its `invoice_id`) or, in customer mode, to its customer (its
-/// `customer_id`: the customer's statements are one thread), oldest first: the first one (the thread's root)
-/// and the latest nine, for `In-Reply-To` and `References`. Read in the
-/// claim's own statement (no round trip per message), through the unique
-/// index's `invoice_id` prefix. Most claimed rows start no thread: two
-/// index probes decide that first (the list itself, a union of two sorted
-/// scans, took 26 µs a row, 13 of a 500-row claim's 31 ms, measured with
-/// auto_explain).
+/// `customer_id`: the customer's statements are one thread), oldest first:
+/// the first one (the thread's root) and the latest nine, for
+/// `In-Reply-To` and `References`. `thread_of!(invoice "c")` reads the
+/// invoice's own only (a statement's other rows: its first row reads the
+/// customer's). Read in the claim's own statement (no round trip per
+/// message), through the unique index's `invoice_id` prefix. Most claimed
+/// rows start no thread: an index probe or two decide that first (the
+/// list itself, a union of two sorted scans, took 26 µs a row, 13 of a
+/// 500-row claim's 31 ms, measured with auto_explain).
 macro_rules! thread_of {
     ($c:literal) => {
+        thread_of!(any $c)
+    };
+    ($scope:ident $c:literal) => {
         concat!(
-            "CASE WHEN NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.invoice_id = ",
-            $c,
-            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL)
-                   AND NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.customer_id = ",
-            $c,
-            ".customer_id AND p.status = 'sent' AND p.message_id IS NOT NULL)
-              THEN ARRAY[]::text[] ELSE
+            "CASE WHEN ",
+            thread_of!(@none $scope $c),
+            " THEN ARRAY[]::text[] ELSE
              ARRAY(SELECT t.message_id FROM (
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE (p.invoice_id = ",
-            $c,
-            ".invoice_id OR p.customer_id = ",
-            $c,
-            ".customer_id) AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   WHERE ",
+            thread_of!(@rows $scope $c),
+            " AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at, p.id LIMIT 1)
                  UNION
                  (SELECT p.message_id, p.sent_at, p.id FROM {ir}.reminders p
-                   WHERE (p.invoice_id = ",
-            $c,
-            ".invoice_id OR p.customer_id = ",
-            $c,
-            ".customer_id) AND p.status = 'sent' AND p.message_id IS NOT NULL
+                   WHERE ",
+            thread_of!(@rows $scope $c),
+            " AND p.status = 'sent' AND p.message_id IS NOT NULL
                    ORDER BY p.sent_at DESC, p.id DESC LIMIT 9)) t
               ORDER BY t.sent_at, t.id) END"
+        )
+    };
+    (@rows any $c:literal) => {
+        concat!("(p.invoice_id = ", $c, ".invoice_id OR p.customer_id = ", $c, ".customer_id)")
+    };
+    (@rows invoice $c:literal) => {
+        concat!("p.invoice_id = ", $c, ".invoice_id")
+    };
+    (@none any $c:literal) => {
+        concat!(
+            thread_of!(@none invoice $c),
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.customer_id = ",
+            $c,
+            ".customer_id AND p.status = 'sent' AND p.message_id IS NOT NULL)"
+        )
+    };
+    (@none invoice $c:literal) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM {ir}.reminders p WHERE p.invoice_id = ",
+            $c,
+            ".invoice_id AND p.status = 'sent' AND p.message_id IS NOT NULL)"
         )
     };
 }
@@ -209,27 +227,25 @@ impl Claim {
     fn from_results(results: Vec<ClaimResult>) -> Self {
         let mut claim = Self::default();
         let mut claimed = Vec::new();
-        let mut owed: HashMap<InvoiceId, SourceRow> = HashMap::new();
+        // Each owed key's one source row, and its thread (read before the
+        // insert, so its probes never meet the rows the claim inserts).
+        let mut owed: HashMap<InvoiceId, (SourceRow, Vec<String>)> = HashMap::new();
         for r in results {
             match (r.reminder_id, r.attempts, r.period) {
-                (Some(id), Some(attempts), Some(period)) => claimed.push((
-                    id,
-                    attempts,
-                    period,
-                    r.thread.unwrap_or_default(),
-                    r.source.invoice_id,
-                )),
+                (Some(id), Some(attempts), Some(period)) => {
+                    claimed.push((id, attempts, period, r.source.invoice_id))
+                }
                 _ if r.repeated => claim.repeated.push(r.source),
                 _ => {
                     if let Some(key) = r.source.invoice_id.clone() {
-                        owed.insert(key, r.source);
+                        owed.insert(key, (r.source, r.thread.unwrap_or_default()));
                     }
                 }
             }
         }
-        for (id, attempts, period, thread, key) in claimed {
+        for (id, attempts, period, key) in claimed {
             // The claim inserted only keys of `owed`, each on one row.
-            if let Some(source) = key.and_then(|k| owed.get(&k)).cloned() {
+            if let Some((source, thread)) = key.and_then(|k| owed.get(&k)).cloned() {
                 claim.claimed.push(ClaimedRow {
                     id,
                     attempts,
@@ -335,15 +351,23 @@ async fn claim_rows(
                FROM unnest($4::text[]) AS k(key)
               CROSS JOIN LATERAL (SELECT * FROM {src} s WHERE s.invoice_id::text = k.key OFFSET 0) s
          ), owed AS MATERIALIZED (
-             SELECT ",
+             SELECT CASE WHEN x.nth = 1 THEN ",
+        thread_of!("x"),
+        " ELSE ",
+        thread_of!(invoice "x"),
+        " END AS thread, false AS repeated, x.invoice_id, x.number, x.amount_minor, x.amount_major,
+                    x.currency, x.due_date, x.payment_url, x.customer_name, x.customer_email,
+                    x.customer_locale, x.customer_id
+               FROM (SELECT ",
         source_columns!(),
-        " FROM keyed s
-              WHERE s.copies = 1
-                AND EXISTS (SELECT 1 FROM unnest($8::date[], $9::date[]) AS w(due_from, due_to)
-                             WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to)
-                AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL",
+        ", row_number() OVER (PARTITION BY {customer}) AS nth
+                       FROM keyed s
+                      WHERE s.copies = 1
+                        AND EXISTS (SELECT 1 FROM unnest($8::date[], $9::date[]) AS w(due_from, due_to)
+                                     WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to)
+                        AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL",
         owed_conditions!(),
-        "
+        ") x
          ), claimed AS (
              INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id,
                                          started_at, last_attempt_at)
@@ -356,16 +380,14 @@ async fn claim_rows(
              ON CONFLICT (invoice_id, period) DO NOTHING
              RETURNING id, invoice_id, attempts, period, customer_id
          )
-         SELECT c.id AS reminder_id, c.attempts, c.period, ",
-        thread_of!("c"),
-        " AS thread, false AS repeated, c.invoice_id,
-                NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
+         SELECT c.id AS reminder_id, c.attempts, c.period, NULL::text[] AS thread, false AS repeated,
+                c.invoice_id, NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
                 NULL AS currency, NULL::date AS due_date, NULL AS payment_url,
                 NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale,
                 NULL AS customer_id
            FROM claimed c
          UNION ALL
-         SELECT NULL, NULL, NULL, NULL, false, o.* FROM owed o
+         SELECT NULL, NULL, NULL, o.* FROM owed o
          UNION ALL
          SELECT NULL, NULL, NULL, NULL, true, ",
         source_columns!(),
