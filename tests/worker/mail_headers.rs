@@ -86,6 +86,41 @@ async fn each_later_reminder_replies_to_the_one_before_and_references_all_earlie
 }
 
 #[tokio::test]
+async fn each_invoice_of_one_claim_continues_its_own_thread() {
+    let mut world = World::new().await;
+    world.set("reminders.min_days_between", 0);
+    // Three invoices, claimed in one statement at each step.
+    for name in ["Ada", "Bea", "Cy"] {
+        let email = format!("{}@example.test", name.to_lowercase());
+        common::insert_invoice(world.pool(), name, &email, 3, false).await;
+    }
+    tick(&world).await;
+    common::age_invoices(world.pool(), 18).await;
+    tick(&world).await;
+
+    let mails = world.sink.received();
+    assert_eq!(mails.len(), 6, "two reminders for each of three invoices");
+    let first: HashMap<i64, String> = mails
+        .iter()
+        .filter(|m| m.period().as_deref() == Some("overdue"))
+        .filter_map(|m| Some((m.invoice_id()?, bare(m.header("Message-ID")?))))
+        .collect();
+    assert_eq!(first.len(), 3);
+    for later in mails
+        .iter()
+        .filter(|m| m.period().as_deref() == Some("final"))
+    {
+        let invoice = later.invoice_id().unwrap_or_default();
+        let expected = first.get(&invoice).map(|id| format!("<{id}>"));
+        assert_eq!(
+            later.header("In-Reply-To"),
+            expected.as_deref(),
+            "invoice {invoice}'s second reminder replies to its first, whatever its place in the claim"
+        );
+    }
+}
+
+#[tokio::test]
 async fn every_reminder_says_it_was_auto_generated() {
     let world = World::new().await;
     common::insert_overdue(world.pool(), 3).await;
