@@ -119,6 +119,9 @@ pub struct Claimed {
     /// Message-IDs of the reminders already sent for this invoice, oldest
     /// first (at most the latest few): the thread this one continues.
     pub thread: Vec<String>,
+    /// The Message-ID its last attempt's mail carried, when that mail's
+    /// fate was unknown (a resend carries it again).
+    pub stored_message_id: Option<String>,
 }
 
 /// What the SMTP server said when it took a message, and what exactly it
@@ -147,12 +150,28 @@ impl fmt::Debug for MessageBytes {
 }
 
 /// The claimed reminders one message covers: one in invoice mode; in
-/// customer mode every reminder this tick claimed for one customer (at
-/// most `reminders.max_invoices_per_mail`), oldest due date first. Its rows
-/// are marked started together and their result is written together.
+/// customer mode every reminder this tick claimed for one customer's
+/// statement (at most `reminders.max_invoices_per_mail`), oldest due date
+/// first. Its rows are marked started together, with its Message-ID, and
+/// their result is written together.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Letter {
     pub rows: Vec<Claimed>,
+    /// The Message-ID its mail carries (without angle brackets), stored on
+    /// its rows before the send.
+    pub message_id: String,
+    /// The Message-ID was made for this attempt: no earlier mail carried
+    /// it (a resend of an unknown mail carries that mail's).
+    pub fresh_message_id: bool,
+    pub kind: LetterKind,
+}
+
+/// What a letter's mail is: one invoice's reminder, or a customer's
+/// statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetterKind {
+    Reminder,
+    Statement,
 }
 
 impl Letter {
@@ -222,6 +241,8 @@ pub struct Attempted {
     pub period: String,
     /// `attempts` as claimed, before this attempt.
     pub attempts_before: i32,
+    /// The Message-ID the attempt's mail carried (stored on the row).
+    pub message_id: String,
     pub delivery: Delivery,
 }
 
@@ -250,6 +271,9 @@ pub struct Counts {
     /// Claimed reminders not sent because every recipient is suppressed
     /// (recorded `skipped`).
     pub suppressed: u32,
+    /// Steps that could no longer be sent within their window (the gap
+    /// held them back past it): recorded `skipped`, never sent.
+    pub superseded: u32,
 }
 
 impl Counts {
@@ -264,6 +288,7 @@ impl Counts {
         self.handed_back = self.handed_back.saturating_add(other.handed_back);
         self.source_problems = self.source_problems.saturating_add(other.source_problems);
         self.suppressed = self.suppressed.saturating_add(other.suppressed);
+        self.superseded = self.superseded.saturating_add(other.superseded);
     }
 
     /// Counts one delivery by what it ended in, as recording it would.

@@ -72,7 +72,7 @@ impl Default for Metrics {
         let reminders = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reminders",
-            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back",
+            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back, superseded (a step the gap held back past its window, recorded skipped)",
             reminders.clone(),
         );
         // 10 ms .. ~1.5 h
@@ -191,6 +191,7 @@ impl Metrics {
             ("discarded", counts.discarded),
             ("unknown", counts.unknown),
             ("handed_back", counts.handed_back),
+            ("superseded", counts.superseded),
         ] {
             m.reminders
                 .get_or_create(&ResultLabel { result })

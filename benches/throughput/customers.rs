@@ -121,7 +121,7 @@ fn statement_bytes(settings: &Settings) -> usize {
         locale: None,
         id: Some("7".into()),
     };
-    let message_id = mail::statement_message_id("7", 1, &settings.smtp.message_id_domain);
+    let message_id = mail::statement_message_id("7", 1, 1, &settings.smtp.message_id_domain);
     mail::compose_statement(
         &templates,
         stages,

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use invoice_reminder::config::Settings;
 use invoice_reminder::db;
 use invoice_reminder::db::Db;
-use invoice_reminder::db::invoices::Owed;
+use invoice_reminder::db::owing::Today;
 use invoice_reminder::domain::{
     Amount, Attempted, Customer, Delivery, Invoice, InvoiceId, Proof, ReminderId,
 };
@@ -125,8 +125,14 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
     let mut total = 0usize;
     for window in settings.reminders.stages.windows(today) {
         let mut after = None;
+        let one = Today::new(
+            today,
+            "UTC",
+            settings.reminders.min_days_between,
+            std::slice::from_ref(&window),
+        );
         loop {
-            let page = db::invoices::fetch_owed_page(&db, &window, owed, after, batch_size)
+            let page = db::invoices::fetch_owed_page(&db, &window, &owed, after, batch_size)
                 .await
                 .expect("page");
             let Some(last) = page.last else {
@@ -134,13 +140,20 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             };
             after = Some(last);
             let ids: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
-            let claimed = db::reminders::claim_batch(&db, &ids, &window, owed, run, None)
+            let claimed = db::reminders::claim_steps(&db, &ids, &one, run, None)
                 .await
                 .expect("claim")
                 .claimed;
             for chunk in claimed.chunks(concurrency) {
                 let ids: Vec<ReminderId> = chunk.iter().map(|c| c.id).collect();
-                db::deliveries::mark_started(&db, run, &ids)
+                let message_ids: Vec<String> = chunk
+                    .iter()
+                    .map(|c| {
+                        let invoice = c.source.invoice_id.clone().unwrap_or_default();
+                        mail::message_id(&invoice, &c.period, "bench.test")
+                    })
+                    .collect();
+                db::deliveries::mark_started(&db, run, &ids, &message_ids)
                     .await
                     .expect("mark");
             }
@@ -148,12 +161,14 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                 .iter()
                 .map(|c| {
                     let invoice = c.source.invoice_id.clone().unwrap_or_default();
+                    let message_id = mail::message_id(&invoice, &c.period, "bench.test");
                     Attempted {
                         id: c.id,
                         period: c.period.clone(),
                         attempts_before: c.attempts,
+                        message_id: message_id.clone(),
                         delivery: Delivery::Sent {
-                            message_id: mail::message_id(&invoice, &c.period, "bench.test"),
+                            message_id,
                             proof: Proof {
                                 reply: "250 2.0.0 Ok: queued".to_owned(),
                                 sha256: [0; 32],
@@ -215,12 +230,13 @@ fn templates(settings: &Settings) -> Templates {
 }
 
 /// What a claim would present as "owing today".
-pub fn owed(settings: &Settings, today: NaiveDate) -> Owed<'static> {
-    Owed {
+pub fn owed(settings: &Settings, today: NaiveDate) -> Today {
+    Today::new(
         today,
-        timezone: "UTC",
-        min_days_between: settings.reminders.min_days_between,
-    }
+        "UTC",
+        settings.reminders.min_days_between,
+        &settings.reminders.stages.windows(today),
+    )
 }
 
 /// The message the worker would send for this invoice today (its due step,
@@ -243,6 +259,7 @@ fn compose(
         invoice,
         customer,
         step,
+        mail::message_id(&invoice.id, &step.key, &settings.smtp.message_id_domain),
         &[],
         today,
     )

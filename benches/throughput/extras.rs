@@ -105,7 +105,7 @@ async fn scan(pool: &PgPool, settings: &Settings) -> f64 {
             while let Some(last) = db::invoices::fetch_owed_page(
                 &db,
                 window,
-                owed,
+                &owed,
                 after,
                 settings.reminders.batch_size,
             )

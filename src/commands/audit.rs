@@ -28,6 +28,9 @@ pub struct AuditReport {
     pub duplicates: Vec<DuplicateGroup>,
     /// `sending` rows whose delivery is unknown (at-most-once: not resent).
     pub unknown: Vec<UnknownRow>,
+    /// The same rows by mail: one entry per stored Message-ID (a
+    /// statement's rows share one), settled as a whole by `resolve`.
+    pub unknown_mails: Vec<UnknownMail>,
     /// `failed` rows (retried while their step is due) and rows
     /// `discarded` in the last 7 days.
     pub failed: Vec<FailedRow>,
@@ -49,6 +52,52 @@ pub struct AuditReport {
     pub source_problems: Vec<crate::domain::SourceProblem>,
     /// Owed rows the check read (at most `source_problems::ROWS_CHECKED`).
     pub source_rows_checked: usize,
+}
+
+/// One mail whose delivery is unknown: what to look up in the mail
+/// server's log, and the rows `resolve` settles with it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnknownMail {
+    /// The Message-ID stored before its send (None: a row started by a
+    /// version that did not store it; it is a mail of its own).
+    pub message_id: Option<String>,
+    pub reminder_ids: Vec<i64>,
+    pub invoice_ids: Vec<crate::domain::InvoiceId>,
+    pub periods: Vec<String>,
+    pub run_id: Option<i64>,
+    pub replica_id: Option<String>,
+    pub claimed_at: chrono::DateTime<chrono::Utc>,
+    pub last_error: Option<String>,
+}
+
+/// `rows` by mail, in the order of their first row.
+pub fn unknown_mails(rows: &[UnknownRow]) -> Vec<UnknownMail> {
+    let mut mails: Vec<UnknownMail> = Vec::new();
+    for r in rows {
+        let same = r.message_id.as_ref().and_then(|m| {
+            mails
+                .iter_mut()
+                .find(|mail| mail.message_id.as_ref() == Some(m))
+        });
+        match same {
+            Some(mail) => {
+                mail.reminder_ids.push(r.reminder_id);
+                mail.invoice_ids.push(r.invoice_id.clone());
+                mail.periods.push(r.period.clone());
+            }
+            None => mails.push(UnknownMail {
+                message_id: r.message_id.clone(),
+                reminder_ids: vec![r.reminder_id],
+                invoice_ids: vec![r.invoice_id.clone()],
+                periods: vec![r.period.clone()],
+                run_id: r.run_id,
+                replica_id: r.replica_id.clone(),
+                claimed_at: r.claimed_at,
+                last_error: r.last_error.clone(),
+            }),
+        }
+    }
+    mails
 }
 
 pub async fn build_report(
@@ -76,27 +125,16 @@ pub async fn build_report(
     let missing_count = survey.owed.total_new;
     let problems = survey.problems;
     let (counts, sent_by_step) = db::audit::counts(pool).await.map_err(read())?;
+    let unknown = db::audit::unknown(pool, unknown_after.as_secs_f64())
+        .await
+        .map_err(read())?;
     let (skipped_count, skipped) = db::suppressions::skipped(pool, SKIPPED_LISTED)
         .await
         .map_err(read())?;
     Ok(AuditReport {
         duplicates: db::audit::duplicates(pool).await.map_err(read())?,
-        unknown: db::audit::unknown(pool, unknown_after.as_secs_f64())
-            .await
-            .map_err(read())?
-            .into_iter()
-            .map(|mut u| {
-                // What the message carried: look it up in the server's log.
-                u.message_id.get_or_insert_with(|| {
-                    crate::mail::message_id(
-                        &u.invoice_id,
-                        &u.period,
-                        &settings.smtp.message_id_domain,
-                    )
-                });
-                u
-            })
-            .collect(),
+        unknown_mails: unknown_mails(&unknown),
+        unknown,
         failed: db::audit::failed(pool).await.map_err(read())?,
         skipped_count,
         skipped,
@@ -164,22 +202,40 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     };
     outln!("reminders by status: {}", counts(&r.counts));
     outln!("sent by step: {}", counts(&r.sent_by_step));
+    let stored = r
+        .unknown_mails
+        .iter()
+        .filter(|m| m.message_id.is_some())
+        .count();
     outln!(
-        "unknown delivery ('sending' after its run ended or for over {}): {}",
+        "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} with a stored Message-ID to look up",
         humantime::format_duration(unknown_after),
-        r.unknown.len()
+        r.unknown.len(),
+        r.unknown_mails.len()
     );
-    for u in &r.unknown {
+    for m in &r.unknown_mails {
+        let ids: Vec<String> = m.reminder_ids.iter().map(ToString::to_string).collect();
+        let invoices: Vec<String> = m
+            .invoice_ids
+            .iter()
+            .zip(&m.periods)
+            .map(|(i, p)| format!("{i} {p}"))
+            .collect();
+        let run = match (m.run_id, &m.replica_id) {
+            (Some(run), Some(replica)) => format!("run {run} on {replica}"),
+            (Some(run), None) => format!("run {run}"),
+            (None, _) => "a run no longer recorded".to_owned(),
+        };
         outln!(
-            "  reminder {} invoice {} {} Message-ID <{}> (run {:?}, replica {}) claimed {}{}",
-            u.reminder_id,
-            u.invoice_id,
-            u.period,
-            u.message_id.as_deref().unwrap_or("?"),
-            u.run_id,
-            u.replica_id.as_deref().unwrap_or("?"),
-            u.claimed_at,
-            u.last_error
+            "  {}: reminder(s) {} (invoice {}), {run}, claimed {}{}",
+            m.message_id.as_deref().map_or_else(
+                || "no stored Message-ID".to_owned(),
+                |id| format!("Message-ID <{id}>")
+            ),
+            ids.join(", "),
+            invoices.join(", "),
+            m.claimed_at,
+            m.last_error
                 .as_deref()
                 .map(|e| format!(": {e}"))
                 .unwrap_or_default()
@@ -187,7 +243,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     }
     if !r.unknown.is_empty() {
         outln!(
-            "  look each Message-ID up in the mail server's log, then: invoice-reminder resolve --sent ID... (it went out) or --resend ID... (it did not)"
+            "  look each Message-ID up in the mail server's log, then: invoice-reminder resolve --sent ID (it went out) or --resend ID (it did not); one reminder of a mail settles all of it"
         );
     }
     outln!(

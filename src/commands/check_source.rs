@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::{UsageError, connect};
 use crate::config::Settings;
-use crate::db::invoices::Owed;
+use crate::db::customers::Retries;
+use crate::db::owing::Today;
 use crate::db::source::{AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, FoundColumn};
 use crate::db::{self, Db};
 
@@ -96,17 +97,14 @@ async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyh
     let Some(window) = windows.last() else {
         return Ok(());
     };
-    let owed = Owed {
-        today,
-        timezone: settings.schedule.timezone.name(),
-        min_days_between: settings.reminders.min_days_between,
-    };
+    let owing = Today::from_settings(settings, today);
     let by_customer = db.names().reads_customer();
     let batch_size = settings.reminders.batch_size;
     let plan = if by_customer {
-        db::customers::explain_customer_page(db, &windows, owed, batch_size).await
+        let retries = Retries::from_settings(&settings.reminders, 0);
+        db::customers::explain_customer_page(db, &owing, &retries, batch_size).await
     } else {
-        db::invoices::explain_owed_page(db, window, owed, batch_size).await
+        db::invoices::explain_owed_page(db, window, &owing, batch_size).await
     }
     .context("failed to EXPLAIN the scan")?;
     outln!();

@@ -106,20 +106,7 @@ pub async fn explain_invoice(
         all_suppressed,
         customer_last,
     };
-    let mut explained = decide(facts, rules(settings));
-    // The Message-ID every attempt carries, for rows that went to SMTP:
-    // what to look up in the mail server's log.
-    for view in &mut explained.reminders {
-        let row = &mut view.row;
-        if row.message_id.is_none() && (row.started_at.is_some() || row.attempts > 0) {
-            row.message_id = Some(crate::mail::message_id(
-                id,
-                &row.step,
-                &settings.smtp.message_id_domain,
-            ));
-        }
-    }
-    Ok(explained)
+    Ok(decide(facts, rules(settings)))
 }
 
 /// `explain --raw`: the archived bytes of the invoice's latest sent

@@ -9,8 +9,11 @@ use anyhow::{Context as _, anyhow};
 use super::{connect, exit};
 use crate::config::{GroupBy, Settings};
 use crate::db;
+use crate::db::customers::Retries;
+use crate::db::owing::Today;
 use crate::domain::InvoiceId;
 use crate::mail::{self, Templates};
+use crate::tick;
 
 pub(super) struct Request {
     pub invoice: String,
@@ -87,6 +90,7 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
     if let Some(locale) = request.locale {
         customer.locale = Some(locale);
     }
+    let message_id = mail::message_id(&invoice.id, &step.key, &settings.smtp.message_id_domain);
     let composed = mail::compose(
         &templates,
         stages,
@@ -94,6 +98,7 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
         &invoice,
         &customer,
         step,
+        message_id,
         &[],
         today,
     )
@@ -136,9 +141,10 @@ fn print(composed: &mail::OutgoingMail, what: &str, html: bool) -> anyhow::Resul
 }
 
 /// `preview --customer`: the statement the next tick would send this
-/// customer, from the same rows and code the tick uses (customer mode),
-/// claimed by nothing. Its Message-ID ends in `.0`: the tick's names the
-/// mail's first reminder row, which only a claim creates.
+/// customer, chosen by the tick's own rule (`tick::statements`) from the
+/// rows it would read, claimed by nothing. Its Message-ID ends in `.0.0`:
+/// the tick's names the mail's first reminder row and its run, which only
+/// a claim creates.
 async fn preview_statement(
     settings: &Settings,
     templates: &Templates,
@@ -157,42 +163,53 @@ async fn preview_statement(
     let today = db::today(pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let owed = db::invoices::Owed {
-        today,
-        timezone: settings.schedule.timezone.name(),
-        min_days_between: settings.reminders.min_days_between,
-    };
-    let rows = db::customers::owed_of_customers(
+    let read = "failed to read the customer's invoices from source.relation";
+    let rows = db::customers::fetch_whole_customer(
         pool,
-        &stages.windows(today),
-        owed,
-        &[customer.to_owned()],
-        settings.reminders.max_invoices_per_mail,
+        &Today::from_settings(settings, today),
+        &Retries::from_settings(&settings.reminders, 0),
+        customer,
+        settings.reminders.batch_size,
     )
     .await
-    .context("failed to read the customer's invoices from source.relation")?;
-    let mut copies: std::collections::HashMap<Option<InvoiceId>, usize> = Default::default();
-    for row in &rows {
-        let n = copies.entry(row.row.invoice_id.clone()).or_insert(0);
-        *n = n.saturating_add(1);
+    .context(read)?;
+    let suppressed = tick::suppressed_addresses(
+        pool,
+        rows.iter().filter_map(|r| r.row.customer_email.as_deref()),
+    )
+    .await
+    .context("failed to read the suppression list")?;
+    let by_key: std::collections::HashMap<Option<InvoiceId>, db::customers::CustomerRow> = rows
+        .iter()
+        .map(|r| (r.row.invoice_id.clone(), r.clone()))
+        .collect();
+    let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
+    let mut left_out = Vec::new();
+    let chosen = tick::statements(rows, per_mail, &suppressed, today, &mut |problem| {
+        left_out.push(problem);
+    });
+    for problem in left_out {
+        outln!("# left out: {problem}");
     }
     let mut parts = Vec::new();
-    for owed in rows {
-        if copies.get(&owed.row.invoice_id).is_some_and(|n| *n > 1) {
+    for pick in chosen.statements.iter().flat_map(|s| &s.letter) {
+        let Some(owed) = by_key.get(&Some(pick.key.clone())) else {
             continue;
-        }
+        };
         let Some(step) = stages.step(&owed.step) else {
             continue;
         };
-        match crate::problems::check(owed.row) {
-            Ok((invoice, customer)) => parts.push((invoice, customer, step)),
-            Err(problem) => outln!("# left out: {problem}"),
+        if let Ok((invoice, customer)) = crate::problems::check(owed.row.clone()) {
+            parts.push((invoice, customer, step));
         }
     }
     let Some((_, first_customer, _)) = parts.first() else {
-        outln!(
-            "customer {customer:?} owes no reminder on {today} (none of its invoices owes a step, or it was reminded within reminders.min_days_between)"
-        );
+        let why = if chosen.waiting.is_empty() {
+            "none of its invoices owes a step it can be mailed, or it was reminded within reminders.min_days_between"
+        } else {
+            "a failed statement's retry is waiting for its backoff, and everything new goes out with it"
+        };
+        outln!("customer {customer:?} gets no statement on {today} ({why})");
         return Ok(ExitCode::from(exit::FAILURE));
     };
     let mut first_customer = first_customer.clone();
@@ -203,7 +220,7 @@ async fn preview_statement(
         .iter()
         .map(|(invoice, _, step)| mail::statement::Line { invoice, step })
         .collect();
-    let message_id = mail::statement_message_id(customer, 0, &settings.smtp.message_id_domain);
+    let message_id = mail::statement_message_id(customer, 0, 0, &settings.smtp.message_id_domain);
     let composed = mail::compose_statement(
         templates,
         stages,
@@ -215,9 +232,14 @@ async fn preview_statement(
         today,
     )
     .context("the statement cannot be built")?;
+    let more = if chosen.statements.iter().any(|s| s.continued) {
+        "; more follow on the next tick (reminders.max_invoices_per_mail)"
+    } else {
+        ""
+    };
     print(
         &composed,
-        &format!("statement of {} invoice(s) on {today}", lines.len()),
+        &format!("statement of {} invoice(s) on {today}{more}", lines.len()),
         html,
     )
 }

@@ -1,8 +1,11 @@
 //! `resolve`: settle unknown deliveries without writing SQL. `--sent` once
-//! the mail server's log shows the Message-ID went out, `--resend` once it
-//! shows it did not. Rows that are not unknown are refused, and so is
-//! resending a step that is no longer the invoice's due step.
+//! the mail server's log shows the stored Message-ID went out, `--resend`
+//! once it shows it did not. One mail is settled as a whole: naming one
+//! row of a statement settles every unknown row that shares its
+//! Message-ID, and says so. Rows that are not unknown are refused, and so
+//! is resending a step that is no longer the invoice's due step.
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -10,8 +13,9 @@ use anyhow::Context as _;
 use super::{connect, exit};
 use crate::config::Settings;
 use crate::db;
+use crate::db::owing::Today;
+use crate::db::resolve::NamedRow;
 use crate::domain::ReminderId;
-use crate::mail;
 
 pub(super) async fn resolve(
     settings: &Settings,
@@ -23,7 +27,6 @@ pub(super) async fn resolve(
     let today = db::today(&database, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let windows = settings.reminders.stages.windows(today);
     let resending = !resend.is_empty();
     let named: Vec<ReminderId> = sent
         .iter()
@@ -31,7 +34,7 @@ pub(super) async fn resolve(
         .copied()
         .map(ReminderId)
         .collect();
-    let rows = db::resolve::named_rows(&database, &named, &windows)
+    let rows = db::resolve::named_rows(&database, &named, &Today::from_settings(settings, today))
         .await
         .map_err(super::db_failed("failed to read the reminders"))?;
     let mut refused = 0;
@@ -41,59 +44,68 @@ pub(super) async fn resolve(
             refused += 1;
         }
     }
-    let mut eligible = Vec::new();
-    for row in &rows {
-        let what = format!(
-            "reminder {} (invoice {}, {})",
-            row.id, row.invoice_id, row.period
-        );
+    let mut eligible: BTreeSet<ReminderId> = BTreeSet::new();
+    let mut settled: BTreeSet<Option<&str>> = BTreeSet::new();
+    for row in rows.iter().filter(|r| r.named) {
         if !row.unknown {
             outln!(
-                "{what}: its delivery is not unknown (status {}); unchanged",
+                "{}: its delivery is not unknown (status {}); unchanged",
+                what(row),
                 row.status
             );
             refused += 1;
-        } else if resending && row.due_step.as_deref() != Some(row.period.as_str()) {
-            let now = row.due_step.as_deref().unwrap_or("none");
+            continue;
+        }
+        let mail = mail_of(&rows, row);
+        if row.message_id.is_some() && !settled.insert(row.message_id.as_deref()) {
+            continue;
+        }
+        if mail.len() > 1 {
+            let ids: Vec<String> = mail.iter().map(|r| r.id.to_string()).collect();
             outln!(
-                "{what}: step {} is no longer due (due step now: {now}); not resent (use --sent, or leave it)",
-                row.period
+                "{}: one mail, Message-ID <{}>, with reminders {}: all of it is settled",
+                what(row),
+                row.message_id.as_deref().unwrap_or_default(),
+                ids.join(", ")
             );
-            refused += 1;
-        } else {
-            eligible.push(row);
+        }
+        for r in mail {
+            if resending && r.due_step.as_deref() != Some(r.period.as_str()) {
+                let now = r.due_step.as_deref().unwrap_or("none");
+                outln!(
+                    "{}: step {} is no longer due (due step now: {now}); not resent (use --sent, or leave it)",
+                    what(r),
+                    r.period
+                );
+                refused += 1;
+            } else {
+                eligible.insert(r.id);
+            }
         }
     }
+    let ids: Vec<ReminderId> = eligible.iter().copied().collect();
     let changed = if resending {
-        let ids: Vec<ReminderId> = eligible.iter().map(|r| r.id).collect();
         db::resolve::mark_for_resend(&database, &ids).await
     } else {
-        let rows: Vec<(ReminderId, String)> = eligible
-            .iter()
-            .map(|r| {
-                (
-                    r.id,
-                    mail::message_id(&r.invoice_id, &r.period, &settings.smtp.message_id_domain),
-                )
-            })
-            .collect();
-        db::resolve::mark_sent(&database, &rows).await
+        db::resolve::mark_sent(&database, &ids).await
     }
     .context("failed to update the reminders")?;
-    for row in eligible {
-        let what = format!(
-            "reminder {} (invoice {}, {})",
-            row.id, row.invoice_id, row.period
-        );
+    for row in rows.iter().filter(|r| eligible.contains(&r.id)) {
+        let message_id = row
+            .message_id
+            .as_deref()
+            .map(|m| format!(", Message-ID <{m}>"))
+            .unwrap_or_default();
         if !changed.contains(&row.id) {
-            outln!("{what}: changed meanwhile; unchanged");
+            outln!("{}: changed meanwhile; unchanged", what(row));
             refused += 1;
         } else if resending {
             outln!(
-                "{what}: unknown -> failed; the next tick sends it again with the same Message-ID"
+                "{}{message_id}: unknown -> failed; the next tick sends it again",
+                what(row)
             );
         } else {
-            outln!("{what}: unknown -> sent");
+            outln!("{}{message_id}: unknown -> sent", what(row));
         }
     }
     Ok(if refused == 0 {
@@ -101,4 +113,24 @@ pub(super) async fn resolve(
     } else {
         ExitCode::from(exit::FAILURE)
     })
+}
+
+/// "reminder 7 (invoice 42, overdue)".
+fn what(row: &NamedRow) -> String {
+    format!(
+        "reminder {} (invoice {}, {})",
+        row.id, row.invoice_id, row.period
+    )
+}
+
+/// The unknown rows of `row`'s mail: those sharing its stored Message-ID,
+/// or the row alone when it has none.
+fn mail_of<'a>(rows: &'a [NamedRow], row: &'a NamedRow) -> Vec<&'a NamedRow> {
+    match &row.message_id {
+        Some(m) => rows
+            .iter()
+            .filter(|r| r.unknown && r.message_id.as_ref() == Some(m))
+            .collect(),
+        None => vec![row],
+    }
 }

@@ -93,7 +93,6 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             &ctx.db,
             super::run_once::EXIT_FLUSH_WAIT,
             &ctx.settings.lock,
-            &ctx.settings.smtp.message_id_domain,
         )
         .await;
     ctx.close_database().await;

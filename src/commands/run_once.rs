@@ -14,8 +14,8 @@ use super::exit;
 pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::config::Settings;
 use crate::db;
-use crate::db::invoices::Owed;
 use crate::db::owed::OwedReminder;
+use crate::db::owing::Today;
 use crate::tick::context::Context;
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
@@ -70,12 +70,7 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
     ctx.lock.finish().await;
     let unwritten = ctx
         .deferred
-        .flush_before_exit(
-            &ctx.db,
-            EXIT_FLUSH_WAIT,
-            &ctx.settings.lock,
-            &ctx.settings.smtp.message_id_domain,
-        )
+        .flush_before_exit(&ctx.db, EXIT_FLUSH_WAIT, &ctx.settings.lock)
         .await;
     ctx.close_database().await;
     if unwritten > 0 {
@@ -127,15 +122,9 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
         .await
         .map_err(db_err("reading the database clock"))?;
     let stages = &s.reminders.stages;
-    let owed = Owed {
-        today,
-        timezone: s.schedule.timezone.name(),
-        min_days_between: s.reminders.min_days_between,
-    };
     let listing = db::owed::owed_listing(
         &ctx.db,
-        &stages.windows(today),
-        owed,
+        &Today::from_settings(s, today),
         s.reminders.max_attempts,
         limit,
     )

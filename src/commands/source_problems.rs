@@ -13,8 +13,8 @@
 use chrono::NaiveDate;
 
 use crate::config::Settings;
-use crate::db::invoices::Owed;
 use crate::db::owed::OwedListing;
+use crate::db::owing::Today;
 use crate::db::{self, Db};
 use crate::domain::SourceProblem;
 use crate::problems;
@@ -83,17 +83,11 @@ pub struct Survey {
 /// Surveys today's owed rows (new and retries).
 pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
     let reminders = &settings.reminders;
-    let windows = reminders.stages.windows(today);
-    let owed = Owed {
-        today,
-        timezone: settings.schedule.timezone.name(),
-        min_days_between: reminders.min_days_between,
-    };
-    let listing =
-        db::owed::owed_listing(db, &windows, owed, reminders.max_attempts, ROWS_CHECKED).await?;
+    let owing = Today::from_settings(settings, today);
+    let listing = db::owed::owed_listing(db, &owing, reminders.max_attempts, ROWS_CHECKED).await?;
     let rows_checked = listing.rows.len();
     let mut found = problems::list(listing.rows.iter().map(|r| (r.row.clone(), r.copies)));
-    if let Some(due_by) = windows.iter().map(|w| w.due_to).max() {
+    if let Some(due_by) = owing.due_by() {
         let unusable = db::owed::unusable_rows(db, due_by, UNUSABLE_CHECKED).await?;
         // NULL keys among the owed rows were found above already.
         found.extend(

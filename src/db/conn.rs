@@ -96,6 +96,14 @@ impl Db {
         self.names.sql(template)
     }
 
+    /// `template`, whose parameters are named (`params`), with our schema
+    /// and the source put in: ready to bind by name.
+    pub(crate) fn statement(&self, template: &str) -> Prepared {
+        let statement = super::params::Statement::new(template);
+        let sqlx::AssertSqlSafe(text) = self.names.sql(statement.text());
+        Prepared { text, statement }
+    }
+
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -145,6 +153,29 @@ impl Db {
                 Err(E::from(timed_out(self.deadline, self.deadline_key)))
             }
         }
+    }
+}
+
+/// A statement with named parameters, ready for a call.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    text: String,
+    statement: super::params::Statement,
+}
+
+impl Prepared {
+    /// The statement's text, for `sqlx::query*_with_result`.
+    pub fn sql(&self) -> sqlx::AssertSqlSafe<String> {
+        // Our own statement text with quoted identifiers from the settings.
+        sqlx::AssertSqlSafe(self.text.clone())
+    }
+
+    /// The arguments of one call (an error if a name has no value).
+    pub fn args(
+        &self,
+        params: &super::params::Params<'_>,
+    ) -> Result<sqlx::postgres::PgArguments, sqlx::Error> {
+        self.statement.bind(params).map_err(sqlx::Error::Encode)
     }
 }
 

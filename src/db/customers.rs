@@ -1,215 +1,347 @@
-//! Customer mode (`reminders.group_by = "customer"`): the invoices that
-//! owe a step today, read a customer at a time, so that one mail can list
-//! them.
+//! Customer mode's reads (`reminders.group_by = "customer"`): the source in
+//! customer order, so that one read finds everything a customer is owed
+//! today, new steps and due retries alike, and one mail can list it.
 //!
-//! The tick walks the source in customer order ([`fetch_customer_page`]:
-//! with the source index the README advises on `(customer_id::text,
-//! due_date)` over unpaid rows, one index range scan per page), so one read
-//! finds all of a customer's owed invoices, whatever their steps.
-//! [`owed_of_customers`] reads given customers by key (a customer whose
-//! unpaid invoices fill a page alone, and `preview`), at most
-//! `max_invoices_per_mail` each, oldest due date first. Nothing here
+//! [`fetch_customer_page`] walks the source a page at a time (with the
+//! source index the README advises on `(customer_id::text, due_date)` over
+//! unpaid rows, one index range scan per page); [`fetch_customer_rows`]
+//! reads one customer by key, a page at a time (a customer whose unpaid
+//! invoices fill a page alone, and `preview`). Each row says what it owes
+//! ([`Owes`]) under `owing`'s conditions, and how many source rows carry
+//! its key, so the caller can leave out every row that cannot be mailed
+//! before it decides what goes into a customer's mail. Nothing here
 //! claims: the claim re-checks every condition in its own statement.
-//!
-//! `min_days_between` counts per customer here: a customer who had a
-//! reminder `sent` or `sending` within the gap (on any invoice claimed in
-//! customer mode, `reminders.customer_id`) gets nothing.
 
+use chrono::NaiveDate;
 use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{Owed, SourceRow, bind_owed, owed_flags, source_columns, window_arrays};
-use crate::stages::Window;
+use super::invoices::{SourceRow, source_columns};
+use super::owing::{
+    Today, backoff_over, customer_gap_clear, gap_until, in_window, invoice_gap_clear, owes_flags,
+    windows,
+};
+use super::params::Params;
+use crate::domain::ReminderId;
 
-/// SQL: source row `s` has no reminder for step `w.key` yet, and its
-/// customer had none `sent` or `sending` within the gap (`$1` today, `$2`
-/// `min_days_between`, `$3` the time zone, as [`bind_owed`] binds them):
-/// `min_days_between` per customer, as both reads here apply it.
-macro_rules! not_reminded {
-    () => {
-        concat!(
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-            " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0)",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
-            " AND g.status IN ('sent', 'sending')",
-            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)"
-        )
-    };
+/// What a run's reads need to know of itself: rows it already tried this
+/// tick are not retried again, nor rows out of attempts, nor rows whose
+/// backoff is not over.
+#[derive(Debug, Clone, Copy)]
+pub struct Retries {
+    pub run_id: i64,
+    /// `reminders.max_attempts`.
+    pub max_attempts: i64,
+    /// `reminders.retry_backoff`, in seconds.
+    pub backoff_first: f64,
+    /// `reminders.retry_backoff_max`, in seconds.
+    pub backoff_max: f64,
 }
 
-/// One owed invoice of a customer, with the step it owes today.
-#[derive(Debug, Clone, FromRow)]
+impl Retries {
+    /// The retry rules of `reminders`, for run `run_id` (0: none).
+    pub fn from_settings(reminders: &crate::config::ReminderSettings, run_id: i64) -> Self {
+        Self {
+            run_id,
+            max_attempts: i64::from(reminders.max_attempts),
+            backoff_first: reminders.retry_backoff.as_secs_f64(),
+            backoff_max: reminders.retry_backoff_max.as_secs_f64(),
+        }
+    }
+
+    pub fn params(&self) -> Params<'_> {
+        Params::new()
+            .with("run_id", &self.run_id)
+            .with("max_attempts", &self.max_attempts)
+            .with("backoff_first", &self.backoff_first)
+            .with("backoff_max", &self.backoff_max)
+    }
+}
+
+/// What one row of a customer-mode read owes today.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owes {
+    /// Its due step, not claimed yet.
+    New,
+    /// A `failed` row of its due step whose retry is due, with the
+    /// Message-ID its last attempt carried.
+    Retry {
+        id: ReminderId,
+        message_id: Option<String>,
+    },
+    /// A `failed` row of its due step whose backoff is not over: its
+    /// customer waits, so the retry and anything new go out together.
+    Waiting,
+    /// Its due step, but the gap holds it back until this day.
+    Held(NaiveDate),
+}
+
+/// One unpaid row of a customer-mode read that owes its due step (or is
+/// held back from it), as the source has it (unchecked).
+#[derive(Debug, Clone)]
 pub struct CustomerRow {
-    /// The step (`reminders.period`) it owes.
+    /// The step it owes.
     pub step: String,
-    #[sqlx(flatten)]
+    /// The step's window's `due_from` today (None: the last step, which
+    /// never ends): the step stays due while the invoice is in it.
+    pub step_from: Option<NaiveDate>,
+    pub owes: Owes,
+    /// How many rows of the source carry its key.
+    pub copies: i64,
     pub row: SourceRow,
 }
 
-/// The invoices of `customers` that owe their due step today (each step's
-/// due-date range is one of `windows`), at most `per_customer` per
-/// customer, oldest due date first, ordered by customer. Unchecked source
-/// rows: the caller checks them, and the claim re-checks.
-pub async fn owed_of_customers(
-    db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
-    customers: &[String],
-    per_customer: u32,
-) -> Result<Vec<CustomerRow>, sqlx::Error> {
-    let (keys, froms, tos) = window_arrays(windows);
-    // `OFFSET 0` keeps the key lookup a lookup (see `reminders::claim_batch`).
-    let sql = db.sql(concat!(
-        "SELECT o.* FROM (SELECT w.key AS step, ",
-        source_columns!(),
-        ", row_number() OVER (PARTITION BY s.customer_id::text",
-        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\") AS nth",
-        " FROM (SELECT * FROM {src} s WHERE s.customer_id::text = ANY($4)",
-        " AND NOT s.is_paid AND s.invoice_id IS NOT NULL OFFSET 0) s",
-        " JOIN unnest($5::text[], $6::date[], $7::date[]) AS w(key, due_from, due_to)",
-        " ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
-        " WHERE TRUE",
-        owed_flags!(),
-        not_reminded!(),
-        ") o WHERE o.nth <= $8",
-        " ORDER BY o.customer_id, o.due_date, o.invoice_id COLLATE \"C\""
-    ));
-    on_db!(db, |c| bind_owed!(
-        sqlx::query_as(sql).persistent(db.named()),
-        owed
-    )
-    .bind(customers)
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(i64::from(per_customer))
-    .fetch_all(&mut *c)
-    .await)
-}
-
-/// One unpaid invoice of a customer-mode page, and the step it owes today
-/// (None: it owes none, or is reminded within the gap).
-#[derive(Debug, Clone, FromRow)]
-struct PageRow {
+#[derive(FromRow)]
+struct ReadRow {
     step: Option<String>,
+    step_from: Option<NaiveDate>,
+    state: Option<String>,
+    retry_id: Option<ReminderId>,
+    retry_message_id: Option<String>,
+    copies: Option<i64>,
+    gap_until: Option<NaiveDate>,
     #[sqlx(flatten)]
     row: SourceRow,
 }
 
-/// One page of the customer-mode scan.
-#[derive(Debug, Clone, Default)]
-pub struct CustomerPage {
-    /// The examined rows that owe a step, in `(customer, due date, key)`
-    /// order, unchecked.
-    pub owed: Vec<CustomerRow>,
-    /// Every examined row's customer key, in the page's order (the caller
-    /// cuts the page at a customer boundary).
-    pub customers: Vec<String>,
+impl ReadRow {
+    fn owes(&self) -> Option<Owes> {
+        Some(match self.state.as_deref()? {
+            "new" => Owes::New,
+            "retry" => Owes::Retry {
+                id: self.retry_id?,
+                message_id: self.retry_message_id.clone(),
+            },
+            "waiting" => Owes::Waiting,
+            "held" => Owes::Held(self.gap_until?),
+            _ => return None,
+        })
+    }
 }
 
-/// The customer-mode page statement: the next `$6` unpaid rows with a key
-/// and a due date on or before `$5` (the latest due date any step owes
-/// today), in the order of the customer index the README advises
-/// (`(customer_id::text, due_date)` over unpaid rows), after customer `$4`
-/// (or, `first`, from the start); and for each, the step whose window holds
-/// its due date if it owes it. As in the invoice scan (`invoices::PAGE`),
-/// the inner `LIMIT` keeps the per-row probes out of the index scan.
-macro_rules! customer_page {
+/// A customer-mode read: the unpaid rows `$range` selects (with a key and
+/// a due date on or before `$due_by`), the first `$limit` in customer
+/// index order, each with the step whose window holds its due date and
+/// what it owes of it. As in the invoice scan (`invoices::PAGE`), the inner
+/// `LIMIT` keeps the per-row probes out of the index scan.
+macro_rules! customer_read {
     ($range:literal) => {
+        customer_read!($range, "s.customer_id::text, s.due_date")
+    };
+    ($range:literal, $order:literal) => {
         concat!(
-            "SELECT CASE WHEN w.key IS NOT NULL",
-            owed_flags!(),
-            not_reminded!(),
-            " THEN w.key END AS step, ",
+            "SELECT w.key AS step, w.due_from AS step_from, x.state,",
+            " r.id AS retry_id, r.message_id AS retry_message_id,",
+            " CASE WHEN x.state IS NOT NULL THEN",
+            " (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = s.invoice_id::text) END AS copies,",
+            " CASE WHEN x.state = 'held' THEN ",
+            gap_until!(customer),
+            " END AS gap_until, ",
             source_columns!(),
             " FROM (SELECT s.* FROM {src} s WHERE ",
             $range,
             " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
-            " AND s.due_date IS NOT NULL AND s.due_date <= $5",
-            " ORDER BY s.customer_id::text, s.due_date LIMIT $6) s",
-            " LEFT JOIN LATERAL (SELECT w.key FROM unnest($7::text[], $8::date[], $9::date[])",
-            " AS w(key, due_from, due_to)",
-            " WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
+            " AND s.due_date IS NOT NULL AND s.due_date <= $due_by",
+            " ORDER BY ",
+            $order,
+            " LIMIT $limit) s",
+            " LEFT JOIN LATERAL (SELECT w.key, w.due_from FROM ",
+            windows!(),
+            " WHERE ",
+            in_window!("s"),
             " LIMIT 1) w ON TRUE",
-            " ORDER BY customer_id, due_date, invoice_id COLLATE \"C\""
+            " LEFT JOIN LATERAL (SELECT r.id, r.status, r.attempts, r.run_id, r.message_id,",
+            " r.last_attempt_at FROM {ir}.reminders r",
+            " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0) r ON TRUE",
+            " CROSS JOIN LATERAL (SELECT CASE",
+            " WHEN w.key IS NULL OR NOT (",
+            owes_flags!("s"),
+            ") THEN NULL",
+            " WHEN r.id IS NOT NULL AND NOT (r.status = 'failed' AND r.attempts < $max_attempts",
+            " AND r.run_id IS DISTINCT FROM $run_id) THEN NULL",
+            " WHEN NOT (",
+            invoice_gap_clear!(probe),
+            " AND ",
+            customer_gap_clear!(),
+            ") THEN 'held'",
+            " WHEN r.id IS NULL THEN 'new'",
+            " WHEN ",
+            backoff_over!(),
+            " THEN 'retry' ELSE 'waiting' END AS state) x",
+            " ORDER BY s.customer_id::text, s.due_date, s.invoice_id::text COLLATE \"C\""
         )
     };
 }
 
-/// The next `limit` unpaid rows of the source in customer order, after
-/// customer `after` (None: from the first), and the step each owes today
-/// (`windows`). A page may end in the middle of a customer: the caller
-/// reads [`CustomerPage::customers`] to cut it at a boundary. Unchecked
-/// source rows: the caller checks them, and the claim re-checks.
-pub async fn fetch_customer_page(
+/// One page of the customer-mode walk.
+#[derive(Debug, Clone, Default)]
+pub struct CustomerPage {
+    /// The examined rows that owe a step (or are held back from one), in
+    /// `(customer, due date, key)` order, unchecked.
+    pub owed: Vec<CustomerRow>,
+    /// Every examined row's customer key, in the page's order (the caller
+    /// cuts the page at a customer boundary).
+    pub customers: Vec<String>,
+    /// The last examined row's `(due date, key)`: where a read of one
+    /// customer continues.
+    pub last: Option<(NaiveDate, String)>,
+}
+
+async fn read(
     db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
-    after: Option<&str>,
-    limit: u32,
+    statement: &super::conn::Prepared,
+    params: &Params<'_>,
 ) -> Result<CustomerPage, sqlx::Error> {
-    let Some(due_by) = windows.iter().map(|w| w.due_to).max() else {
-        return Ok(CustomerPage::default());
-    };
-    let (keys, froms, tos) = window_arrays(windows);
-    let sql = match after {
-        None => db.sql(customer_page!(
-            "s.customer_id IS NOT NULL AND $4::text IS NULL"
-        )),
-        Some(_) => db.sql(customer_page!("s.customer_id::text > $4")),
-    };
-    let rows: Vec<PageRow> = on_db!(db, |c| bind_owed!(
-        sqlx::query_as(sql).persistent(db.named()),
-        owed
+    let rows: Vec<ReadRow> = on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(params)?
     )
-    .bind(after)
-    .bind(due_by)
-    .bind(i64::from(limit))
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
+    .persistent(db.named())
     .fetch_all(&mut *c)
     .await)?;
     let mut page = CustomerPage {
         owed: Vec::new(),
         customers: Vec::with_capacity(rows.len()),
+        last: rows.last().and_then(|r| {
+            Some((
+                r.row.due_date?,
+                r.row.invoice_id.as_ref()?.as_str().to_owned(),
+            ))
+        }),
     };
     for r in rows {
-        // The scan reads only rows with a customer key.
+        // The reads select only rows with a customer key.
         page.customers
             .push(r.row.customer_id.clone().unwrap_or_default());
-        if let Some(step) = r.step {
-            page.owed.push(CustomerRow { step, row: r.row });
-        }
+        let (Some(owes), Some(step)) = (r.owes(), r.step) else {
+            continue;
+        };
+        page.owed.push(CustomerRow {
+            step,
+            step_from: r.step_from,
+            owes,
+            copies: r.copies.unwrap_or(0),
+            row: r.row,
+        });
     }
     Ok(page)
+}
+
+/// The next `limit` unpaid rows of the source in customer order, after
+/// customer `after` (None: from the first), and what each owes today. A
+/// page may end in the middle of a customer: the caller reads
+/// [`CustomerPage::customers`] to cut it at a boundary.
+pub async fn fetch_customer_page(
+    db: &Db,
+    today: &Today,
+    retries: &Retries,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<CustomerPage, sqlx::Error> {
+    let Some(due_by) = today.due_by() else {
+        return Ok(CustomerPage::default());
+    };
+    let statement = match after {
+        None => db.statement(customer_read!(
+            "s.customer_id IS NOT NULL AND $after_customer::text IS NULL"
+        )),
+        Some(_) => db.statement(customer_read!("s.customer_id::text > $after_customer")),
+    };
+    let limit = i64::from(limit);
+    let after = after.map(str::to_owned);
+    let params = today
+        .params()
+        .and(retries.params())
+        .with("after_customer", &after)
+        .with("due_by", &due_by)
+        .with("limit", &limit);
+    read(db, &statement, &params).await
+}
+
+/// The next `limit` unpaid rows of customer `customer`, after the row
+/// `after` (`(due date, key)`; None: from the first), in `(due date,
+/// key)` order, and what each owes today.
+pub async fn fetch_customer_rows(
+    db: &Db,
+    today: &Today,
+    retries: &Retries,
+    customer: &str,
+    after: Option<(NaiveDate, String)>,
+    limit: u32,
+) -> Result<CustomerPage, sqlx::Error> {
+    let Some(due_by) = today.due_by() else {
+        return Ok(CustomerPage::default());
+    };
+    let statement = db.statement(customer_read!(
+        "s.customer_id::text = $customer AND (s.due_date, s.invoice_id::text COLLATE \"C\") > (COALESCE($after_date, '-infinity'::date), COALESCE($after_key, ''))",
+        "s.due_date, s.invoice_id::text COLLATE \"C\""
+    ));
+    let (after_date, after_key) = match after {
+        Some((d, k)) => (Some(d), Some(k)),
+        None => (None, None),
+    };
+    let limit = i64::from(limit);
+    let customer = customer.to_owned();
+    let params = today
+        .params()
+        .and(retries.params())
+        .with("customer", &customer)
+        .with("after_date", &after_date)
+        .with("after_key", &after_key)
+        .with("due_by", &due_by)
+        .with("limit", &limit);
+    read(db, &statement, &params).await
+}
+
+/// Every row of `customer` that owes a step (or is held back from one),
+/// read `limit` rows at a time, in `(due date, key)` order.
+pub async fn fetch_whole_customer(
+    db: &Db,
+    today: &Today,
+    retries: &Retries,
+    customer: &str,
+    limit: u32,
+) -> Result<Vec<CustomerRow>, sqlx::Error> {
+    let mut rows = Vec::new();
+    let mut after = None;
+    loop {
+        let page = fetch_customer_rows(db, today, retries, customer, after, limit).await?;
+        let examined = page.customers.len();
+        after = page.last;
+        rows.extend(page.owed);
+        if examined < usize::try_from(limit).unwrap_or(usize::MAX) || after.is_none() {
+            return Ok(rows);
+        }
+    }
 }
 
 /// `EXPLAIN (FORMAT JSON, VERBOSE)` of a customer-mode page after the
 /// first (the statement a backlog runs most), with today's parameters.
 pub async fn explain_customer_page(
     db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
+    today: &Today,
+    retries: &Retries,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
-    let due_by = windows.iter().map(|w| w.due_to).max();
-    let (keys, froms, tos) = window_arrays(windows);
-    let sql = db.sql(&format!(
+    let statement = db.statement(&format!(
         "EXPLAIN (FORMAT JSON, VERBOSE) {}",
-        customer_page!("s.customer_id::text > $4")
+        customer_read!("s.customer_id::text > $after_customer")
     ));
-    on_db!(db, |c| bind_owed!(
-        sqlx::query_scalar(sql).persistent(false),
-        owed
+    let limit = i64::from(limit);
+    let due_by = today.due_by();
+    let after = String::new();
+    let params = today
+        .params()
+        .and(retries.params())
+        .with("after_customer", &after)
+        .with("due_by", &due_by)
+        .with("limit", &limit);
+    on_db!(db, |c| sqlx::query_scalar_with(
+        statement.sql(),
+        statement.args(&params)?
     )
-    .bind("")
-    .bind(due_by)
-    .bind(i64::from(limit))
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
+    .persistent(false)
     .fetch_one(&mut *c)
     .await)
 }

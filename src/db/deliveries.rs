@@ -10,54 +10,46 @@ use std::time::Duration;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::window_arrays;
+use super::owing::{Today, in_window, windows};
 use super::runs::{run_ended, run_gone};
 use crate::domain::{Attempted, Counts, Delivery, ReminderId};
-use crate::stages::Window;
 
-/// Marks `ids` as started, just before they go to SMTP. Returns the rows
-/// this run may send: those it still holds in `sending`, not returned by
-/// someone else's sweep, not started before.
+/// Marks `ids` as started, just before they go to SMTP, each with the
+/// Message-ID its mail carries (`message_ids`, in the same order). Returns
+/// the rows this run may send: those it still holds in `sending`, not
+/// returned by someone else's sweep, not started before.
 pub async fn mark_started(
     db: &Db,
     run_id: i64,
     ids: &[ReminderId],
+    message_ids: &[String],
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
+    // In id order: each row finds its Message-ID by binary search
+    // (`width_bucket`), as `record_deliveries` finds its result.
+    let mut sorted: Vec<(ReminderId, &String)> = ids.iter().copied().zip(message_ids).collect();
+    sorted.sort_by_key(|(id, _)| *id);
+    let ids: Vec<ReminderId> = sorted.iter().map(|(id, _)| *id).collect();
+    let message_ids: Vec<&str> = sorted.iter().map(|(_, m)| m.as_str()).collect();
     // `run_id + 0` and `status || ''`: the guards are checked on the rows
     // found by primary key, never used to find them. Used to find them,
     // the partial index of rows in flight is read with every entry it ever
     // had for the run (an entry outlives its row's leaving `sending` until
-    // a vacuum): measured at 100k, 20,184 entries and 662 heap pages, 5 ms,
-    // to mark 28 rows, growing with the backlog. `record_deliveries` does
-    // the same.
-    on_db!(db, |c| sqlx::query_scalar(db.sql(
-        "UPDATE {ir}.reminders SET started_at = now(), last_attempt_at = now()
-          WHERE id = ANY($2) AND run_id + 0 = $1 AND status || '' = 'sending' AND started_at IS NULL
-         RETURNING id"
+    // a vacuum), growing with the backlog. `record_deliveries` does the
+    // same.
+    on_db!(db, |c| {
+        sqlx::query_scalar(db.sql(
+        "UPDATE {ir}.reminders r SET started_at = now(), last_attempt_at = now(),
+                message_id = ($3::text[])[width_bucket(r.id, $2::bigint[])]
+          WHERE r.id = ANY($2) AND r.run_id + 0 = $1 AND r.status || '' = 'sending' AND r.started_at IS NULL
+         RETURNING r.id"
     ),)
     .persistent(db.named())
     .bind(run_id)
-    .bind(ids)
+    .bind(&ids)
+    .bind(&message_ids)
     .fetch_all(&mut *c)
-    .await)
-}
-
-/// Takes back the started mark of `ids` (rows of run `run_id` still
-/// `sending`) that were marked but never handed to SMTP: a row claimed
-/// started whose source row failed its check once claimed. The end of the
-/// run then returns them like any unstarted row, and a SIGKILL meanwhile
-/// cannot leave them unknown.
-pub async fn unmark(db: &Db, run_id: i64, ids: &[ReminderId]) -> Result<u64, sqlx::Error> {
-    on_db!(db, |c| sqlx::query(db.sql(
-        "UPDATE {ir}.reminders SET started_at = NULL
-          WHERE id = ANY($2) AND run_id + 0 = $1 AND status || '' = 'sending'"
-    ))
-    .persistent(db.named())
-    .bind(run_id)
-    .bind(ids)
-    .execute(&mut *c)
     .await
-    .map(|done| done.rows_affected()))
+    })
 }
 
 /// Records the outcome of a set of attempts in one statement. Only rows
@@ -67,7 +59,9 @@ pub async fn unmark(db: &Db, run_id: i64, ids: &[ReminderId]) -> Result<u64, sql
 /// `max_attempts` becomes `discarded`; a `Deferred` uses no attempt, nor
 /// does a `Skipped` (recorded `skipped`, its reason in `last_error`).
 ///
-/// A sent row keeps its proof (the server's reply, the SHA-256), and a
+/// A row refused for now (`failed`, `deferred`) forgets its Message-ID:
+/// no mail carried it to the customer, and its retry may go in another
+/// mail. A sent row keeps its proof (the server's reply, the SHA-256), and a
 /// sent message that carries its bytes is archived (compressed, by its
 /// Message-ID) by the same statement, only for rows it recorded as sent.
 pub async fn record_deliveries(
@@ -160,7 +154,8 @@ pub async fn record_deliveries(
                            WHEN v.kind = 'failed' AND v.after >= $6 THEN 'discarded'
                            ELSE v.kind END,
                        CASE WHEN r.attempts = v.before THEN v.after ELSE r.attempts END,
-                       COALESCE(v.message_id, r.message_id),
+                       CASE WHEN v.kind IN ('failed', 'deferred') THEN NULL
+                            ELSE COALESCE(v.message_id, r.message_id) END,
                        CASE
                            WHEN v.kind = 'sent' THEN NULL
                            WHEN v.kind = 'failed' AND v.after >= $6
@@ -220,14 +215,21 @@ pub async fn record_deliveries(
 }
 
 /// Returns the rows run `run_id` still holds in `sending` that never
-/// started, and `unsent` (started, then stopped before any byte went out):
-/// a first claim is deleted (the invoice is simply owed again), a retry
-/// goes back to `failed`.
+/// started, and `unsent` (started, then never handed to the server): a
+/// first claim is deleted (the invoice is simply owed again), a retry goes
+/// back to `failed`, forgetting the Message-ID of `fresh` rows (made for
+/// this attempt, carried by no mail) and keeping the others' (an unknown
+/// mail's, which a resend carries again).
 ///
 /// Sweeping by run rather than by a list of claimed ids also returns rows
 /// whose claim committed but whose reply never reached us (the database
 /// connection broke mid-statement): we never saw them, so we never sent them.
-pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u64, sqlx::Error> {
+pub async fn hand_back(
+    db: &Db,
+    run_id: i64,
+    unsent: &[ReminderId],
+    fresh: &[ReminderId],
+) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = on_db!(db, |c| sqlx::query_as(db.sql(
         "WITH deleted AS (
              DELETE FROM {ir}.reminders
@@ -235,7 +237,8 @@ pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u6
                 AND (started_at IS NULL OR id = ANY($2))
              RETURNING id
          ), restored AS (
-             UPDATE {ir}.reminders SET status = 'failed', started_at = NULL
+             UPDATE {ir}.reminders SET status = 'failed', started_at = NULL,
+                    message_id = CASE WHEN id = ANY($3) THEN NULL ELSE message_id END
               WHERE run_id = $1 AND status = 'sending' AND attempts > 0
                 AND (started_at IS NULL OR id = ANY($2))
              RETURNING id
@@ -245,6 +248,7 @@ pub async fn hand_back(db: &Db, run_id: i64, unsent: &[ReminderId]) -> Result<u6
     .persistent(db.named())
     .bind(run_id)
     .bind(unsent)
+    .bind(fresh)
     .fetch_one(&mut *c)
     .await)?;
     Ok(u64::try_from(deleted + restored).unwrap_or(0))
@@ -285,44 +289,35 @@ pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
 /// `failed` rows whose attempts already reach `max_attempts` (it was
 /// lowered), become `discarded` with the reason. A superseded step is never
 /// sent late. Returns how many.
-pub async fn retire_failed(
-    db: &Db,
-    windows: &[Window],
-    max_attempts: u32,
-) -> Result<u64, sqlx::Error> {
-    let (keys, froms, tos) = window_arrays(windows);
+pub async fn retire_failed(db: &Db, today: &Today, max_attempts: u32) -> Result<u64, sqlx::Error> {
     // One statement: a row is retired for the first reason that applies.
     // A step is superseded only by the invoice's one source row: a key on
     // several rows (a source problem) says nothing certain about its step.
-    on_db!(db, |c| {
-        sqlx::query(db.sql(
-        "UPDATE {ir}.reminders r
-            SET status = 'discarded',
-                last_error = CASE
-                    WHEN x.superseded_by IS NOT NULL THEN 'superseded by ' || x.superseded_by
-                    ELSE 'gave up: ' || r.attempts || ' attempts reach reminders.max_attempts = ' || $4
-                         || COALESCE(' (last error: ' || r.last_error || ')', '') END
-           FROM (SELECT f.id,
-                        (SELECT w.key
-                           FROM {src} s, unnest($1::text[], $2::date[], $3::date[]) AS w(key, due_from, due_to)
-                          WHERE s.invoice_id::text = f.invoice_id
-                            AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
-                            AND f.period <> w.key
-                            AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = f.invoice_id) = 1
-                          LIMIT 1) AS superseded_by
-                   FROM {ir}.reminders f WHERE f.status = 'failed') x
-          WHERE r.id = x.id AND r.status = 'failed'
-            AND (x.superseded_by IS NOT NULL OR r.attempts >= $4)"
-    ),)
+    let statement = db.statement(concat!(
+        "UPDATE {ir}.reminders r SET status = 'discarded', last_error = CASE",
+        " WHEN x.superseded_by IS NOT NULL THEN 'superseded by ' || x.superseded_by",
+        " ELSE 'gave up: ' || r.attempts || ' attempts reach reminders.max_attempts = ' || $max_attempts",
+        " || COALESCE(' (last error: ' || r.last_error || ')', '') END",
+        " FROM (SELECT f.id, (SELECT w.key FROM {src} s, ",
+        windows!(),
+        " WHERE s.invoice_id::text = f.invoice_id AND ",
+        in_window!("s"),
+        " AND f.period <> w.key",
+        " AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = f.invoice_id) = 1",
+        " LIMIT 1) AS superseded_by FROM {ir}.reminders f WHERE f.status = 'failed') x",
+        " WHERE r.id = x.id AND r.status = 'failed'",
+        " AND (x.superseded_by IS NOT NULL OR r.attempts >= $max_attempts)"
+    ));
+    let max_attempts = i64::from(max_attempts);
+    let params = today.params().with("max_attempts", &max_attempts);
+    on_db!(db, |c| sqlx::query_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
     .persistent(db.named())
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(i64::from(max_attempts))
     .execute(&mut *c)
     .await
-    .map(|done| done.rows_affected())
-    })
+    .map(|done| done.rows_affected()))
 }
 
 /// `reminders.resend_unknown_after`: started rows left `sending` by runs

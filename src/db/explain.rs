@@ -3,10 +3,10 @@
 //! it has, with the run and replica that last claimed it. Read-only.
 //!
 //! The conditions are the tick's own, not re-derived: the paid and paused
-//! test is [`owed_flags!`], a run being over is [`run_ended!`] /
-//! [`run_gone!`], and the retry wait is [`backoff_wait!`] /
-//! [`backoff_over!`], the fragments the claim and re-claim statements are
-//! built from. What is left to `commands::explain` is pure: dates from
+//! test is `owing::owes_flags!`, a run being over is [`run_ended!`] /
+//! [`run_gone!`], and the retry wait is `owing::backoff_wait!` /
+//! `owing::backoff_over!`, the fragments the claim and re-claim statements
+//! are built from. What is left to `commands::explain` is pure: dates from
 //! these facts.
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -14,8 +14,10 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{SourceRow, owed_flags, source_columns};
-use super::reminders::{Backoff, backoff_over, backoff_wait};
+use super::invoices::{SourceRow, source_columns};
+use super::owing::{backoff_over, backoff_wait, owes_flags};
+use super::params::Params;
+use super::reminders::Backoff;
 use super::runs::{run_ended, run_gone};
 use crate::domain::{InvoiceId, ReminderId};
 
@@ -34,7 +36,7 @@ pub struct SourceFacts {
     pub paused: Option<bool>,
     pub paused_until: Option<NaiveDate>,
     /// The row passes the tick's paid and paused test today
-    /// ([`owed_flags!`]).
+    /// (`owing::owes_flags!`).
     pub flags_owe: bool,
     /// How many rows of the source carry this key.
     pub copies: i64,
@@ -51,11 +53,14 @@ pub struct ReminderFacts {
     pub attempts: i32,
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
-    /// `created_at`'s date in `schedule.timezone`: what the
+    pub claimed_at: DateTime<Utc>,
+    /// `claimed_at`'s date in `schedule.timezone`: what the
     /// `min_days_between` gap counts from.
     #[serde(skip)]
-    pub created_on: NaiveDate,
-    pub claimed_at: DateTime<Utc>,
+    pub claimed_on: NaiveDate,
+    /// Its statement left owed invoices of the customer for the next tick
+    /// (customer mode): it does not start the customer gap.
+    pub continued: bool,
     pub started_at: Option<DateTime<Utc>>,
     pub last_attempt_at: Option<DateTime<Utc>>,
     pub sent_at: Option<DateTime<Utc>>,
@@ -74,7 +79,7 @@ pub struct ReminderFacts {
     #[serde(skip)]
     pub run_gone: bool,
     /// A `failed` row's backoff is over: it may be retried now
-    /// ([`backoff_over!`]).
+    /// (`owing::backoff_over!`).
     #[serde(skip)]
     pub backoff_over: bool,
     /// When its backoff ends (None: never attempted).
@@ -93,20 +98,25 @@ pub async fn source_rows(
     id: &InvoiceId,
     today: NaiveDate,
 ) -> Result<Vec<SourceFacts>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(concat!(
+    let statement = db.statement(concat!(
         "SELECT ",
         source_columns!(),
         ", s.is_paid, s.paused, s.paused_until,",
-        " COALESCE((true",
-        owed_flags!(),
+        " COALESCE((",
+        owes_flags!("s"),
         "), false) AS flags_owe,",
         " count(*) OVER () AS copies",
-        " FROM {src} s WHERE s.invoice_id::text = $2 LIMIT $3"
-    )))
+        " FROM {src} s WHERE s.invoice_id::text = $key LIMIT $rows"
+    ));
+    let params = Params::new()
+        .with("today", &today)
+        .with("key", id)
+        .with("rows", &ROWS_READ);
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
     .persistent(db.named())
-    .bind(today)
-    .bind(id)
-    .bind(ROWS_READ)
     .fetch_all(&mut *c)
     .await)
 }
@@ -120,33 +130,39 @@ pub async fn reminder_rows(
     tz: &str,
     backoff: Backoff,
 ) -> Result<Vec<ReminderFacts>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(concat!(
+    let statement = db.statement(concat!(
         "SELECT r.id, r.period AS step, r.status, r.attempts, r.last_error, r.created_at,",
-        " (r.created_at AT TIME ZONE $2)::date AS created_on,",
-        " r.claimed_at, r.started_at, r.last_attempt_at, r.sent_at, r.run_id,",
+        " r.claimed_at, (r.claimed_at AT TIME ZONE $tz)::date AS claimed_on, r.continued,",
+        " r.started_at, r.last_attempt_at, r.sent_at, r.run_id,",
         " j.replica_id AS replica, r.message_id, r.smtp_reply,",
-        " encode(r.message_sha256, 'hex') AS message_sha256,",
-        " ",
+        " encode(r.message_sha256, 'hex') AS message_sha256, ",
         run_ended!("j"),
         " AS run_ended, ",
         run_gone!("j"),
         " AS run_gone, ",
-        backoff_over!("$3", "$4"),
+        backoff_over!(),
         " AS backoff_over,",
         " r.last_attempt_at + ",
-        backoff_wait!("$3", "$4"),
+        backoff_wait!(),
         " AS retry_at,",
         " ((r.last_attempt_at + ",
-        backoff_wait!("$3", "$4"),
-        ") AT TIME ZONE $2)::date AS retry_on",
+        backoff_wait!(),
+        ") AT TIME ZONE $tz)::date AS retry_on",
         " FROM {ir}.reminders r LEFT JOIN {ir}.job_runs j ON j.id = r.run_id",
-        " WHERE r.invoice_id = $1 ORDER BY r.created_at, r.id"
-    )))
+        " WHERE r.invoice_id = $key ORDER BY r.created_at, r.id"
+    ));
+    let (first, max) = (backoff.first.as_secs_f64(), backoff.max.as_secs_f64());
+    let tz = tz.to_owned();
+    let params = Params::new()
+        .with("key", id)
+        .with("tz", &tz)
+        .with("backoff_first", &first)
+        .with("backoff_max", &max);
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
     .persistent(db.named())
-    .bind(id)
-    .bind(tz)
-    .bind(backoff.first.as_secs_f64())
-    .bind(backoff.max.as_secs_f64())
     .fetch_all(&mut *c)
     .await)
 }
@@ -172,8 +188,9 @@ pub async fn customer_invoices(
 }
 
 /// Customer mode: the latest day (in `tz`) on which another invoice of
-/// `customer` had a reminder claimed that is `sent` or `sending`, which
-/// `min_days_between` counts from per customer.
+/// `customer` had a reminder claimed that is `sent` or `sending` and
+/// started the customer gap (its statement left nothing for the next tick),
+/// which `min_days_between` counts from per customer.
 pub async fn customer_last_reminder(
     db: &Db,
     customer: &str,
@@ -181,8 +198,9 @@ pub async fn customer_last_reminder(
     tz: &str,
 ) -> Result<Option<NaiveDate>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_scalar(db.sql(
-        "SELECT max((r.created_at AT TIME ZONE $3)::date) FROM {ir}.reminders r
-          WHERE r.customer_id = $1 AND r.invoice_id <> $2 AND r.status IN ('sent', 'sending')"
+        "SELECT max((r.claimed_at AT TIME ZONE $3)::date) FROM {ir}.reminders r
+          WHERE r.customer_id = $1 AND r.invoice_id <> $2 AND r.status IN ('sent', 'sending')
+            AND NOT r.continued"
     ))
     .persistent(db.named())
     .bind(customer)

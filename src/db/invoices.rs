@@ -1,16 +1,13 @@
-//! Reading the invoices that owe a reminder today, from the source.
+//! Reading the invoices that owe a reminder today, from the source, in
+//! invoice mode: keyset pages over one step's due-date window.
 //!
 //! Invoices come from `source.relation` (`{src}`, a view the user writes
-//! over their billing tables; README, "Using your own invoices"). An invoice
-//! owes its **due step** (`crate::stages`) unless it is paid (`is_paid`;
-//! NULL counts as paid: no reminder when in doubt), paused (`paused`, NULL
-//! counting as not paused; `paused_until >= today`, with "today" the
-//! worker's, in `schedule.timezone`), already has a row for that step, or
-//! had a reminder `sent` or `sending` within `reminders.min_days_between`
-//! days. For one day the due step is a function of the due date, so each
-//! step is one due-date range ([`Window`]) and a scan is keyset pages on
-//! `(due_date, invoice_id COLLATE "C")`, range by range: with an index on
-//! exactly that (over unpaid rows), one index range scan per page.
+//! over their billing tables; README, "Using your own invoices"). What
+//! makes a row owe its **due step** is `owing`'s conditions. For one day the
+//! due step is a function of the due date, so each step is one due-date
+//! range ([`Window`]) and a scan is keyset pages on `(due_date, invoice_id
+//! COLLATE "C")`, range by range: with an index on exactly that (over
+//! unpaid rows), one index range scan per page.
 //!
 //! **The source is untrusted input.** Nothing here assumes one row per key
 //! or a value in every column: every column is read as it is, NULLs
@@ -30,6 +27,8 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::owing::{Today, gap_until, invoice_gap_clear, owes_flags};
+use super::params::Params;
 use crate::domain::{Amount, Customer, Invoice, InvoiceId, Problem, SourceProblem};
 use crate::stages::Window;
 
@@ -39,86 +38,6 @@ pub struct OverdueKey {
     pub due_date: NaiveDate,
     pub id: InvoiceId,
 }
-
-/// What, besides its due step, decides whether an invoice owes a reminder
-/// today. Statements that test it bind it first ([`bind_owed!`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Owed<'a> {
-    /// The database's date in `schedule.timezone`.
-    pub today: NaiveDate,
-    /// `schedule.timezone`, for "created on which day".
-    pub timezone: &'a str,
-    pub min_days_between: u32,
-}
-
-/// The conditions shared by the scan, the claims and the listings, over
-/// the source row `s`. They read **fixed parameters**: `$1` today, `$2` the
-/// gap in days, `$3` the time zone. A statement that uses them binds
-/// [`Owed`] first with [`bind_owed!`] and numbers its own parameters from
-/// `$4`, so no statement can bind the shared values in the wrong order.
-///
-/// `owed_flags!` is the row's own flags (paid, paused); the gap test
-/// ("no reminder sent or being sent within `min_days_between` days") comes
-/// as a per-row probe of the (invoice_id, period) index (`gap_probe!`, kept
-/// a probe by `OFFSET 0`: for a page's few hundred rows) or as a plain
-/// `NOT EXISTS` the planner may turn into an anti-join (`gap_anti!`: for
-/// listings over a whole backlog, where 1M probes took 6 s and a hash
-/// anti-join under one). `owed_conditions!` is the flags and the probe.
-macro_rules! owed_flags {
-    () => {
-        concat!(
-            " AND NOT s.is_paid",
-            " AND s.paused IS NOT TRUE",
-            " AND (s.paused_until IS NULL OR s.paused_until < $1)"
-        )
-    };
-}
-pub(crate) use owed_flags;
-
-macro_rules! gap_probe {
-    () => {
-        concat!(
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
-            " AND g.status IN ('sent', 'sending')",
-            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3) OFFSET 0)"
-        )
-    };
-}
-pub(crate) use gap_probe;
-
-macro_rules! gap_anti {
-    () => {
-        concat!(
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
-            " AND g.status IN ('sent', 'sending')",
-            " AND g.created_at >= (($1::date - $2::int + 1)::timestamp AT TIME ZONE $3))"
-        )
-    };
-}
-pub(crate) use gap_anti;
-
-macro_rules! owed_conditions {
-    () => {
-        concat!(
-            $crate::db::invoices::owed_flags!(),
-            $crate::db::invoices::gap_probe!()
-        )
-    };
-}
-pub(crate) use owed_conditions;
-
-/// Binds `$1`-`$3` of a statement that uses [`owed_conditions!`]; its own
-/// parameters follow from `$4`.
-macro_rules! bind_owed {
-    ($query:expr, $owed:expr) => {{
-        let owed: $crate::db::invoices::Owed<'_> = $owed;
-        $query
-            .bind(owed.today)
-            .bind(i64::from(owed.min_days_between))
-            .bind(owed.timezone)
-    }};
-}
-pub(crate) use bind_owed;
 
 /// The source's columns as [`SourceRow`] reads them, from the row `s`, as
 /// they are: text columns cast (a view may expose varchar or an integer
@@ -213,17 +132,23 @@ impl SourceRow {
     }
 }
 
-/// The scan's page statement: the page after `($8, $9)` (NULL for the
-/// first page, which then starts at the window's start).
+/// The scan's page statement: the page of window `$page_from`..`$page_to`
+/// (step `$step`) after `($after_date, $after_key)` (NULL for the first
+/// page, which then starts at the window's start).
 ///
-/// The inner query takes the next `$7` unpaid rows of the window in index
-/// order and nothing else; whether each one owes the step is decided only
-/// for those rows, in the outer query. The `LIMIT` keeps PostgreSQL from
-/// pushing the per-row probes into the scan, where a misestimate of their
-/// cost (stale `reminders` statistics mid-backlog) made it prefer driving
-/// the view from `customers` and sorting the whole window: 0.5-0.8 s a page
-/// at 100k, measured. A page therefore costs the same whether its rows owe
-/// a reminder or not, and may return fewer owed rows than it examined.
+/// The inner query takes the next `$limit` unpaid rows of the window in
+/// index order and nothing else; whether each one owes the step is decided
+/// only for those rows, in the outer query. The `LIMIT` keeps PostgreSQL
+/// from pushing the per-row probes into the scan, where a misestimate of
+/// their cost (stale `reminders` statistics mid-backlog) made it prefer
+/// driving the view from `customers` and sorting the whole window: 0.5-0.8 s
+/// a page at 100k, measured. A page therefore costs the same whether its
+/// rows owe a reminder or not, and may return fewer owed rows than it
+/// examined.
+///
+/// `clear` is NULL for a row that owes nothing (paid, paused, or its step
+/// already has a row), true for one that owes the step, false for one the
+/// gap holds back (then `gap_until` is the first day it no longer does).
 ///
 /// The keyset condition is a plain row comparison with constants (the
 /// `COALESCE`s of parameters), so it is an index condition, never a filter:
@@ -232,26 +157,35 @@ impl SourceRow {
 const PAGE: &str = concat!(
     "SELECT ",
     source_columns!(),
-    ", (s.paused IS NOT TRUE",
-    owed_conditions!(),
-    " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-    " WHERE r.invoice_id = s.invoice_id::text AND r.period = $6 OFFSET 0)) AS owes",
+    ", o.clear, CASE WHEN NOT o.clear THEN ",
+    gap_until!(invoice),
+    " END AS gap_until",
     " FROM (SELECT s.* FROM {src} s",
-    " WHERE s.due_date >= COALESCE($4, '-infinity'::date) AND s.due_date <= $5",
+    " WHERE s.due_date >= COALESCE($page_from, '-infinity'::date) AND s.due_date <= $page_to",
     " AND (s.due_date, s.invoice_id::text COLLATE \"C\")",
-    " > (COALESCE($8, '-infinity'::date), COALESCE($9, ''))",
+    " > (COALESCE($after_date, '-infinity'::date), COALESCE($after_key, ''))",
     " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
-    " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $7) s",
+    " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) s",
+    " CROSS JOIN LATERAL (SELECT CASE WHEN ",
+    owes_flags!("s"),
+    " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
+    " WHERE r.invoice_id = s.invoice_id::text AND r.period = $step OFFSET 0)",
+    " THEN ",
+    invoice_gap_clear!(probe),
+    " END AS clear) o",
     " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\""
 );
 
-/// One page of the scan: the rows that owe the window's step, and where
-/// the next page starts.
+/// One page of the scan: the rows that owe the window's step, those the
+/// gap holds back, and where the next page starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwedPage {
     /// The examined rows that owe the step, in `(due_date, id)` order, as
     /// the source has them (unchecked).
     pub owed: Vec<SourceRow>,
+    /// The examined rows that would owe the step but for the gap, each
+    /// with the first day the gap no longer holds it back.
+    pub held: Vec<(SourceRow, NaiveDate)>,
     /// The last row examined: the next page starts after it. None: the
     /// window has no unpaid invoice after `after`.
     pub last: Option<OverdueKey>,
@@ -262,9 +196,28 @@ pub struct OwedPage {
 
 #[derive(FromRow)]
 struct PageRow {
-    owes: Option<bool>,
+    clear: Option<bool>,
+    gap_until: Option<NaiveDate>,
     #[sqlx(flatten)]
     row: SourceRow,
+}
+
+/// The page's own parameters, besides `today`'s.
+fn page_params<'a>(
+    today: &'a Today,
+    window: &'a Window,
+    after_date: &'a Option<NaiveDate>,
+    after_key: &'a Option<InvoiceId>,
+    limit: &'a i64,
+) -> Params<'a> {
+    today
+        .params()
+        .with("page_from", &window.due_from)
+        .with("page_to", &window.due_to)
+        .with("step", &window.step.key)
+        .with("after_date", after_date)
+        .with("after_key", after_key)
+        .with("limit", limit)
 }
 
 /// The next `limit` unpaid rows of `window` after `after`, in
@@ -272,21 +225,24 @@ struct PageRow {
 pub async fn fetch_owed_page(
     db: &Db,
     window: &Window,
-    owed: Owed<'_>,
+    today: &Today,
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
-    let rows: Vec<PageRow> = on_db!(db, |c| {
-        bind_owed!(sqlx::query_as(db.sql(PAGE)).persistent(db.named()), owed)
-            .bind(window.due_from)
-            .bind(window.due_to)
-            .bind(&window.step.key)
-            .bind(i64::from(limit))
-            .bind(after.as_ref().map(|k| k.due_date))
-            .bind(after.as_ref().map(|k| k.id.clone()))
-            .fetch_all(&mut *c)
-            .await
-    })?;
+    let statement = db.statement(PAGE);
+    let (after_date, after_key) = match after {
+        Some(k) => (Some(k.due_date), Some(k.id)),
+        None => (None, None),
+    };
+    let limit = i64::from(limit);
+    let params = page_params(today, window, &after_date, &after_key, &limit);
+    let rows: Vec<PageRow> = on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)?;
     let examined = rows.len();
     // Rows are in the window with a key: neither is NULL.
     let last = rows.iter().rev().find_map(|r| {
@@ -295,16 +251,20 @@ pub async fn fetch_owed_page(
             id: r.row.invoice_id.clone()?,
         })
     });
-    let owed = rows
-        .into_iter()
-        .filter(|r| r.owes == Some(true))
-        .map(|r| r.row)
-        .collect();
-    Ok(OwedPage {
-        owed,
+    let mut page = OwedPage {
+        owed: Vec::new(),
+        held: Vec::new(),
         last,
         examined,
-    })
+    };
+    for r in rows {
+        match (r.clear, r.gap_until) {
+            (Some(true), _) => page.owed.push(r.row),
+            (Some(false), Some(until)) => page.held.push((r.row, until)),
+            _ => {}
+        }
+    }
+    Ok(page)
 }
 
 /// `EXPLAIN (FORMAT JSON, VERBOSE)` of a page after the first of `window`
@@ -312,23 +272,20 @@ pub async fn fetch_owed_page(
 pub async fn explain_owed_page(
     db: &Db,
     window: &Window,
-    owed: Owed<'_>,
+    today: &Today,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
-    let sql = db.sql(&format!("EXPLAIN (FORMAT JSON, VERBOSE) {PAGE}"));
-    let plan: serde_json::Value = on_db!(db, |c| bind_owed!(
-        sqlx::query_scalar(sql).persistent(false),
-        owed
+    let statement = db.statement(&format!("EXPLAIN (FORMAT JSON, VERBOSE) {PAGE}"));
+    let (after_date, after_key) = (window.due_from, Some(InvoiceId::default()));
+    let limit = i64::from(limit);
+    let params = page_params(today, window, &after_date, &after_key, &limit);
+    on_db!(db, |c| sqlx::query_scalar_with(
+        statement.sql(),
+        statement.args(&params)?
     )
-    .bind(window.due_from)
-    .bind(window.due_to)
-    .bind(&window.step.key)
-    .bind(i64::from(limit))
-    .bind(window.due_from)
-    .bind("")
+    .persistent(false)
     .fetch_one(&mut *c)
-    .await)?;
-    Ok(plan)
+    .await)
 }
 
 /// Estimated rows of `schema.table` (`pg_class.reltuples`; -1 or 0 when
@@ -344,17 +301,6 @@ pub async fn estimated_rows(db: &Db, schema: &str, table: &str) -> Result<f64, s
     .bind(table)
     .fetch_one(&mut *c)
     .await)
-}
-
-/// Windows as three parallel arrays for `unnest`.
-pub(crate) fn window_arrays(
-    windows: &[Window],
-) -> (Vec<String>, Vec<Option<NaiveDate>>, Vec<NaiveDate>) {
-    (
-        windows.iter().map(|w| w.step.key.clone()).collect(),
-        windows.iter().map(|w| w.due_from).collect(),
-        windows.iter().map(|w| w.due_to).collect(),
-    )
 }
 
 /// Every source row whose key is `id` (`preview`, `explain`): none, one,

@@ -16,6 +16,8 @@ pub mod invoices;
 pub mod locks;
 pub mod migrate;
 pub mod owed;
+pub mod owing;
+pub mod params;
 pub mod reminders;
 pub mod resolve;
 pub mod runs;

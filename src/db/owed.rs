@@ -9,11 +9,9 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{
-    Owed, SourceRow, bind_owed, gap_anti, owed_flags, source_columns, window_arrays,
-};
+use super::invoices::{SourceRow, source_columns};
+use super::owing::{Today, in_window, invoice_gap_clear, owes_flags, windows};
 use crate::domain::InvoiceId;
-use crate::stages::Window;
 
 /// A source row that owes its due step today, as a listing reads it.
 #[derive(Debug, Clone, FromRow)]
@@ -86,36 +84,38 @@ struct Listed {
 /// all reminded: under a second.
 pub async fn owed_listing(
     db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
+    today: &Today,
     max_attempts: u32,
     limit: u32,
 ) -> Result<OwedListing, sqlx::Error> {
-    let (keys, froms, tos) = window_arrays(windows);
-    let sql = db.sql(concat!(
+    let statement = db.statement(concat!(
         "SELECT o.*, (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = o.invoice_id) AS copies",
         " FROM (SELECT ",
         source_columns!(),
         ", w.key AS step, CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind,",
         " count(*) OVER () AS total, count(*) FILTER (WHERE r.id IS NULL) OVER () AS total_new",
-        " FROM unnest($4::text[], $5::date[], $6::date[]) AS w(key, due_from, due_to)",
-        " JOIN {src} s ON s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to",
+        " FROM ",
+        windows!(),
+        " JOIN {src} s ON ",
+        in_window!("s"),
         " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
-        " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $7))",
-        owed_flags!(),
-        gap_anti!(),
-        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $8) o",
+        " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
+        owes_flags!("s"),
+        " AND ",
+        invoice_gap_clear!(anti),
+        " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) o",
         " ORDER BY o.due_date, o.invoice_id COLLATE \"C\""
     ));
-    let rows: Vec<Listed> = on_db!(db, |c| bind_owed!(
-        sqlx::query_as(sql).persistent(db.named()),
-        owed
+    let (max_attempts, limit) = (i64::from(max_attempts), i64::from(limit));
+    let params = today
+        .params()
+        .with("max_attempts", &max_attempts)
+        .with("limit", &limit);
+    let rows: Vec<Listed> = on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
     )
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(i64::from(max_attempts))
-    .bind(i64::from(limit))
+    .persistent(db.named())
     .fetch_all(&mut *c)
     .await)?;
     Ok(OwedListing {

@@ -14,14 +14,18 @@
 //!    or the last allowed attempt makes it `discarded`. Every update is
 //!    guarded by `run_id = this run AND status = 'sending'`.
 //! 3. **Retries are claims too.** `failed` rows are re-claimed on a later
-//!    tick by an `UPDATE ... WHERE status = 'failed'` over rows locked with
-//!    `FOR UPDATE SKIP LOCKED`: two replicas can never re-claim the same row.
+//!    tick by an `UPDATE ... WHERE status = 'failed'` (invoice mode: over
+//!    rows locked with `FOR UPDATE SKIP LOCKED`; customer mode: in the same
+//!    statement as the customer's new steps, so they go out in one mail):
+//!    two replicas can never re-claim the same row.
 //!    Only while their step is still due: a failed row of a superseded step
 //!    becomes `discarded` instead ("superseded by final").
-//! 4. **Start is recorded.** Just before rows go to SMTP their `started_at`
-//!    is set, a few at a time, by an `UPDATE ... WHERE run_id = this run AND
-//!    status = 'sending' RETURNING` (`deliveries::mark_started`); only rows it
-//!    returns are sent. Rows never started are returned when the run ends,
+//! 4. **Start is recorded, with the Message-ID.** Just before rows go to
+//!    SMTP their `started_at` and the `message_id` their mail carries are
+//!    set, a few mails at a time, by an `UPDATE ... WHERE run_id = this run
+//!    AND status = 'sending' RETURNING` (`deliveries::mark_started`); only
+//!    rows it returns are sent, so every row that may have reached the
+//!    server names the Message-ID to look up. Rows never started are returned when the run ends,
 //!    or, if its process died, by a later run once its lease is over
 //!    (`deliveries`): a first claim is deleted, a retry goes back to `failed`.
 //!    The mark and the return are row updates, so they cannot both win.
@@ -45,10 +49,14 @@ use sqlx::{FromRow, PgConnection};
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{Owed, SourceRow, bind_owed, owed_conditions, source_columns, window_arrays};
+use super::customers::Retries;
+use super::invoices::{SourceRow, source_columns};
 use super::locks::{Fence, advance_fence};
+use super::owing::{
+    Today, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
+    windows,
+};
 use crate::domain::{InvoiceId, ReminderId};
-use crate::stages::Window;
 
 /// Why a claim claimed nothing.
 #[derive(Debug, thiserror::Error)]
@@ -85,41 +93,12 @@ async fn check_fence(
 }
 
 /// Backoff between attempts of one reminder: `first`, doubling per attempt,
-/// at most `max`.
+/// at most `max` (`owing::backoff_wait!`).
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
     pub first: std::time::Duration,
     pub max: std::time::Duration,
 }
-
-/// SQL: the wait after the last attempt of the `failed` row `r`, with the
-/// first wait (seconds) in parameter `$first` and the longest in `$max`:
-/// [`Backoff`], doubling per attempt made.
-macro_rules! backoff_wait {
-    ($first:literal, $max:literal) => {
-        concat!(
-            "LEAST(make_interval(secs => ",
-            $first,
-            " * power(2, greatest(r.attempts - 1, 0))), make_interval(secs => ",
-            $max,
-            "))"
-        )
-    };
-}
-pub(crate) use backoff_wait;
-
-/// SQL: the `failed` row `r` may be tried again now: it was never
-/// attempted, or its [`backoff_wait!`] is over (database clock, `now()`).
-macro_rules! backoff_over {
-    ($first:literal, $max:literal) => {
-        concat!(
-            "(r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - ",
-            $crate::db::reminders::backoff_wait!($first, $max),
-            ")"
-        )
-    };
-}
-pub(crate) use backoff_over;
 
 /// The Message-IDs of the reminders sent for the invoice of claimed row
 /// `$c` (its `invoice_id`) or, in customer mode, to its customer (its
@@ -189,6 +168,9 @@ pub struct ClaimedRow {
     pub attempts: i32,
     /// The step claimed.
     pub period: String,
+    /// The Message-ID its last attempt carried (a retry), stored before
+    /// that attempt's send.
+    pub message_id: Option<String>,
     /// Message-IDs already sent for the invoice, oldest first (bounded).
     pub thread: Vec<String>,
     #[sqlx(flatten)]
@@ -204,14 +186,15 @@ pub struct Claim {
     pub repeated: Vec<SourceRow>,
 }
 
-/// One row of a claim's result: a claimed row (its id, attempts and
-/// step, and its key as `invoice_id`), or a source row (no reminder id):
-/// of an owed key, or (`repeated`) of a key on several rows.
+/// One row of a claim's result: a claimed row (its id, attempts, step and
+/// stored Message-ID, and its key as `invoice_id`), or a source row (no
+/// reminder id): of an owed key, or (`repeated`) of a key on several rows.
 #[derive(FromRow)]
 struct ClaimResult {
     reminder_id: Option<ReminderId>,
     attempts: Option<i32>,
     period: Option<String>,
+    stored_message_id: Option<String>,
     thread: Option<Vec<String>>,
     repeated: bool,
     #[sqlx(flatten)]
@@ -222,8 +205,7 @@ impl Claim {
     /// Pairs each claimed row with its key's one source row. The pairing
     /// is done here, by key, not in SQL: joined in the statement,
     /// PostgreSQL (estimating each side at one row) compared every claimed
-    /// row with every owed one, 250,000 comparisons a claim (20 ms of its
-    /// 28, measured).
+    /// row with every owed one (BENCHMARKS.md, "Where the time goes").
     fn from_results(results: Vec<ClaimResult>) -> Self {
         let mut claim = Self::default();
         let mut claimed = Vec::new();
@@ -232,9 +214,13 @@ impl Claim {
         let mut owed: HashMap<InvoiceId, (SourceRow, Vec<String>)> = HashMap::new();
         for r in results {
             match (r.reminder_id, r.attempts, r.period) {
-                (Some(id), Some(attempts), Some(period)) => {
-                    claimed.push((id, attempts, period, r.source.invoice_id))
-                }
+                (Some(id), Some(attempts), Some(period)) => claimed.push((
+                    id,
+                    attempts,
+                    period,
+                    r.stored_message_id,
+                    r.source.invoice_id,
+                )),
                 _ if r.repeated => claim.repeated.push(r.source),
                 _ => {
                     if let Some(key) = r.source.invoice_id.clone() {
@@ -243,13 +229,14 @@ impl Claim {
                 }
             }
         }
-        for (id, attempts, period, key) in claimed {
-            // The claim inserted only keys of `owed`, each on one row.
+        for (id, attempts, period, message_id, key) in claimed {
+            // The claim took only keys of `owed`, each on one row.
             if let Some((source, thread)) = key.and_then(|k| owed.get(&k)).cloned() {
                 claim.claimed.push(ClaimedRow {
                     id,
                     attempts,
                     period,
+                    message_id,
                     thread,
                     source,
                 });
@@ -259,150 +246,102 @@ impl Claim {
     }
 }
 
-/// Claims the step of `window` for `invoice_ids` for run `run_id`,
-/// re-checking in the same statement that each invoice is still unpaid,
-/// unpaused, in the window, not reminded within the gap, has a value in
-/// every column a reminder needs, and is on **exactly one** row of the
-/// source. Returns only the rows this call inserted, each with its one
-/// source row, and the rows of keys it found repeated. With a `fence`, the
-/// claim commits only if no newer lock holder has written.
-pub async fn claim_batch(
-    db: &Db,
-    invoice_ids: &[InvoiceId],
-    window: &Window,
-    owed: Owed<'_>,
-    run_id: i64,
-    fence: Option<Fence<'_>>,
-) -> Result<Claim, ClaimError> {
-    claim_steps(
-        db,
-        invoice_ids,
-        std::slice::from_ref(window),
-        owed,
-        run_id,
-        fence,
-    )
-    .await
+/// The tail every claim statement ends with: the claimed rows (`taken`),
+/// the owed source rows (`owed`) and the rows of repeated keys (`keyed`).
+macro_rules! claim_results {
+    () => {
+        concat!(
+            " SELECT c.id AS reminder_id, c.attempts, c.period, c.message_id AS stored_message_id,",
+            " NULL::text[] AS thread, false AS repeated,",
+            " c.invoice_id, NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,",
+            " NULL AS currency, NULL::date AS due_date, NULL AS payment_url,",
+            " NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale,",
+            " NULL AS customer_id",
+            " FROM taken c",
+            " UNION ALL",
+            " SELECT NULL, NULL, NULL, NULL, o.thread, false, o.invoice_id, o.number, o.amount_minor,",
+            " o.amount_major, o.currency, o.due_date, o.payment_url, o.customer_name, o.customer_email,",
+            " o.customer_locale, o.customer_id FROM owed o",
+            " UNION ALL",
+            " SELECT NULL, NULL, NULL, NULL, NULL, true, ",
+            source_columns!(),
+            " FROM keyed s WHERE s.copies > 1"
+        )
+    };
 }
 
-/// [`claim_batch`] over several steps at once: each invoice is claimed for
-/// the step whose window (one of `windows`, which never overlap) holds its
-/// due date now. Customer mode claims the invoices of a few customers,
-/// whatever steps they owe, in this one statement (one instead of one per
-/// step).
+/// The source rows of the keys `$keys`, each looked up on its own
+/// (`LATERAL`: for the whole batch at once PostgreSQL joined the view's
+/// tables by hashing all of the customers, where one index probe per row
+/// would do), with how many rows carry each key. The key is matched in the
+/// database's own collation (no COLLATE "C"): the lookup index the README
+/// asks for is on `(key::text)`, and one in another collation cannot serve
+/// it. `OFFSET 0` keeps the other conditions out of that lookup (pushed in,
+/// PostgreSQL combined the key index with the due-date index and read the
+/// whole window).
+macro_rules! keyed {
+    () => {
+        concat!(
+            "keyed AS MATERIALIZED (",
+            " SELECT s.*, count(*) OVER (PARTITION BY s.invoice_id::text) AS copies",
+            " FROM unnest($keys::text[]) AS k(key)",
+            " CROSS JOIN LATERAL (SELECT * FROM {src} s WHERE s.invoice_id::text = k.key OFFSET 0) s)"
+        )
+    };
+}
+
+/// Claims, for run `run_id`, the due step of each of `keys` (distinct
+/// invoice keys) that still owes it: unpaid, unpaused, in a window today,
+/// not reminded within the gap, a value in every column a reminder needs,
+/// and on **exactly one** row of the source; all re-checked in the same
+/// statement as the INSERT (one snapshot decides them all), so an invoice
+/// paid, paused or claimed by someone else since the scan is not claimed.
+/// Returns only the rows this call inserted, each with its one source row,
+/// and the rows of keys it found repeated. With a `fence`, the claim
+/// commits only if no newer lock holder has written. Inserting in key
+/// order keeps two claimers of overlapping batches from deadlocking on the
+/// unique index.
 pub async fn claim_steps(
     db: &Db,
-    invoice_ids: &[InvoiceId],
-    windows: &[Window],
-    owed: Owed<'_>,
+    keys: &[InvoiceId],
+    today: &Today,
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<Claim, ClaimError> {
-    claim_rows(db, invoice_ids, windows, owed, run_id, fence, false).await
-}
-
-/// [`claim_steps`], with the rows it inserts **marked started** in the same
-/// statement (`started_at`, `last_attempt_at`), so they need no mark of
-/// their own (customer mode: the claim of a few whole customers is its
-/// letters' mark). The caller must hold room in the mark window for every
-/// letter the claim may make before it calls this, and un-mark
-/// ([`super::deliveries::unmark`]) any row it then does not send.
-pub async fn claim_steps_started(
-    db: &Db,
-    invoice_ids: &[InvoiceId],
-    windows: &[Window],
-    owed: Owed<'_>,
-    run_id: i64,
-    fence: Option<Fence<'_>>,
-) -> Result<Claim, ClaimError> {
-    claim_rows(db, invoice_ids, windows, owed, run_id, fence, true).await
-}
-
-async fn claim_rows(
-    db: &Db,
-    invoice_ids: &[InvoiceId],
-    windows: &[Window],
-    owed: Owed<'_>,
-    run_id: i64,
-    fence: Option<Fence<'_>>,
-    started: bool,
-) -> Result<Claim, ClaimError> {
-    let (steps, due_froms, due_tos) = window_arrays(windows);
-    // The source is read once (`keyed`), in the same statement as the
-    // INSERT: an invoice paid, paused or claimed by someone else since the
-    // scan is not claimed, and a key that now has two rows is not either
-    // (the statement's one snapshot decides both). Inserting in key order
-    // keeps two claimers of overlapping batches from deadlocking on the
-    // unique index. The key is matched in the database's own collation (no
-    // COLLATE "C"): the lookup index the README asks for is on
-    // `(key::text)`, and one in another collation cannot serve it
-    // (measured: a sequential scan of the invoices per claim, 1.3 s at
-    // 100k). `OFFSET 0` keeps the other conditions out of that lookup:
-    // pushed into it, PostgreSQL combined the key index with the due-date
-    // index (a bitmap AND reading the whole window, 40-65 ms a claim at
-    // 100k, measured) instead of 500 lookups. Each key is looked up on its
-    // own (`LATERAL`): for the whole batch at once PostgreSQL joined the
-    // view's tables by hashing all of `customers` (a sequential scan of 20k
-    // customers, 6.9 of a 320-row claim's 19.6 ms, measured with
-    // auto_explain) where one index probe per row would do.
-    let sql = db.sql(concat!(
-        "WITH keyed AS MATERIALIZED (
-             SELECT s.*, count(*) OVER (PARTITION BY s.invoice_id::text) AS copies
-               FROM unnest($4::text[]) AS k(key)
-              CROSS JOIN LATERAL (SELECT * FROM {src} s WHERE s.invoice_id::text = k.key OFFSET 0) s
-         ), owed AS MATERIALIZED (
-             SELECT CASE WHEN x.nth = 1 THEN ",
-        thread_of!("x"),
-        " ELSE ",
+    let statement = db.statement(concat!(
+        "WITH ",
+        keyed!(),
+        ", owed AS MATERIALIZED (SELECT ",
         thread_of!(invoice "x"),
-        " END AS thread, false AS repeated, x.invoice_id, x.number, x.amount_minor, x.amount_major,
-                    x.currency, x.due_date, x.payment_url, x.customer_name, x.customer_email,
-                    x.customer_locale, x.customer_id
-               FROM (SELECT ",
+        " AS thread, x.* FROM (SELECT w.key AS step, ",
         source_columns!(),
-        ", row_number() OVER (PARTITION BY {customer}) AS nth
-                       FROM keyed s
-                      WHERE s.copies = 1
-                        AND EXISTS (SELECT 1 FROM unnest($8::date[], $9::date[]) AS w(due_from, due_to)
-                                     WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to)
-                        AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL",
-        owed_conditions!(),
-        ") x
-         ), claimed AS (
-             INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id,
-                                         started_at, last_attempt_at)
-             SELECT o.invoice_id, w.step, 'sending', $6, $7, o.customer_id,
-                    CASE WHEN $10 THEN now() END, CASE WHEN $10 THEN now() END
-               FROM owed o
-               JOIN unnest($5::text[], $8::date[], $9::date[]) AS w(step, due_from, due_to)
-                 ON o.due_date >= COALESCE(w.due_from, '-infinity'::date) AND o.due_date <= w.due_to
-              ORDER BY o.invoice_id
-             ON CONFLICT (invoice_id, period) DO NOTHING
-             RETURNING id, invoice_id, attempts, period, customer_id
-         )
-         SELECT c.id AS reminder_id, c.attempts, c.period, NULL::text[] AS thread, false AS repeated,
-                c.invoice_id, NULL AS number, NULL::bigint AS amount_minor, NULL::text AS amount_major,
-                NULL AS currency, NULL::date AS due_date, NULL AS payment_url,
-                NULL AS customer_name, NULL AS customer_email, NULL AS customer_locale,
-                NULL AS customer_id
-           FROM claimed c
-         UNION ALL
-         SELECT NULL, NULL, NULL, o.* FROM owed o
-         UNION ALL
-         SELECT NULL, NULL, NULL, NULL, true, ",
-        source_columns!(),
-        " FROM keyed s WHERE s.copies > 1"
+        " FROM keyed s JOIN LATERAL (SELECT w.key FROM ",
+        windows!(),
+        " WHERE ",
+        in_window!("s"),
+        " LIMIT 1) w ON TRUE",
+        " WHERE s.copies = 1 AND ",
+        complete!(),
+        " AND ",
+        owes_flags!("s"),
+        " AND ",
+        invoice_gap_clear!(probe),
+        ") x), taken AS (INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id)",
+        " SELECT o.invoice_id, o.step, 'sending', $run_id, $fence, o.customer_id FROM owed o",
+        " ORDER BY o.invoice_id ON CONFLICT (invoice_id, period) DO NOTHING",
+        " RETURNING id, invoice_id, attempts, period, message_id)",
+        claim_results!()
     ));
+    let token = fence.map(|f| f.token);
+    let params = today
+        .params()
+        .with("keys", &keys)
+        .with("run_id", &run_id)
+        .with("fence", &token);
     let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
-            .bind(invoice_ids)
-            .bind(&steps)
-            .bind(run_id)
-            .bind(fence.map(|f| f.token))
-            .bind(&due_froms)
-            .bind(&due_tos)
-            .bind(started)
+        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+            .persistent(db.named())
             .fetch_all(&mut *c)
             .await
             .map_err(ClaimError::from)
@@ -410,74 +349,209 @@ async fn claim_rows(
     Ok(Claim::from_results(results))
 }
 
-/// Re-claims up to `limit` `failed` reminders whose step is still their
-/// invoice's due step (one of `windows`), with attempts left and their
-/// backoff over, for invoices that still owe a reminder, are on exactly
-/// one source row and have a value in every column a reminder needs.
-/// Rows this run already tried are skipped, so each row gets at most one
-/// attempt per tick.
-#[allow(clippy::too_many_arguments)]
-pub async fn reclaim_failed(
+/// What a customer-mode claim takes: whole customers' rows, new steps and
+/// due retries alike, for one statement each.
+#[derive(Debug, Clone, Default)]
+pub struct StatementClaim {
+    /// Every key asked for (new and retried), distinct.
+    pub keys: Vec<InvoiceId>,
+    /// The `failed` rows to retry, and their keys.
+    pub retries: Vec<ReminderId>,
+    pub retry_keys: Vec<InvoiceId>,
+    /// The customers of the claim (their gap is re-checked under a lock
+    /// of each, so two claimers cannot both mail one customer).
+    pub customers: Vec<String>,
+    /// The customers whose statement leaves owed invoices for the next
+    /// tick (`reminders.continued`).
+    pub continued: Vec<String>,
+}
+
+/// Customer mode: claims the rows of `claim` for run `run_id`, new steps
+/// inserted and due retries taken back from `failed`, in one statement
+/// that re-checks everything [`claim_steps`] does and the customer gap,
+/// after taking a transaction-level lock on each customer (in one order,
+/// so two claimers cannot deadlock): of two claimers of one customer, the
+/// second sees the first's rows and leaves the customer alone.
+pub async fn claim_statements(
     db: &Db,
-    windows: &[Window],
-    owed: Owed<'_>,
-    run_id: i64,
-    max_attempts: u32,
-    backoff: Backoff,
-    limit: u32,
+    claim: &StatementClaim,
+    today: &Today,
+    retries: &Retries,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<ClaimedRow>, ClaimError> {
-    let (keys, froms, tos) = window_arrays(windows);
-    let sql = db.sql(concat!(
-        "WITH picked AS (
-             SELECT r.id
-               FROM {ir}.reminders r
-               JOIN {src} s ON s.invoice_id::text = r.invoice_id
-               JOIN unnest($4::text[], $5::date[], $6::date[]) AS w(key, due_from, due_to)
-                 ON w.key = r.period
-                AND s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
-              WHERE r.status = 'failed'
-                AND r.attempts < $7
-                AND r.run_id IS DISTINCT FROM $8
-                AND ",
-        backoff_over!("$11", "$12"),
-        "
-                AND s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL
-                AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = r.invoice_id) = 1",
-        owed_conditions!(),
-        "
-              ORDER BY r.id
-              LIMIT $9
-                FOR UPDATE OF r SKIP LOCKED
-         ), claimed AS (
-             UPDATE {ir}.reminders r
-                SET status = 'sending', run_id = $8, claimed_at = now(), fence_token = $10,
-                    started_at = NULL
-               FROM picked
-              WHERE r.id = picked.id AND r.status = 'failed'
-             RETURNING r.id, r.invoice_id, r.attempts, r.period, r.customer_id
-         )
-         SELECT c.id AS reminder_id, c.attempts, c.period, ",
-        thread_of!("c"),
-        " AS thread, ",
+) -> Result<Claim, ClaimError> {
+    let locks = db.statement(
+        "SELECT count(pg_advisory_xact_lock(1229148276, h)) FROM (SELECT DISTINCT hashtext(c) AS h
+           FROM unnest($customers::text[]) AS c ORDER BY 1) x",
+    );
+    let statement = db.statement(concat!(
+        "WITH ",
+        keyed!(),
+        ", owed AS MATERIALIZED (SELECT CASE WHEN x.nth = 1 THEN ",
+        thread_of!("x"),
+        " ELSE ",
+        thread_of!(invoice "x"),
+        " END AS thread, x.* FROM (SELECT w.key AS step, ",
         source_columns!(),
-        " FROM claimed c JOIN {src} s ON s.invoice_id::text = c.invoice_id
-          ORDER BY c.invoice_id"
+        ", row_number() OVER (PARTITION BY s.customer_id::text) AS nth",
+        " FROM keyed s JOIN LATERAL (SELECT w.key FROM ",
+        windows!(),
+        " WHERE ",
+        in_window!("s"),
+        " LIMIT 1) w ON TRUE",
+        " WHERE s.copies = 1 AND ",
+        complete!(),
+        " AND ",
+        owes_flags!("s"),
+        " AND ",
+        invoice_gap_clear!(probe),
+        " AND ",
+        customer_gap_clear!(),
+        ") x), inserted AS (INSERT INTO {ir}.reminders",
+        " (invoice_id, period, status, run_id, fence_token, customer_id, continued)",
+        " SELECT o.invoice_id, o.step, 'sending', $run_id, $fence, o.customer_id,",
+        " o.customer_id = ANY($continued) FROM owed o",
+        " WHERE NOT (o.invoice_id = ANY($retry_keys))",
+        " ORDER BY o.invoice_id ON CONFLICT (invoice_id, period) DO NOTHING",
+        " RETURNING id, invoice_id, attempts, period, message_id),",
+        " retried AS (UPDATE {ir}.reminders r SET status = 'sending', run_id = $run_id,",
+        " claimed_at = now(), fence_token = $fence, started_at = NULL,",
+        " continued = o.customer_id = ANY($continued)",
+        " FROM owed o WHERE r.id = ANY($retries) AND r.invoice_id = o.invoice_id AND r.period = o.step",
+        " AND r.status = 'failed' AND r.attempts < $max_attempts AND r.run_id IS DISTINCT FROM $run_id",
+        " AND ",
+        backoff_over!(),
+        " RETURNING r.id, r.invoice_id, r.attempts, r.period, r.message_id),",
+        " taken AS (SELECT * FROM inserted UNION ALL SELECT * FROM retried)",
+        claim_results!()
     ));
-    on_db!(db, tx, |c| {
+    let token = fence.map(|f| f.token);
+    let params = today
+        .params()
+        .and(retries.params())
+        .with("keys", &claim.keys)
+        .with("retries", &claim.retries)
+        .with("retry_keys", &claim.retry_keys)
+        .with("customers", &claim.customers)
+        .with("continued", &claim.continued)
+        .with("fence", &token);
+    let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        bind_owed!(sqlx::query_as(sql).persistent(db.named()), owed)
-            .bind(&keys)
-            .bind(&froms)
-            .bind(&tos)
-            .bind(i64::from(max_attempts))
-            .bind(run_id)
-            .bind(i64::from(limit))
-            .bind(fence.map(|f| f.token))
-            .bind(backoff.first.as_secs_f64())
-            .bind(backoff.max.as_secs_f64())
+        sqlx::query_with(locks.sql(), locks.args(&params)?)
+            .persistent(db.named())
+            .execute(&mut *c)
+            .await?;
+        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+            .persistent(db.named())
             .fetch_all(&mut *c)
             .await
             .map_err(ClaimError::from)
+    })?;
+    Ok(Claim::from_results(results))
+}
+
+/// Invoice mode: re-claims up to `limit` `failed` reminders whose step is
+/// still their invoice's due step, with attempts left and their backoff
+/// over, for invoices that still owe a reminder, are on exactly one source
+/// row and have a value in every column a reminder needs. Rows this run
+/// already tried are skipped, so each row gets at most one attempt per
+/// tick.
+pub async fn reclaim_failed(
+    db: &Db,
+    today: &Today,
+    retries: &Retries,
+    limit: u32,
+    fence: Option<Fence<'_>>,
+) -> Result<Vec<ClaimedRow>, ClaimError> {
+    let statement = db.statement(concat!(
+        "WITH picked AS (SELECT r.id FROM {ir}.reminders r",
+        " JOIN {src} s ON s.invoice_id::text = r.invoice_id",
+        " JOIN ",
+        windows!(),
+        " ON w.key = r.period AND ",
+        in_window!("s"),
+        " WHERE r.status = 'failed' AND r.attempts < $max_attempts",
+        " AND r.run_id IS DISTINCT FROM $run_id AND ",
+        backoff_over!(),
+        " AND ",
+        complete!(),
+        " AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = r.invoice_id) = 1 AND ",
+        owes_flags!("s"),
+        " AND ",
+        invoice_gap_clear!(probe),
+        " ORDER BY r.id LIMIT $limit FOR UPDATE OF r SKIP LOCKED),",
+        " claimed AS (UPDATE {ir}.reminders r SET status = 'sending', run_id = $run_id,",
+        " claimed_at = now(), fence_token = $fence, started_at = NULL",
+        " FROM picked WHERE r.id = picked.id AND r.status = 'failed'",
+        " RETURNING r.id, r.invoice_id, r.attempts, r.period, r.customer_id, r.message_id)",
+        " SELECT c.id AS reminder_id, c.attempts, c.period, c.message_id, ",
+        thread_of!("c"),
+        " AS thread, ",
+        source_columns!(),
+        " FROM claimed c JOIN {src} s ON s.invoice_id::text = c.invoice_id",
+        " ORDER BY c.invoice_id"
+    ));
+    let token = fence.map(|f| f.token);
+    let limit = i64::from(limit);
+    let params = today
+        .params()
+        .and(retries.params())
+        .with("limit", &limit)
+        .with("fence", &token);
+    on_db!(db, tx, |c| {
+        check_fence(c, db, fence).await?;
+        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+            .persistent(db.named())
+            .fetch_all(&mut *c)
+            .await
+            .map_err(ClaimError::from)
+    })
+}
+
+/// A step recorded `skipped` because it can no longer be sent within its
+/// window: the gap holds it back past the window's last day.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superseded {
+    pub invoice_id: InvoiceId,
+    pub step: String,
+    /// Customer mode: the invoice's customer.
+    pub customer_id: Option<String>,
+    /// Why, in words (`last_error` of the row).
+    pub reason: String,
+}
+
+/// Records `steps` `skipped` (each step of its invoice at most once, under
+/// UNIQUE (invoice_id, period)), for run `run_id`; with a `fence`, only if
+/// no newer lock holder has written. Returns how many were recorded.
+pub async fn record_superseded(
+    db: &Db,
+    steps: &[Superseded],
+    run_id: i64,
+    fence: Option<Fence<'_>>,
+) -> Result<u64, ClaimError> {
+    let keys: Vec<&str> = steps.iter().map(|s| s.invoice_id.as_str()).collect();
+    let periods: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+    let customers: Vec<Option<&str>> = steps.iter().map(|s| s.customer_id.as_deref()).collect();
+    let reasons: Vec<&str> = steps.iter().map(|s| s.reason.as_str()).collect();
+    let token = fence.map(|f| f.token);
+    on_db!(db, tx, |c| {
+        check_fence(c, db, fence).await?;
+        sqlx::query(db.sql(
+            "INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id, last_error)
+             SELECT u.k, u.p, 'skipped', $5, $6, u.c, u.e
+               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(k, p, c, e)
+              ORDER BY u.k
+             ON CONFLICT (invoice_id, period) DO NOTHING",
+        ))
+        .persistent(db.named())
+        .bind(&keys)
+        .bind(&periods)
+        .bind(&customers)
+        .bind(&reasons)
+        .bind(run_id)
+        .bind(token)
+        .execute(&mut *c)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(ClaimError::from)
     })
 }

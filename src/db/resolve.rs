@@ -1,26 +1,33 @@
 //! Settling unknown deliveries by hand (`invoice-reminder resolve`): the
-//! operator checked the mail server's log and says whether the mail went
-//! out. Only rows whose delivery is unknown can be settled: `sending`,
-//! started, and their run over (finished, or past its lease; or pruned:
-//! the row's `run_id` cleared).
+//! operator checked the mail server's log for the stored Message-ID and
+//! says whether the mail went out. Only rows whose delivery is unknown can
+//! be settled: `sending`, started, and their run over (finished, or past
+//! its lease; or pruned: the row's `run_id` cleared). One mail is settled
+//! as a whole: the rows of a statement share its Message-ID, and naming
+//! one of them names them all.
 
 use chrono::NaiveDate;
 use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::window_arrays;
+use super::owing::{Today, in_window, windows};
 use super::runs::run_ended;
 use crate::domain::{InvoiceId, ReminderId};
-use crate::stages::Window;
 
-/// A row named on the command line, as it stands.
+/// A row named on the command line, or one that shares a Message-ID with
+/// one (its mail's other rows), as it stands.
 #[derive(Debug, Clone, FromRow)]
 pub struct NamedRow {
     pub id: ReminderId,
     pub invoice_id: InvoiceId,
     pub period: String,
     pub status: String,
+    /// The Message-ID its mail carried, stored before the send (None: a
+    /// row started by a version that did not store it).
+    pub message_id: Option<String>,
+    /// Named on the command line (not only one of its mail's rows).
+    pub named: bool,
     /// Delivery unknown: `sending`, started, its run over.
     pub unknown: bool,
     /// The invoice's due step today, if it owes one.
@@ -29,50 +36,53 @@ pub struct NamedRow {
     pub due_date: Option<NaiveDate>,
 }
 
-/// The rows `ids` (those that exist), with what `resolve` needs to decide.
+/// The rows `ids` (those that exist), and every unknown row that shares a
+/// stored Message-ID with one of them, with what `resolve` needs to
+/// decide; by Message-ID, then id.
 pub async fn named_rows(
     db: &Db,
     ids: &[ReminderId],
-    windows: &[Window],
+    today: &Today,
 ) -> Result<Vec<NamedRow>, sqlx::Error> {
-    let (keys, froms, tos) = window_arrays(windows);
-    on_db!(db, |c| {
-        sqlx::query_as(
-        db.sql(concat!("SELECT r.id, r.invoice_id, r.period, r.status, s.due_date,
-                (r.status = 'sending' AND r.started_at IS NOT NULL AND ", run_ended!("j"), ") AS unknown,
-                (SELECT w.key FROM unnest($2::text[], $3::date[], $4::date[]) AS w(key, due_from, due_to)
-                  WHERE s.due_date >= COALESCE(w.due_from, '-infinity'::date) AND s.due_date <= w.due_to
-                  LIMIT 1) AS due_step
-           FROM {ir}.reminders r
-           LEFT JOIN {src} s ON s.invoice_id::text = r.invoice_id
-           LEFT JOIN {ir}.job_runs j ON j.id = r.run_id
-          WHERE r.id = ANY($1)
-          ORDER BY r.id")),
+    let statement = db.statement(concat!(
+        "WITH named AS (SELECT id, message_id FROM {ir}.reminders WHERE id = ANY($ids))",
+        " SELECT r.id, r.invoice_id, r.period, r.status, r.message_id, s.due_date,",
+        " r.id IN (SELECT id FROM named) AS named,",
+        " (r.status = 'sending' AND r.started_at IS NOT NULL AND ",
+        run_ended!("j"),
+        ") AS unknown,",
+        " (SELECT w.key FROM ",
+        windows!(),
+        " WHERE ",
+        in_window!("s"),
+        " LIMIT 1) AS due_step",
+        " FROM {ir}.reminders r",
+        " LEFT JOIN {src} s ON s.invoice_id::text = r.invoice_id",
+        " LEFT JOIN {ir}.job_runs j ON j.id = r.run_id",
+        " WHERE r.id IN (SELECT id FROM named)",
+        " OR (r.status = 'sending' AND r.message_id IN",
+        " (SELECT message_id FROM named WHERE message_id IS NOT NULL))",
+        " ORDER BY r.message_id, r.id"
+    ));
+    let params = today.params().with("ids", &ids);
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
     )
     .persistent(db.named())
-    .bind(ids)
-    .bind(&keys)
-    .bind(&froms)
-    .bind(&tos)
     .fetch_all(&mut *c)
-    .await
-    })
+    .await)
 }
 
-/// The mail went out: the row becomes `sent` with its Message-ID. Only a
-/// row still unknown is changed; returns the ids changed.
-pub async fn mark_sent(
-    db: &Db,
-    rows: &[(ReminderId, String)],
-) -> Result<Vec<ReminderId>, sqlx::Error> {
-    let ids: Vec<ReminderId> = rows.iter().map(|r| r.0).collect();
-    let message_ids: Vec<String> = rows.iter().map(|r| r.1.clone()).collect();
+/// The mail went out: the rows become `sent`, keeping the Message-ID
+/// stored before their send. Only a row still unknown is changed; returns
+/// the ids changed.
+pub async fn mark_sent(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(
         "UPDATE {ir}.reminders r
-            SET status = 'sent', sent_at = now(), message_id = u.message_id,
+            SET status = 'sent', sent_at = now(),
                 last_error = 'delivery was unknown; an operator confirmed it was sent'
-           FROM unnest($1::bigint[], $2::text[]) AS u(id, message_id)
-          WHERE r.id = u.id
+          WHERE r.id = ANY($1)
             AND r.status = 'sending' AND r.started_at IS NOT NULL
             AND NOT EXISTS (
                 SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
@@ -81,14 +91,14 @@ pub async fn mark_sent(
          RETURNING r.id"
     )),)
     .persistent(db.named())
-    .bind(&ids)
-    .bind(&message_ids)
+    .bind(ids)
     .fetch_all(&mut *c)
     .await)
 }
 
-/// The mail did not go out: the row goes back to `failed`, so the next tick
-/// sends it (with the same Message-ID) while its step is due. Only a row
+/// The mail did not go out: the rows go back to `failed`, so the next tick
+/// sends them again (a statement that gains no other invoice keeps its
+/// Message-ID) while their step is due. Only a row
 /// still unknown is changed; returns the ids changed.
 pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(

@@ -168,7 +168,7 @@ pub async fn finish_run(db: &Db, run_id: i64, end: RunEnd<'_>) -> Result<(), sql
     on_db!(db, |c| sqlx::query(db.sql(
         "UPDATE {ir}.job_runs
             SET finished_at = now(), outcome = $2, claimed = $3, sent = $4, failed = $5, error = $6,
-                source_problems = $7, suppressed = $9,
+                source_problems = $7, suppressed = $9, superseded = $10,
                 lease_until = CASE WHEN $8 THEN lease_until ELSE LEAST(lease_until, now()) END
           WHERE id = $1"
     ),)
@@ -183,6 +183,7 @@ pub async fn finish_run(db: &Db, run_id: i64, end: RunEnd<'_>) -> Result<(), sql
     .bind(i64::from(counts.source_problems))
     .bind(end.holding)
     .bind(i64::from(counts.suppressed))
+    .bind(i64::from(counts.superseded))
     .execute(&mut *c)
     .await
     .map(|_| ()))

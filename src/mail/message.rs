@@ -3,8 +3,10 @@
 //! part, plain text otherwise.
 //!
 //! Every reminder has a deterministic `Message-ID:
-//! <invoice-{id}.{period}@{smtp.message_id_domain}>`, so the same reminder
-//! always carries the same id and mail systems can deduplicate, plus
+//! <invoice-{id}.{period}@{smtp.message_id_domain}>` ([`message_id`]; a
+//! statement's is [`statement_message_id`]), so the same reminder always
+//! carries the same id and mail systems can deduplicate; the tick stores it
+//! on the rows before the send. Besides, it carries
 //! `X-Invoice-Id` and `X-Reminder-Period` headers, and `Auto-Submitted:
 //! auto-generated` (RFC 3834: auto-responders do not answer it). A reminder
 //! that follows earlier ones threads under them: `In-Reply-To` the latest,
@@ -221,22 +223,23 @@ fn lifted(builder: MessageBuilder, part: &MultiPart) -> Result<Message, String> 
 }
 
 /// Builds the message for a rendered reminder about `invoice` to
-/// `customer`, keyed by `period` (the step). `earlier`: the Message-IDs
-/// (without angle brackets) of the reminders sent before it in its thread,
-/// oldest first.
+/// `customer`, keyed by `period` (the step), under `message_id`.
+/// `earlier`: the Message-IDs (without angle brackets) of the reminders
+/// sent before it in its thread, oldest first.
+#[allow(clippy::too_many_arguments)]
 pub fn build_message(
     smtp: &SmtpSettings,
     reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
     period: &str,
+    message_id: String,
     earlier: &[String],
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
-    let id = message_id(&invoice.id, period, &smtp.message_id_domain);
     let keys = MailKeys {
         invoice_id: &invoice.id,
-        message_id: id,
+        message_id,
         invoice_header: id_token(&invoice.id),
         period_header: period.to_owned(),
         earlier,
@@ -244,11 +247,20 @@ pub fn build_message(
     build(smtp, reply_to, customer, keys, rendered)
 }
 
-/// `statement-{customer}.{reminder}@{domain}`: one per statement, from its
-/// customer (as [`id_token`] writes ids) and its first reminder row.
-pub fn statement_message_id(customer_id: &str, first_reminder: i64, domain: &str) -> String {
+/// `statement-{customer}.{reminder}.{run}@{domain}`: one per statement,
+/// from its customer (as [`id_token`] writes ids), its first reminder row
+/// and the run that first sent it. A statement resent as it was keeps the
+/// Message-ID it was stored under; one that lists other invoices is a new
+/// mail, and the run makes its Message-ID new even when its first row is
+/// the same.
+pub fn statement_message_id(
+    customer_id: &str,
+    first_reminder: i64,
+    run_id: i64,
+    domain: &str,
+) -> String {
     format!(
-        "statement-{}.{first_reminder}@{domain}",
+        "statement-{}.{first_reminder}.{run_id}@{domain}",
         id_token(&InvoiceId(customer_id.to_owned()))
     )
 }
@@ -429,6 +441,7 @@ mod tests {
             &invoice(),
             &customer(name, email),
             "overdue",
+            message_id(&invoice().id, "overdue", "mail.test"),
             &[],
             rendered(html),
         )

@@ -34,8 +34,9 @@ pub use text::Rendered;
 pub use transaction::{Accepted, SendError, classify};
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
-/// built: what the tick sends and what `preview` prints. `earlier`: the
-/// Message-IDs of the thread's earlier reminders, oldest first.
+/// built under `message_id` ([`message_id`] makes it): what the tick sends
+/// and what `preview` prints. `earlier`: the Message-IDs of the thread's
+/// earlier reminders, oldest first.
 #[allow(clippy::too_many_arguments)]
 pub fn compose(
     templates: &Templates,
@@ -44,6 +45,7 @@ pub fn compose(
     invoice: &Invoice,
     customer: &Customer,
     step: &Step,
+    message_id: String,
     earlier: &[String],
     today: NaiveDate,
 ) -> Result<OutgoingMail, MessageError> {
@@ -60,6 +62,7 @@ pub fn compose(
         invoice,
         customer,
         &step.key,
+        message_id,
         earlier,
         rendered,
     )

@@ -2,16 +2,16 @@
 //! so the rule can be read (and tested) in one place:
 //!
 //! * [`ClaimBound`]: at most `2 × batch_size` rows claimed and not yet
-//!   recorded (in customer mode, plus the rows of the statements the mark
-//!   window may hold). The claimer [`reserves`](ClaimBound::reserve) room for a
+//!   recorded (plus the rows of the statements the mark window may hold,
+//!   when a letter holds several). The claimer [`reserves`](ClaimBound::reserve) room for a
 //!   page before it claims, [`keeps`](Reservation::keep) what the claim
 //!   took (the rest goes back at once), and each row's place is
 //!   [`released`](ClaimBound::release) when its result is written or it
 //!   will not be sent. This is what a SIGKILL can leave in `sending`.
-//! * [`MarkWindow`]: at most `4 × send_concurrency` rows marked started
+//! * [`MarkWindow`]: at most `4 × send_concurrency` letters marked started
 //!   and not yet finished. The marker [`opens`](MarkWindow::open) room
-//!   for a group of rows before marking them, one permit per row, and a
-//!   row's permit is dropped when its send ends. This is what a SIGKILL
+//!   for a group of letters before marking them, one permit per letter,
+//!   and a letter's permit is dropped when its send ends. This is what a SIGKILL
 //!   can leave unknown besides the mail the server took but we never
 //!   recorded.
 //!
@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
-use crate::config::{GroupBy, ReminderSettings};
+use crate::config::ReminderSettings;
 
-/// Rows claimed but not yet recorded: at most `2 × batch_size` (customer
-/// mode: and the rows of the mark window's statements).
+/// Rows claimed but not yet recorded: at most `2 × batch_size` (and the
+/// rows of the mark window's statements).
 #[derive(Debug)]
 pub(super) struct ClaimBound {
     permits: Semaphore,
@@ -44,18 +44,18 @@ pub(super) struct Reservation<'a> {
 }
 
 impl ClaimBound {
-    /// The bound a tick's settings give: `2 × batch_size` rows; in customer
-    /// mode, also the rows of the statements the mark window may hold
-    /// (`4 × send_concurrency` statements of at most `max_invoices_per_mail`
-    /// rows each). Without them a window of five-invoice statements took
-    /// 640 of the default 1,000 rows, and the claimer waited for room for
-    /// 3.2 s of a 10.5 s tick (100k invoices over 20k customers, measured).
-    pub fn for_settings(reminders: &ReminderSettings) -> Self {
-        let window_rows = match reminders.group_by {
-            GroupBy::Invoice => 0,
-            GroupBy::Customer => MarkWindow::new(reminders.send_concurrency)
+    /// The bound a tick's settings give: `2 × batch_size` rows, and the
+    /// rows of the letters the mark window may hold (`4 × send_concurrency`
+    /// letters of at most `rows_per_letter` rows each: one per row in
+    /// invoice mode, none counted twice). Without them a window of
+    /// five-invoice statements took most of the rows, and the claimer
+    /// waited for room (BENCHMARKS.md, "Where the time goes").
+    pub fn for_settings(reminders: &ReminderSettings, rows_per_letter: usize) -> Self {
+        let window_rows = match rows_per_letter {
+            0 | 1 => 0,
+            n => MarkWindow::new(reminders.send_concurrency)
                 .size()
-                .saturating_mul(usize::try_from(reminders.max_invoices_per_mail).unwrap_or(1)),
+                .saturating_mul(n),
         };
         Self::new(reminders.batch_size, window_rows)
     }
@@ -74,7 +74,7 @@ impl ClaimBound {
         }
     }
 
-    /// The bound: `2 × batch_size` (customer mode: and the mark window's
+    /// The bound: `2 × batch_size` (and the mark window's statements'
     /// rows).
     pub fn max(&self) -> usize {
         self.max
@@ -160,8 +160,14 @@ impl MarkWindow {
         Self {
             permits: Arc::new(Semaphore::new(size)),
             size,
-            group: (size / 2).max(1),
+            group: Self::group_for(send_concurrency),
         }
+    }
+
+    /// The most letters one mark takes at `send_concurrency`.
+    pub fn group_for(send_concurrency: u32) -> usize {
+        let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
+        (sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS) / 2).max(1)
     }
 
     /// The most rows marked and not finished.

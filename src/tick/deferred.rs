@@ -21,10 +21,10 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::unsent::Returned;
 use crate::db::runs::RunOutcome;
 use crate::db::{self, Db};
-use crate::domain::{Attempted, Counts, Delivery, ReminderId};
-use crate::mail;
+use crate::domain::{Attempted, Counts};
 
 /// The most results kept. Sending stops when results cannot be written
 /// (`tick::pipeline`), so one tick adds at most its claim bound (`2 ×
@@ -42,7 +42,7 @@ pub struct Deferred {
 struct Queue {
     deliveries: Vec<Deliveries>,
     /// (run_id, rows started but never sent): the end-of-run return.
-    hand_backs: Vec<(i64, Vec<ReminderId>)>,
+    hand_backs: Vec<(i64, Returned)>,
     finishes: Vec<Finish>,
 }
 
@@ -133,7 +133,7 @@ impl Deferred {
         });
     }
 
-    pub(crate) fn hand_back(&self, run_id: i64, unsent: Vec<ReminderId>) {
+    pub(crate) fn hand_back(&self, run_id: i64, unsent: Returned) {
         self.queue().hand_backs.push((run_id, unsent));
     }
 
@@ -210,14 +210,13 @@ impl Deferred {
     }
 
     /// Before the process exits: flushes, retrying for up to `wait`, then
-    /// logs every result still unwritten (with the Message-ID its reminder
-    /// carries, from `message_id_domain`) and returns how many.
+    /// logs every result still unwritten (with the Message-ID its mail
+    /// carried, stored on its row) and returns how many.
     pub async fn flush_before_exit(
         &self,
         db: &Db,
         wait: Duration,
         lock: &crate::config::LockSettings,
-        message_id_domain: &str,
     ) -> usize {
         if self.is_empty() {
             return 0;
@@ -237,10 +236,7 @@ impl Deferred {
         for d in &q.deliveries {
             for row in &d.rows {
                 unwritten += 1;
-                let message_id = match &row.delivery {
-                    Delivery::Sent { message_id, .. } => message_id.clone(),
-                    _ => mail::message_id(&row.invoice, &row.period, message_id_domain),
-                };
+                let message_id = &row.message_id;
                 tracing::error!(
                     run_id = d.run_id,
                     reminder_id = %row.id,
@@ -305,7 +301,7 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
         pending.deliveries.remove(0);
     }
     while let Some((run_id, unsent)) = pending.hand_backs.first() {
-        match db::deliveries::hand_back(db, *run_id, unsent).await {
+        match db::deliveries::hand_back(db, *run_id, &unsent.ids, &unsent.fresh).await {
             Ok(n) => tracing::info!(
                 run_id,
                 handed_back = n,

@@ -1,6 +1,6 @@
 //! The four stages of a tick, running concurrently, each a struct of its
-//! own with its own file: **claim** (`claim.rs`: owed invoices, page by
-//! page, checked row by row), **mark** (`mark.rs`: claimed rows recorded
+//! own with its own file: **claim** (`claim/`: owed invoices, page by
+//! page, checked row by row, grouped into letters), **mark** (`mark.rs`: claimed rows recorded
 //! as started, a group at a time, ahead of the senders), **send**
 //! (`send.rs`: marked rows built and sent, `send_concurrency` at a time
 //! over the SMTP pool) and **record** (`record.rs`: results written in one
@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::TickError;
 use super::bounds::MarkWindow;
-use super::claim::Claimer;
+use super::claim::{Claimer, Grouping};
 use super::mark::{Batch, Marker};
 use super::pipeline::Pipeline;
 use super::record::Recorder;
@@ -32,7 +32,10 @@ use crate::domain::Attempted;
 /// clock. The stage tasks are aborted if this future is dropped; a
 /// stage that panics ends the tick with an error (its rows are returned
 /// like any unsent row), never the process.
-pub(super) async fn claim_send_record(pipeline: &Arc<Pipeline>) -> Result<(), TickError> {
+pub(super) async fn claim_send_record(
+    pipeline: &Arc<Pipeline>,
+    grouping: Arc<dyn Grouping>,
+) -> Result<(), TickError> {
     let reminders = &pipeline.ctx().settings.reminders;
     let window = MarkWindow::new(reminders.send_concurrency);
     let (to_mark, claimed) = mpsc::channel::<Batch>(1);
@@ -42,14 +45,13 @@ pub(super) async fn claim_send_record(pipeline: &Arc<Pipeline>) -> Result<(), Ti
     let (to_record, results) = mpsc::channel::<Vec<Attempted>>(pipeline.bound().max());
     let span = tracing::Span::current();
     let mut stages = JoinSet::new();
-    let claim_window = window.clone();
     let p = Arc::clone(pipeline);
     // Rows whose recipients are all suppressed go from the claim
     // straight to the record stage, never marked or sent.
     let skipped = to_record.clone();
     stages.spawn(
         async move {
-            let claimed = Claimer::new(p, skipped, claim_window).run(&to_mark).await;
+            let claimed = Claimer::new(p, skipped, grouping).run(&to_mark).await;
             drop(to_mark);
             claimed
         }

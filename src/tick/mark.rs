@@ -1,7 +1,7 @@
-//! The mark stage: claimed rows are recorded as started (`started_at`) a
-//! group of letters at a time (a letter is the rows of one message, all
-//! marked in the same statement), ahead of the senders, and only then
-//! handed to them.
+//! The mark stage: claimed letters (a letter is the rows of one mail) are
+//! recorded as started (`started_at`), each row with the Message-ID its
+//! mail carries, a group of letters at a time, ahead of the senders, and
+//! only then handed to them.
 //!
 //! A mark is its own statement and commit, but it is not on the send path:
 //! while one group is being sent the next is marked, so a send never waits
@@ -9,19 +9,16 @@
 //! (`4 × send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
 //! SIGKILL can leave unknown. A mark is taken once the window has room for
-//! a group ([`MarkWindow::group`]: half the window, 128 rows at the default
-//! `send_concurrency` 64), so marks cost one commit per group.
-//!
-//! In customer mode a new claim marks its rows started itself (the claim
-//! of a few whole customers is their letters' mark: `claim/customers.rs`);
-//! the claimer takes their room in the window before it claims, and this
-//! stage passes them straight on ([`Batch::Started`]). Retries are marked
-//! here as in invoice mode.
+//! a group ([`MarkWindow::group`]: half the window), so marks cost one
+//! commit per group.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run returned (this run's lease looked over) is never sent here.
-//! Rows never marked are returned at the end of the run, or by a later run
-//! if this process dies.
+//! Rows enter `Unsent` before their mark is sent and leave it as their mail
+//! goes to the server: whatever ends the run, the end of the run returns
+//! every row marked and never sent (`unsent.rs`). Rows never marked are
+//! returned at the end of the run too, or by a later run if this process
+//! dies.
 
 use std::sync::Arc;
 
@@ -42,13 +39,8 @@ pub(super) struct Marked {
     pub permit: OwnedSemaphorePermit,
 }
 
-/// What the claimer hands the marker: letters to mark, or letters whose
-/// claim already marked them started (customer mode), each with its place
-/// in the window, which the marker passes straight on to the senders.
-pub(super) enum Batch {
-    Claimed(Vec<Letter>),
-    Started(Vec<Marked>),
-}
+/// What the claimer hands the marker: letters to mark.
+pub(super) type Batch = Vec<Letter>;
 
 /// The mark stage of one tick.
 pub(super) struct Marker {
@@ -67,7 +59,7 @@ impl Marker {
         }
     }
 
-    /// Marks claimed batches a group at a time and passes each marked row
+    /// Marks claimed letters a group at a time and passes each marked one
     /// on, until the claimer is done and every row is marked or skipped.
     pub async fn run(mut self, mut claimed: mpsc::Receiver<Batch>, to_send: mpsc::Sender<Marked>) {
         loop {
@@ -79,7 +71,7 @@ impl Marker {
                     .time(Spent::MarkWaitingForRows, waiting)
                     .await
                 {
-                    Some(batch) => self.take(batch, &to_send).await,
+                    Some(batch) => self.buffer.extend(batch),
                     None => return,
                 }
                 if self.buffer.is_empty() {
@@ -90,24 +82,9 @@ impl Marker {
             while self.buffer.len() < self.window.group()
                 && let Ok(batch) = claimed.try_recv()
             {
-                self.take(batch, &to_send).await;
+                self.buffer.extend(batch);
             }
             self.mark_group(&to_send).await;
-        }
-    }
-
-    /// Buffers letters to mark; passes letters already started on.
-    async fn take(&mut self, batch: Batch, to_send: &mpsc::Sender<Marked>) {
-        match batch {
-            Batch::Claimed(letters) => self.buffer.extend(letters),
-            Batch::Started(marked) => {
-                for m in marked {
-                    if let Err(unsent) = to_send.send(m).await {
-                        self.p
-                            .not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
-                    }
-                }
-            }
         }
     }
 
@@ -133,9 +110,22 @@ impl Marker {
         }
         let take = permits.len().min(self.buffer.len());
         let letters: Vec<Letter> = self.buffer.drain(..take).collect();
-        let ids: Vec<ReminderId> = letters.iter().flat_map(Letter::ids).collect();
-        let marking =
-            db::deliveries::mark_started(&self.p.ctx().stages.marks, self.p.run_id(), &ids);
+        let mut ids = Vec::new();
+        let mut message_ids = Vec::new();
+        for letter in &letters {
+            for id in letter.ids() {
+                ids.push(id);
+                message_ids.push(letter.message_id.clone());
+            }
+        }
+        // Before the statement: a mark whose reply is lost may have taken.
+        self.p.unsent().add(&letters);
+        let marking = db::deliveries::mark_started(
+            &self.p.ctx().stages.marks,
+            self.p.run_id(),
+            &ids,
+            &message_ids,
+        );
         let marked = self.p.timings().time(Spent::MarkStatements, marking).await;
         let marked: HashSet<ReminderId> = match marked {
             Ok(marked) => marked.into_iter().collect(),
@@ -144,22 +134,28 @@ impl Marker {
                     tracing::error!(error = %e, "rows cannot be marked started; no more mail is started this tick");
                 }
                 // The mark may have committed with its reply lost: these rows
-                // were never sent, so they are returned like unstarted ones.
-                return self.p.not_sent_all(ids);
+                // were never sent, so the end of the run returns them.
+                self.p.bound().release(ids.len());
+                return;
             }
         };
         let mut skipped = 0usize;
         for (mut letter, permit) in letters.into_iter().zip(permits) {
             // A row another run's sweep returned is not ours to send.
             let before = letter.rows.len();
-            letter.rows.retain(|r| marked.contains(&r.id));
+            let (mine, theirs): (Vec<_>, Vec<_>) = letter
+                .rows
+                .into_iter()
+                .partition(|r| marked.contains(&r.id));
+            self.p.unsent().forget(theirs.iter().map(|r| r.id));
+            letter.rows = mine;
             skipped = skipped.saturating_add(before.saturating_sub(letter.rows.len()));
             if letter.rows.is_empty() {
                 continue;
             }
             if let Err(unsent) = to_send.send(Marked { letter, permit }).await {
-                self.p
-                    .not_sent_all(unsent.0.letter.ids().collect::<Vec<_>>());
+                // The senders are gone: returned at the end of the run.
+                self.p.not_sent(&unsent.0.letter);
             }
         }
         if skipped > 0 {

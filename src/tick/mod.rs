@@ -30,6 +30,7 @@ mod pipeline;
 mod record;
 mod send;
 mod timings;
+mod unsent;
 
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ use crate::db::locks::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
 use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, Released};
+pub use claim::choose::{Chosen, Pick, Statement, statements};
+pub use claim::window::suppressed_addresses;
 use context::Context;
 pub use error::TickError;
 pub(crate) use error::db_err;
@@ -259,11 +262,19 @@ async fn work(
     .await
     .map_err(db_err("recording the run"))?;
     let fence = holding.map(|h| h.fence);
+    // How reminders are grouped into mails: chosen once, here.
+    let grouping = claim::grouping_for(&settings.reminders);
     let pipeline = std::sync::Arc::new(Pipeline::new(
-        ctx, fence, guard, shutdown, today, run_id, &run_date,
+        ctx,
+        fence,
+        guard,
+        shutdown,
+        today,
+        run_id,
+        grouping.rows_per_letter(),
     ));
     async {
-        let result = flow::claim_send_record(&pipeline).await;
+        let result = flow::claim_send_record(&pipeline, grouping).await;
         finish(&pipeline, result, started).await
     }
     .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
@@ -305,9 +316,9 @@ async fn finish(
     started: Instant,
 ) -> Result<TickOutcome, TickError> {
     let (ctx, run_id) = (p.ctx(), p.run_id());
-    let unsent = p.take_unsent();
+    let unsent = p.unsent().take();
     let mut counts = p.counts();
-    match db::deliveries::hand_back(&ctx.db, run_id, &unsent).await {
+    match db::deliveries::hand_back(&ctx.db, run_id, &unsent.ids, &unsent.fresh).await {
         Ok(n) => counts.handed_back = u32::try_from(n).unwrap_or(u32::MAX),
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }
@@ -369,6 +380,7 @@ async fn finish(
         handed_back = counts.handed_back,
         source_problems = counts.source_problems,
         suppressed = counts.suppressed,
+        superseded = counts.superseded,
         duration_ms = summary.duration_ms,
         "tick finished"
     );

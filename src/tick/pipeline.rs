@@ -1,18 +1,19 @@
 //! What the four stages of a tick share ([`Pipeline`]): the run, the stop
 //! signals, the counts, the source problems met, the claim bound and the
-//! run's lease in the database. The stages (`claim.rs`, `mark.rs`,
+//! run's lease in the database. The stages (`claim/`, `mark.rs`,
 //! `send.rs`, `record.rs`) sit above this file; `flow.rs` wires them
 //! together.
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
-//! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows (customer
-//! mode: and the mark window's statements' rows) are claimed but not yet
+//! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows (and the
+//! rows of the letters the mark window holds) are claimed but not yet
 //! recorded at any moment ([`ClaimBound`]), and of those at most
-//! `4 × send_concurrency` are marked started and unfinished
+//! `4 × send_concurrency` letters are marked started and unfinished
 //! (`MarkWindow`): a SIGKILL leaves unknown only those and the mail the
 //! server took whose result was not yet written; later ticks return the
-//! rest.
+//! rest. Rows marked and not handed to the server are kept in [`Unsent`]
+//! and returned at the end of the run, whatever ends it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -23,9 +24,10 @@ use tokio_util::sync::CancellationToken;
 use super::bounds::ClaimBound;
 use super::context::Context;
 use super::timings::Timings;
+use super::unsent::Unsent;
 use crate::db;
 use crate::db::locks::Fence;
-use crate::domain::{Counts, ReminderId, SourceProblem};
+use crate::domain::{Counts, Letter, SourceProblem};
 use crate::lock::{LeaseGuard, LostReason};
 use crate::problems::Tally;
 
@@ -77,9 +79,9 @@ pub(super) struct Pipeline {
     problems: Mutex<Tally>,
     bound: ClaimBound,
     timings: Timings,
-    /// Rows marked started whose send then did not begin (stopped after the
-    /// mark): returned at the end like rows never started.
-    unsent: Mutex<Vec<ReminderId>>,
+    /// Rows marked started and not handed to the server: returned at the
+    /// end of the run, whatever ends it.
+    unsent: Unsent,
 }
 
 impl Pipeline {
@@ -90,7 +92,7 @@ impl Pipeline {
         shutdown: &CancellationToken,
         today: NaiveDate,
         run_id: i64,
-        run_date: &str,
+        rows_per_letter: usize,
     ) -> Self {
         Self {
             ctx: ctx.clone(),
@@ -103,13 +105,13 @@ impl Pipeline {
             shutdown: shutdown.clone(),
             today,
             run_id,
-            run_date: run_date.to_owned(),
+            run_date: today.to_string(),
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
-            bound: ClaimBound::for_settings(&ctx.settings.reminders),
+            bound: ClaimBound::for_settings(&ctx.settings.reminders, rows_per_letter),
             timings: Timings::default(),
-            unsent: Mutex::default(),
+            unsent: Unsent::default(),
         }
     }
 
@@ -205,25 +207,17 @@ impl Pipeline {
         self.problems.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marked rows that were not sent: returned at the end of the run, and
-    /// their room in the claim bound freed.
-    pub fn not_sent_all(&self, ids: impl IntoIterator<Item = ReminderId>) {
-        let n = self.return_at_end(ids);
-        self.bound.release(n);
+    /// Rows marked started and not handed to the server.
+    pub fn unsent(&self) -> &Unsent {
+        &self.unsent
     }
 
-    /// Marked rows that were not sent and whose room is already free: only
-    /// returned at the end of the run. Returns how many.
-    pub fn return_at_end(&self, ids: impl IntoIterator<Item = ReminderId>) -> usize {
-        let mut unsent = self.unsent.lock().unwrap_or_else(|p| p.into_inner());
-        let before = unsent.len();
-        unsent.extend(ids);
-        unsent.len().saturating_sub(before)
-    }
-
-    /// Rows started but never sent, for the end-of-run return.
-    pub fn take_unsent(&self) -> Vec<ReminderId> {
-        std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|p| p.into_inner()))
+    /// `letter` was marked but its mail will not go out this run: its rows
+    /// are returned at the end of the run, and their room in the claim
+    /// bound freed.
+    pub fn not_sent(&self, letter: &Letter) {
+        self.unsent.add([letter]);
+        self.bound.release(letter.rows.len());
     }
 
     /// Extends `job_runs.lease_until` every renewal interval while the lease

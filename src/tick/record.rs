@@ -184,6 +184,7 @@ mod tests {
                 invoice: InvoiceId(n.to_string()),
                 period: "overdue".into(),
                 attempts_before: 0,
+                message_id: format!("m{n}@test"),
                 delivery: Delivery::Failed {
                     error: "test".into(),
                 },

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
-use crate::config::{ArchiveStore, GroupBy};
-use crate::domain::{Attempted, Claimed, Delivery, Letter};
+use crate::config::ArchiveStore;
+use crate::domain::{Attempted, Claimed, Delivery, Letter, LetterKind};
 use crate::mail::{self, SendError};
 
 /// The send stage of one tick.
@@ -79,6 +79,7 @@ impl Sender {
                         invoice: row.invoice.id.clone(),
                         period: row.period.clone(),
                         attempts_before: row.attempts,
+                        message_id: letter.message_id.clone(),
                         delivery: delivery.clone(),
                     })
                     .collect(),
@@ -96,6 +97,10 @@ impl Sender {
         // Checked again once a connection is ours: waiting for one may have
         // outlasted the lease.
         let may_start = || self.p.stop_reason().is_none();
+        // From here on the mail may reach the server: its rows are no longer
+        // the end of the run's to return (a send that does not start puts
+        // them back).
+        self.p.unsent().handed_over(&letter);
         match ctx.mailer.send(&mail, &may_start).await {
             Ok(accepted) => {
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
@@ -122,7 +127,8 @@ impl Sender {
     }
 
     /// The message for `letter`, as `preview` would build it: the stage's
-    /// template for one invoice, or (customer mode) the statement.
+    /// template for one invoice, or the customer's statement; under the
+    /// letter's Message-ID, stored on its rows by the mark.
     fn compose(&self, letter: &Letter) -> Result<mail::OutgoingMail, mail::MessageError> {
         let settings = &self.p.ctx().settings;
         let stages = &settings.reminders.stages;
@@ -139,57 +145,49 @@ impl Sender {
                 reason: "a message without reminders".into(),
             });
         };
-        if settings.reminders.group_by == GroupBy::Invoice {
-            return mail::compose(
+        match letter.kind {
+            LetterKind::Reminder => mail::compose(
                 &self.p.ctx().templates,
                 stages,
                 &settings.smtp,
                 &first.invoice,
                 &first.customer,
                 line.step,
+                letter.message_id.clone(),
                 &first.thread,
                 self.p.today(),
-            );
+            ),
+            LetterKind::Statement => mail::compose_statement(
+                &self.p.ctx().templates,
+                stages,
+                &settings.smtp,
+                &lines,
+                &first.customer,
+                letter.message_id.clone(),
+                &customer_thread(letter),
+                self.p.today(),
+            ),
         }
-        let first_id = letter.ids().min().map_or(0, |id| id.0);
-        let message_id = mail::statement_message_id(
-            first.customer.id.as_deref().unwrap_or_default(),
-            first_id,
-            &settings.smtp.message_id_domain,
-        );
-        mail::compose_statement(
-            &self.p.ctx().templates,
-            stages,
-            &settings.smtp,
-            &lines,
-            &first.customer,
-            message_id,
-            &customer_thread(letter),
-            self.p.today(),
-        )
     }
 
     fn not_sent(&self, letter: &Letter) -> Option<Vec<Attempted>> {
-        self.p.not_sent_all(letter.ids().collect::<Vec<_>>());
+        self.p.not_sent(letter);
         None
     }
 }
 
-/// A statement's thread: the customer's earlier statements that listed any
-/// of its invoices, oldest first (a statement's Message-ID ends in its
-/// first reminder id, which grows with time).
+/// A statement's thread: the Message-IDs its rows' earlier mail carried,
+/// each once, in the order the claim read them (its first row reads the
+/// customer's statements, oldest first; the others their invoice's own).
 fn customer_thread(letter: &Letter) -> Vec<String> {
-    let mut earlier: Vec<&String> = letter.rows.iter().flat_map(|r| &r.thread).collect();
-    let order = |id: &String| -> i64 {
-        id.split('@')
-            .next()
-            .and_then(|local| local.rsplit('.').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
-    earlier.sort_by_key(|id| order(id));
-    earlier.dedup();
-    earlier.into_iter().cloned().collect()
+    let mut seen = std::collections::HashSet::new();
+    letter
+        .rows
+        .iter()
+        .flat_map(|r| &r.thread)
+        .filter(|id| seen.insert(id.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// The configured step a claimed row is for.

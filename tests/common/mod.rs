@@ -360,13 +360,14 @@ pub async fn insert_invoice(
 }
 
 /// The window of step `key` of the default stages today (database date,
-/// UTC), and the rest of what a direct `claim_batch` call needs.
+/// UTC), and today's conditions with that window alone: what a direct
+/// `claim_steps` call needs to claim that step.
 pub async fn window(
     pool: &PgPool,
     key: &str,
 ) -> (
     invoice_reminder::stages::Window,
-    invoice_reminder::db::invoices::Owed<'static>,
+    invoice_reminder::db::owing::Today,
 ) {
     let settings = Settings::load(&ConfigSource::default()).expect("default settings");
     let today = invoice_reminder::db::today(
@@ -382,16 +383,17 @@ pub async fn window(
         .into_iter()
         .find(|w| w.step.key == key)
         .unwrap_or_else(|| panic!("no step {key}"));
-    let owed = invoice_reminder::db::invoices::Owed {
+    let owing = invoice_reminder::db::owing::Today::new(
         today,
-        timezone: "UTC",
-        min_days_between: settings.reminders.min_days_between,
-    };
-    (window, owed)
+        "UTC",
+        settings.reminders.min_days_between,
+        std::slice::from_ref(&window),
+    );
+    (window, owing)
 }
 
 /// A run started without a lock (no fencing token): what a direct
-/// `claim_batch` call in a test claims under.
+/// `claim_steps` call in a test claims under.
 pub async fn start_unlocked_run(db: &invoice_reminder::db::Db) -> i64 {
     invoice_reminder::db::runs::start_run(
         db,

@@ -173,8 +173,8 @@ async fn min_days_between_counts_per_customer_in_customer_mode() {
     .unwrap();
     tick(&world).await;
     assert_eq!(world.sink.count(), 1, "no second mail within the gap");
-    // Once the gap is over (the first reminder was created 3 days ago), it goes.
-    sqlx::query("UPDATE reminders SET created_at = created_at - interval '3 days'")
+    // Once the gap is over (the first reminder was claimed 3 days ago), it goes.
+    sqlx::query("UPDATE reminders SET created_at = created_at - interval '3 days', claimed_at = claimed_at - interval '3 days'")
         .execute(world.pool())
         .await
         .unwrap();

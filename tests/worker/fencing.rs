@@ -70,12 +70,11 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         token: fresh.fence(),
         holder: fresh.token(),
     };
-    let (window, today) = common::window(world.pool(), "overdue").await;
-    let by_b = db::reminders::claim_batch(
+    let (_, today) = common::window(world.pool(), "overdue").await;
+    let by_b = db::reminders::claim_steps(
         &world.database(),
         &ids(&invoices[..5]),
-        &window,
-        today,
+        &today,
         run_b,
         Some(fence_b),
     )
@@ -114,11 +113,10 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
             .unwrap();
     assert_eq!(claimed_by_a, 0);
     // The stale token is refused outright, too.
-    let refused = db::reminders::claim_batch(
+    let refused = db::reminders::claim_steps(
         &world.database(),
         &ids(&invoices[5..]),
-        &window,
-        today,
+        &today,
         run_b,
         Some(Fence {
             lock_key: &key,

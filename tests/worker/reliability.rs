@@ -328,6 +328,7 @@ async fn recording_one_unknown_result_twice_counts_the_attempt_once() {
         invoice: InvoiceId::from(invoice),
         period,
         attempts_before: 1,
+        message_id: "m@test".into(),
         delivery: Delivery::Unknown {
             error: "no reply".into(),
         },

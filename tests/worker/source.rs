@@ -84,7 +84,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
     let ctx = world.context().await;
     db::source::check(&ctx.db).await.unwrap();
     let (window, owed) = common::window(world.pool(), "overdue").await;
-    let page = db::invoices::fetch_owed_page(&ctx.db, &window, owed, None, 100)
+    let page = db::invoices::fetch_owed_page(&ctx.db, &window, &owed, None, 100)
         .await
         .unwrap();
     assert_eq!(page.owed.len(), 3, "the scan saw all three unpaid");
@@ -97,7 +97,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
         .unwrap();
     let run = common::start_unlocked_run(&ctx.db).await;
     let keys: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
-    let claimed = db::reminders::claim_batch(&ctx.db, &keys, &window, owed, run, None)
+    let claimed = db::reminders::claim_steps(&ctx.db, &keys, &owed, run, None)
         .await
         .unwrap();
 

@@ -160,7 +160,7 @@ async fn min_days_between_delays_the_next_step_until_the_gap_has_passed() {
     let while_in_gap = steps(&world);
     // Two days later by the reminder's date: the gap has passed.
     sqlx::query(
-        "UPDATE reminders SET created_at = created_at - interval '2 days' WHERE invoice_id = $1::text",
+        "UPDATE reminders SET created_at = created_at - interval '2 days', claimed_at = claimed_at - interval '2 days' WHERE invoice_id = $1::text",
     )
     .bind(id)
     .execute(world.pool())
@@ -202,7 +202,7 @@ async fn audit_counts_as_missing_the_invoices_whose_due_step_has_no_reminder() {
     // Reminded for "overdue"; now its "final" is due and not sent yet.
     common::age_invoices(world.pool(), 12).await;
     let fresh = common::insert_invoice(world.pool(), "B", "b@example.test", 4, false).await;
-    sqlx::query("UPDATE reminders SET created_at = created_at - interval '5 days'")
+    sqlx::query("UPDATE reminders SET created_at = created_at - interval '5 days', claimed_at = claimed_at - interval '5 days'")
         .execute(world.pool())
         .await
         .unwrap();

@@ -245,7 +245,7 @@ impl Day<'_> {
                     RowState::Sent | RowState::Claimed | RowState::InFlight | RowState::Unknown
                 )
             })
-            .map(|r| r.row.created_on)
+            .map(|r| r.row.claimed_on)
             .chain(self.customer_last)
             .max()?;
         Some((last, shift(last, i64::from(self.rules.min_days_between))))

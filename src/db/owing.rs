@@ -1,0 +1,240 @@
+//! What makes a source row owe a reminder today: each condition written
+//! once, as SQL over the source row `s` (and, where a step is meant, the
+//! window row `w`), with named parameters ([`super::params`]) that
+//! [`Today::params`] binds. The scans, the claims, the listings and
+//! `explain` compose these and nothing else, so a condition fixed here is
+//! fixed in every statement.
+//!
+//! An invoice owes its **due step** (`crate::stages`) when
+//! - its due date is in that step's window today ([`in_window!`], over the
+//!   rows of [`windows!`]);
+//! - it is unpaid (`is_paid` false; NULL counts as paid: no reminder when
+//!   in doubt) and not paused (`paused` not true, `paused_until` before
+//!   today, "today" in `schedule.timezone`) ([`owes_flags!`]);
+//! - it has every column a reminder needs ([`complete!`]);
+//! - no reminder of it was `sent` or `sending` within
+//!   `reminders.min_days_between` days ([`invoice_gap_clear!`]); in
+//!   customer mode, none of its customer's either, except a statement that
+//!   left invoices for the next tick (`continued`: its continuation is the
+//!   same round of mail) ([`customer_gap_clear!`]);
+//! - and it has no reminder row for the step yet, or a `failed` one whose
+//!   retry is due.
+//!
+//! The gap counts from a reminder's `claimed_at` (a retry's claim is its
+//! mail), in the zone's days: a reminder claimed on day D blocks days D to
+//! D + min_days_between - 1.
+//!
+//! Per-row probes (`OFFSET 0` keeps them probes of their index) serve the
+//! pages and claims, a few hundred rows each; listings over a whole
+//! backlog use the plain `NOT EXISTS` the planner may turn into an
+//! anti-join (1M probes took 6 s, a hash anti-join under one, measured).
+
+use chrono::NaiveDate;
+
+use super::params::Params;
+use crate::stages::Window;
+
+/// SQL: today's step windows as rows `w(key, due_from, due_to)`.
+macro_rules! windows {
+    () => {
+        "unnest($step_keys::text[], $due_froms::date[], $due_tos::date[]) AS w(key, due_from, due_to)"
+    };
+}
+pub(crate) use windows;
+
+/// SQL: the due date of row `$s` is in window `w` (its step is due today).
+macro_rules! in_window {
+    ($s:literal) => {
+        concat!(
+            $s,
+            ".due_date >= COALESCE(w.due_from, '-infinity'::date) AND ",
+            $s,
+            ".due_date <= w.due_to"
+        )
+    };
+}
+pub(crate) use in_window;
+
+/// SQL: row `$s` is unpaid and not paused today.
+macro_rules! owes_flags {
+    ($s:literal) => {
+        concat!(
+            "NOT ",
+            $s,
+            ".is_paid AND ",
+            $s,
+            ".paused IS NOT TRUE AND (",
+            $s,
+            ".paused_until IS NULL OR ",
+            $s,
+            ".paused_until < $today)"
+        )
+    };
+}
+pub(crate) use owes_flags;
+
+/// SQL: row `s` has every column a reminder needs (its values are checked
+/// by `crate::problems`).
+macro_rules! complete {
+    () => {
+        "s.email IS NOT NULL AND s.currency IS NOT NULL AND {amount_value} IS NOT NULL"
+    };
+}
+pub(crate) use complete;
+
+/// SQL: the first instant the `min_days_between` gap still covers.
+macro_rules! gap_start {
+    () => {
+        "(($today::date - $gap_days::int + 1)::timestamp AT TIME ZONE $tz)"
+    };
+}
+pub(crate) use gap_start;
+
+/// SQL: no reminder of row `s`'s invoice was `sent` or `sending` within
+/// the gap. `probe`: a probe of the (invoice_id, period) index per row;
+/// `anti`: a condition the planner may turn into an anti-join.
+macro_rules! invoice_gap_clear {
+    (probe) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
+            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!(),
+            " OFFSET 0)"
+        )
+    };
+    (anti) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
+            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!(),
+            ")"
+        )
+    };
+}
+pub(crate) use invoice_gap_clear;
+
+/// SQL: row `s`'s customer got no statement `sent` or `sending` within the
+/// gap, but for statements that left invoices for the next tick
+/// (`continued`). A probe of the (customer_id, claimed_at) index.
+macro_rules! customer_gap_clear {
+    () => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
+            " AND g.status IN ('sent', 'sending') AND NOT g.continued AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!(),
+            " OFFSET 0)"
+        )
+    };
+}
+pub(crate) use customer_gap_clear;
+
+/// SQL: the first day the gap no longer holds row `s` back (NULL: it does
+/// not), by the invoice's own reminders and (`customer`) its customer's:
+/// the day after the latest blocking claim's day plus `min_days_between`
+/// less one. Read only for rows the gap holds back.
+macro_rules! gap_until {
+    (invoice) => {
+        concat!(
+            "(SELECT (max(g.claimed_at) AT TIME ZONE $tz)::date + $gap_days::int FROM {ir}.reminders g",
+            " WHERE g.invoice_id = s.invoice_id::text AND g.status IN ('sent', 'sending')",
+            " AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!(),
+            ")"
+        )
+    };
+    (customer) => {
+        concat!(
+            "(SELECT (max(g.claimed_at) AT TIME ZONE $tz)::date + $gap_days::int FROM {ir}.reminders g",
+            " WHERE (g.invoice_id = s.invoice_id::text OR (g.customer_id = s.customer_id::text AND NOT g.continued))",
+            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!(),
+            ")"
+        )
+    };
+}
+pub(crate) use gap_until;
+
+/// SQL: the `failed` row `r` may be tried again now: it was never
+/// attempted, or its backoff (`$backoff_first` seconds, doubling per
+/// attempt made, at most `$backoff_max`) is over, by the database clock.
+/// The doubling and the wait are capped before an interval is made, so no
+/// attempt count can overflow it.
+macro_rules! backoff_over {
+    () => {
+        concat!(
+            "(r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - ",
+            $crate::db::owing::backoff_wait!(),
+            ")"
+        )
+    };
+}
+pub(crate) use backoff_over;
+
+/// SQL: the wait after the last attempt of the `failed` row `r`.
+macro_rules! backoff_wait {
+    () => {
+        concat!(
+            "make_interval(secs => LEAST($backoff_first::float8",
+            " * power(2::float8, LEAST(greatest(r.attempts - 1, 0), 60)), $backoff_max::float8))"
+        )
+    };
+}
+pub(crate) use backoff_wait;
+
+/// What decides, besides each row's own columns, whether an invoice owes a
+/// step today: the date, the zone, the gap and the steps' windows. Built
+/// once per tick (or command) and bound by name into every statement that
+/// composes the conditions above.
+#[derive(Debug, Clone)]
+pub struct Today {
+    /// The database's date in `schedule.timezone`.
+    pub date: NaiveDate,
+    /// `schedule.timezone`, for "claimed on which day".
+    pub timezone: String,
+    /// `reminders.min_days_between`.
+    pub gap_days: i64,
+    keys: Vec<String>,
+    froms: Vec<Option<NaiveDate>>,
+    tos: Vec<NaiveDate>,
+}
+
+impl Today {
+    pub fn new(date: NaiveDate, timezone: &str, min_days_between: u32, windows: &[Window]) -> Self {
+        Self {
+            date,
+            timezone: timezone.to_owned(),
+            gap_days: i64::from(min_days_between),
+            keys: windows.iter().map(|w| w.step.key.clone()).collect(),
+            froms: windows.iter().map(|w| w.due_from).collect(),
+            tos: windows.iter().map(|w| w.due_to).collect(),
+        }
+    }
+
+    /// The conditions of `settings` on `date`.
+    pub fn from_settings(settings: &crate::config::Settings, date: NaiveDate) -> Self {
+        let r = &settings.reminders;
+        Self::new(
+            date,
+            settings.schedule.timezone.name(),
+            r.min_days_between,
+            &r.stages.windows(date),
+        )
+    }
+
+    /// The latest due date any step owes today; None without steps.
+    pub fn due_by(&self) -> Option<NaiveDate> {
+        self.tos.iter().max().copied()
+    }
+
+    /// `$today`, `$tz`, `$gap_days` and the windows (`$step_keys`,
+    /// `$due_froms`, `$due_tos`).
+    pub fn params(&self) -> Params<'_> {
+        Params::new()
+            .with("today", &self.date)
+            .with("tz", &self.timezone)
+            .with("gap_days", &self.gap_days)
+            .with("step_keys", &self.keys)
+            .with("due_froms", &self.froms)
+            .with("due_tos", &self.tos)
+    }
+}

@@ -1,0 +1,183 @@
+//! One mail per invoice (`reminders.group_by = "invoice"`): retries first,
+//! then each step's window, oldest due dates first, page by page; every
+//! claimed row is a letter of its own, under the reminder's Message-ID
+//! (`invoice-{id}.{step}@…`: the same reminder always carries the same
+//! one).
+
+use futures::future::BoxFuture;
+use tokio::sync::mpsc;
+
+use super::choose::{invoice_keys, last_day, superseded};
+use super::claiming::Claiming;
+use super::grouping::Grouping;
+use super::hand_on::{pass_on, screen};
+use super::window::invoice_page;
+use crate::db;
+use crate::db::invoices::{OverdueKey, SourceRow};
+use crate::db::reminders::ClaimedRow;
+use crate::domain::{Claimed, InvoiceId, Letter, LetterKind, SourceProblem};
+use crate::mail;
+use crate::stages::Window;
+use crate::tick::TickError;
+use crate::tick::mark::Batch;
+use crate::tick::timings::Spent;
+
+/// One mail per invoice.
+pub(super) struct InvoiceMails;
+
+impl Grouping for InvoiceMails {
+    fn walk<'a>(
+        &'a self,
+        c: &'a Claiming,
+        batches: &'a mpsc::Sender<Batch>,
+    ) -> BoxFuture<'a, Result<(), TickError>> {
+        Box::pin(async move {
+            if !claim_retries(c, batches).await? {
+                return Ok(());
+            }
+            for window in c.windows() {
+                if !claim_window(c, window, batches).await? {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn rows_per_letter(&self) -> usize {
+        1
+    }
+
+    fn unmet(&self, _row: &SourceRow) -> Option<SourceProblem> {
+        None
+    }
+}
+
+/// Re-claims failed rows whose backoff is over, a batch at a time.
+/// Ok(false): stop claiming altogether.
+async fn claim_retries(c: &Claiming, batches: &mpsc::Sender<Batch>) -> Result<bool, TickError> {
+    loop {
+        let Some(limit) = c.room(0) else {
+            return Ok(false);
+        };
+        let Some(reserved) = c
+            .reserve(usize::try_from(limit).unwrap_or(usize::MAX))
+            .await
+        else {
+            return Ok(false);
+        };
+        let reclaimed = db::reminders::reclaim_failed(
+            &c.p().ctx().stages.claims,
+            c.today(),
+            c.retries(),
+            limit,
+            c.p().fence(),
+        )
+        .await;
+        let Some(rows) = c.fenced(reclaimed, "re-claiming failed reminders")? else {
+            return Ok(false);
+        };
+        reserved.keep(rows.len());
+        if rows.is_empty() {
+            return Ok(true);
+        }
+        if !hand_on(c, batches, rows).await? {
+            return Ok(false);
+        }
+    }
+}
+
+/// Claims the invoices of one step's window, page by page. Ok(false): stop
+/// claiming altogether (stopped, fenced, limit reached).
+async fn claim_window(
+    c: &Claiming,
+    window: &Window,
+    batches: &mpsc::Sender<Batch>,
+) -> Result<bool, TickError> {
+    let mut after: Option<OverdueKey> = None;
+    loop {
+        let Some(limit) = c.room(0) else {
+            return Ok(false);
+        };
+        let page = invoice_page(c, window, after, limit).await?;
+        let Some(last) = page.last else {
+            return Ok(true);
+        };
+        after = Some(last);
+        let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
+        let today = c.today().date;
+        let superseded_steps: Vec<_> = page
+            .held
+            .iter()
+            .filter_map(|(row, until)| {
+                let last = row
+                    .due_date
+                    .and_then(|due| last_day(today, window.due_from, due));
+                superseded(row, &window.step.key, last, *until)
+            })
+            .collect();
+        if !c.record_superseded(&superseded_steps).await? {
+            return Ok(false);
+        }
+        let keys = invoice_keys(page.owed, &mut |p| c.p().problem(p));
+        if !keys.is_empty() && !claim_keys(c, &keys, batches).await? {
+            return Ok(false);
+        }
+        if !full_page {
+            return Ok(true);
+        }
+    }
+}
+
+/// Claims `keys` (distinct), each for its due step, and hands on what it
+/// took. Ok(false): stop claiming altogether.
+async fn claim_keys(
+    c: &Claiming,
+    keys: &[InvoiceId],
+    batches: &mpsc::Sender<Batch>,
+) -> Result<bool, TickError> {
+    let Some(reserved) = c.reserve(keys.len()).await else {
+        return Ok(false);
+    };
+    let claiming = db::reminders::claim_steps(
+        &c.p().ctx().stages.claims,
+        keys,
+        c.today(),
+        c.p().run_id(),
+        c.p().fence(),
+    );
+    let claim = c.p().timings().time(Spent::ClaimStatements, claiming).await;
+    let Some(claim) = c.fenced(claim, "claiming reminders")? else {
+        return Ok(false);
+    };
+    let rows = c.took(keys.len(), claim);
+    reserved.keep(rows.len());
+    hand_on(c, batches, rows).await
+}
+
+/// Checks claimed rows and passes each on as a letter of its own.
+async fn hand_on(
+    c: &Claiming,
+    batches: &mpsc::Sender<Batch>,
+    rows: Vec<ClaimedRow>,
+) -> Result<bool, TickError> {
+    let domain = &c.p().ctx().settings.smtp.message_id_domain;
+    let letters = screen(c, rows)
+        .await?
+        .into_iter()
+        .map(|row| letter(row, domain))
+        .collect();
+    Ok(pass_on(c, batches, letters).await)
+}
+
+/// A reminder's letter, under its Message-ID.
+fn letter(row: Claimed, domain: &str) -> Letter {
+    let message_id = mail::message_id(&row.invoice.id, &row.period, domain);
+    let fresh_message_id = row.stored_message_id.as_deref() != Some(message_id.as_str());
+    Letter {
+        rows: vec![row],
+        message_id,
+        fresh_message_id,
+        kind: LetterKind::Reminder,
+    }
+}

@@ -1,0 +1,161 @@
+//! Handing claimed rows on: each is checked again (it may have changed
+//! since the page), its suppressed addresses left out, and the rows to
+//! mail go to the marker as letters. A claimed row that is not handed on
+//! is never marked: the end of the run returns it.
+//!
+//! Each claimed batch is checked against the suppression list in one
+//! statement: a row whose recipients are all suppressed goes straight to
+//! the record stage (`skipped`, reason `suppressed`), never marked or sent;
+//! from a row with some of them suppressed, those are left out of `To`.
+
+use std::collections::HashSet;
+
+use tokio::sync::mpsc;
+
+use super::choose::repeated;
+use super::claiming::Claiming;
+use crate::db;
+use crate::db::reminders::ClaimedRow;
+use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, Problem, SkipReason, count_of};
+use crate::mail::message::parse_recipients;
+use crate::problems;
+use crate::tick::mark::Batch;
+use crate::tick::{TickError, db_err};
+
+/// The claimed rows worth sending, checked again. A row that fails its
+/// check now, or whose reminder id came back more than once, is dropped
+/// (its room freed; the end of the run returns it). Rows whose recipients
+/// are all suppressed go to the record stage instead.
+pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Claimed>, TickError> {
+    c.p().add(&Counts {
+        claimed: count_of(rows.len()),
+        ..Counts::default()
+    });
+    let twice = repeated(rows.iter().map(|r| r.id));
+    let mut reported = HashSet::new();
+    let mut batch = Vec::with_capacity(rows.len());
+    let mut dropped = 0usize;
+    for row in rows {
+        let checked = if twice.contains(&row.id) {
+            // Two source rows came back for one claim: believe neither.
+            Err(row.source.problem(
+                Problem::RepeatedKey,
+                "the claim met several rows of the source with this invoice_id",
+            ))
+            .map_err(|p| (p, reported.insert(row.id)))
+        } else {
+            problems::check(row.source).map_err(|p| (p, true))
+        };
+        match checked {
+            Ok((invoice, customer)) => batch.push(Claimed {
+                id: row.id,
+                attempts: row.attempts,
+                period: row.period,
+                invoice,
+                customer,
+                thread: row.thread,
+                stored_message_id: row.message_id,
+            }),
+            Err((problem, first)) => {
+                if first {
+                    c.p().problem(problem);
+                }
+                dropped = dropped.saturating_add(1);
+            }
+        }
+    }
+    c.p().bound().release(dropped);
+    match suppress(c, batch).await {
+        Ok(batch) => Ok(batch),
+        Err((e, unsent)) => {
+            // Never sent: the end of the run returns them.
+            c.p().bound().release(unsent);
+            Err(db_err("reading the suppression list")(e))
+        }
+    }
+}
+
+/// Looks the batch's recipients up in the suppression list (one
+/// statement) and returns the rows to send, each addressed to its
+/// recipients that are not suppressed. Rows with none left are recorded
+/// `skipped` (sent to the record stage, which frees their room). On error,
+/// the number of rows dropped with it.
+async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sqlx::Error, usize)> {
+    let recipients: Vec<Vec<String>> = batch
+        .iter()
+        .map(|row| {
+            // The row passed its checks, so its cell parses.
+            parse_recipients(&row.customer.email)
+                .map(|list| list.iter().map(ToString::to_string).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    let mut asked: Vec<String> = recipients.iter().flatten().cloned().collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let suppressed: HashSet<String> = db::suppressions::suppressed_among(&c.p().ctx().db, &asked)
+        .await
+        .map_err(|e| (e, batch.len()))?
+        .into_iter()
+        .collect();
+    if suppressed.is_empty() {
+        return Ok(batch);
+    }
+    let mut to_send = Vec::with_capacity(batch.len());
+    for (mut row, addresses) in batch.into_iter().zip(recipients) {
+        let kept: Vec<String> = addresses
+            .iter()
+            .filter(|a| !suppressed.contains(*a))
+            .cloned()
+            .collect();
+        if kept.len() == addresses.len() {
+            to_send.push(row);
+        } else if kept.is_empty() {
+            tracing::info!(invoice_id = %row.invoice.id, period = %row.period, "every recipient is suppressed; reminder skipped");
+            let skipped = Attempted {
+                id: row.id,
+                invoice: row.invoice.id,
+                period: row.period,
+                attempts_before: row.attempts,
+                message_id: row.stored_message_id.unwrap_or_default(),
+                delivery: Delivery::Skipped {
+                    reason: SkipReason::Suppressed,
+                },
+            };
+            if c.skipped().send(vec![skipped]).await.is_err() {
+                // The record stage is gone: the end of the run returns it.
+                c.p().bound().release(1);
+            }
+        } else {
+            tracing::debug!(
+                invoice_id = %row.invoice.id,
+                left_out = addresses.len().saturating_sub(kept.len()),
+                "suppressed recipients left out of To"
+            );
+            row.customer.email = kept.join(", ");
+            to_send.push(row);
+        }
+    }
+    Ok(to_send)
+}
+
+/// Passes `letters` to the marker; false if it is gone (the rows, never
+/// marked, are returned at the end of the run).
+pub(super) async fn pass_on(
+    c: &Claiming,
+    batches: &mpsc::Sender<Batch>,
+    letters: Vec<Letter>,
+) -> bool {
+    if letters.is_empty() {
+        return true;
+    }
+    match batches.send(letters).await {
+        Ok(()) => true,
+        Err(gone) => {
+            c.p()
+                .bound()
+                .release(gone.0.iter().map(|l| l.rows.len()).sum());
+            false
+        }
+    }
+}
