@@ -17,11 +17,13 @@ use chrono::NaiveDate;
 
 use super::{UsageError, db_failed, exit};
 use crate::config::Settings;
+use crate::db::customers::Retries;
+use crate::db::owing::Today;
 use crate::db::reminders::Backoff;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
 
-pub use decide::{Facts, Rules, decide, instant};
+pub use decide::{CustomerPlace, Facts, Rules, decide, instant};
 pub use report::{
     Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
 };
@@ -87,14 +89,17 @@ pub async fn explain_invoice(
         && recipients
             .iter()
             .all(|a| suppressed.iter().any(|s| s.address.eq_ignore_ascii_case(a)));
-    let customer_last = match (settings.reminders.group_by, sources.as_slice()) {
+    let (customer_last, customer_place) = match (settings.reminders.group_by, sources.as_slice()) {
         (crate::config::GroupBy::Customer, [one]) => match &one.row.customer_id {
-            Some(customer) => db::explain::customer_last_reminder(db, customer, id, tz)
-                .await
-                .map_err(db_failed("failed to read the customer's reminders"))?,
-            None => None,
+            Some(customer) => (
+                db::explain::customer_last_reminder(db, customer, id, tz)
+                    .await
+                    .map_err(db_failed("failed to read the customer's reminders"))?,
+                Some(customer_place(db, settings, today, customer, id).await?),
+            ),
+            None => (None, None),
         },
-        _ => None,
+        _ => (None, None),
     };
     let facts = Facts {
         invoice_id: id.clone(),
@@ -105,8 +110,53 @@ pub async fn explain_invoice(
         suppressed,
         all_suppressed,
         customer_last,
+        customer_place,
     };
     Ok(decide(facts, rules(settings)))
+}
+
+/// Customer mode: where invoice `id` stands in what `customer` gets from
+/// the next ticks, chosen by the tick's own rule (`tick::statements`) from
+/// the rows the tick would read.
+async fn customer_place(
+    db: &Db,
+    settings: &Settings,
+    today: NaiveDate,
+    customer: &str,
+    id: &InvoiceId,
+) -> anyhow::Result<CustomerPlace> {
+    let rows = db::customers::fetch_whole_customer(
+        db,
+        &Today::from_settings(settings, today),
+        &Retries::from_settings(&settings.reminders, 0),
+        customer,
+        settings.reminders.batch_size,
+    )
+    .await
+    .map_err(db_failed("failed to read the customer's invoices"))?;
+    let suppressed = crate::tick::suppressed_addresses(
+        db,
+        rows.iter().filter_map(|r| r.row.customer_email.as_deref()),
+    )
+    .await
+    .map_err(db_failed("failed to read the suppression list"))?;
+    let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
+    let chosen = crate::tick::statements(rows, per_mail, &suppressed, today, &mut |_| {});
+    if chosen.waiting.iter().any(|c| c == customer) {
+        return Ok(CustomerPlace::WaitsForRetry);
+    }
+    for statement in &chosen.statements {
+        if statement.letter.iter().any(|p| p.key == *id) {
+            return Ok(CustomerPlace::Next);
+        }
+        if let Some(at) = statement.later.iter().position(|k| k == id) {
+            return Ok(CustomerPlace::Later {
+                ahead: statement.letter.len().saturating_add(at),
+                per_mail,
+            });
+        }
+    }
+    Ok(CustomerPlace::Elsewhere)
 }
 
 /// `explain --raw`: the archived bytes of the invoice's latest sent

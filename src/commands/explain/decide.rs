@@ -18,7 +18,7 @@ use super::report::{
     Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
 };
 use crate::db::explain::{ReminderFacts, SourceFacts};
-use crate::domain::{InvoiceId, Problem};
+use crate::domain::{InvoiceId, Problem, SkipReason};
 use crate::problems;
 use crate::stages::{Stages, Step, shift};
 
@@ -45,8 +45,27 @@ pub struct Facts {
     /// Every recipient is suppressed (the tick records `skipped`).
     pub all_suppressed: bool,
     /// Customer mode: the latest day another invoice of the customer got a
-    /// reminder (`sent` or `sending`); the gap counts per customer.
+    /// reminder (`sent` or `sending`) that started the gap; the gap counts
+    /// per customer.
     pub customer_last: Option<NaiveDate>,
+    /// Customer mode: where the invoice stands in what its customer gets
+    /// next, as the tick chooses it.
+    pub customer_place: Option<CustomerPlace>,
+}
+
+/// Customer mode: where an invoice stands in its customer's mail today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CustomerPlace {
+    /// The next tick's statement lists it.
+    Next,
+    /// The next statement is full: `ahead` invoices come first, this one
+    /// goes in a later statement today.
+    Later { ahead: usize, per_mail: usize },
+    /// A failed statement of the customer waits for its backoff.
+    WaitsForRetry,
+    /// The tick would not mail it (a source problem, the gap, ...): the
+    /// other facts say why.
+    Elsewhere,
 }
 
 /// One invoice's facts, read for one day.
@@ -73,6 +92,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         suppressed,
         all_suppressed,
         customer_last,
+        customer_place,
     } = facts;
     let rows: Vec<ReminderView> = reminders
         .into_iter()
@@ -158,6 +178,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         ),
     };
     let verdict = suppressed_verdict(verdict, all_suppressed, due_step, &rows);
+    let verdict = customer_verdict(verdict, customer_place);
     (explained.reason, explained.reason_detail, explained.until) = verdict;
     explained.reminders = rows;
     explained
@@ -174,8 +195,11 @@ fn suppressed_verdict(
     rows: &[ReminderView],
 ) -> Verdict {
     let skipped_today = due_step.is_some_and(|step| {
-        rows.iter()
-            .any(|r| r.row.step == step.key && r.state == RowState::Skipped)
+        rows.iter().any(|r| {
+            r.row.step == step.key
+                && r.state == RowState::Skipped
+                && r.row.last_error.as_deref() == Some(SkipReason::Suppressed.label())
+        })
     });
     let would_send = matches!(
         verdict.0,
@@ -186,6 +210,29 @@ fn suppressed_verdict(
         _ if skipped_today || (all_suppressed && would_send) => (
             Reason::Suppressed,
             "every recipient is on the suppression list (`suppress list`): no reminder goes to this invoice until one is removed".into(),
+            None,
+        ),
+        _ => verdict,
+    }
+}
+
+/// Customer mode: an invoice the tick would claim today goes in the next
+/// statement only if its customer's choice puts it there.
+fn customer_verdict(verdict: Verdict, place: Option<CustomerPlace>) -> Verdict {
+    if verdict.0 != Reason::WillSendToday {
+        return verdict;
+    }
+    match place {
+        Some(CustomerPlace::Later { ahead, per_mail }) => (
+            Reason::LaterStatement,
+            format!(
+                "the customer's next statement is full (reminders.max_invoices_per_mail = {per_mail}) with {ahead} older invoice(s): this one goes in a later statement today, one a tick"
+            ),
+            None,
+        ),
+        Some(CustomerPlace::WaitsForRetry) => (
+            Reason::WaitsForRetry,
+            "a failed statement of this customer is retried once its backoff is over, and this invoice goes out with it".into(),
             None,
         ),
         _ => verdict,
@@ -337,6 +384,21 @@ impl Day<'_> {
         if let Some(r) = row {
             let run = run_of(&r.row);
             match r.state {
+                RowState::Skipped
+                    if r.row
+                        .last_error
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with("superseded")) =>
+                {
+                    return (
+                        Reason::Superseded,
+                        format!(
+                            "today's due step {key} was recorded skipped: {}",
+                            r.row.last_error.as_deref().unwrap_or_default()
+                        ),
+                        None,
+                    );
+                }
                 RowState::Sent => {
                     let when = r
                         .row

@@ -39,6 +39,12 @@ pub enum Reason {
     BackoffUntil,
     /// A reminder within `reminders.min_days_between` days.
     MinGapUntil,
+    /// Customer mode: the customer's next statement is full
+    /// (`max_invoices_per_mail`); this invoice goes in a later one today.
+    LaterStatement,
+    /// Customer mode: a failed statement of the customer waits for its
+    /// backoff, and everything new goes out with it.
+    WaitsForRetry,
     WillSendToday,
 }
 
@@ -58,6 +64,8 @@ impl Reason {
             Self::Superseded => "superseded",
             Self::BackoffUntil => "backoff_until",
             Self::MinGapUntil => "min_gap_until",
+            Self::LaterStatement => "later_statement",
+            Self::WaitsForRetry => "waits_for_retry",
             Self::WillSendToday => "will_send_today",
         }
     }

@@ -115,6 +115,8 @@ pub struct Statement {
     /// The customer has more to mail than this statement lists: the rest
     /// goes on the next tick (`reminders.continued`).
     pub continued: bool,
+    /// Those rows' keys, oldest due date first (not claimed now).
+    pub later: Vec<InvoiceId>,
 }
 
 impl Statement {
@@ -285,6 +287,7 @@ fn one_customer(
         skipped: skipped.into_iter().map(Fit::pick).collect(),
         resend_of,
         continued: !rest.is_empty(),
+        later: rest.into_iter().map(|f| f.key).collect(),
     };
     if statement.rows() == 0 {
         return Choice::Nothing;

@@ -93,6 +93,14 @@ fn row(step: &str, status: &str, age: u64) -> ReminderFacts {
 }
 
 fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explained {
+    decided_in(sources, reminders, None)
+}
+
+fn decided_in(
+    sources: Vec<SourceFacts>,
+    reminders: Vec<ReminderFacts>,
+    customer_place: Option<CustomerPlace>,
+) -> Explained {
     let stages = stages();
     decide(
         Facts {
@@ -104,6 +112,7 @@ fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explaine
             suppressed: Vec::new(),
             all_suppressed: false,
             customer_last: None,
+            customer_place,
         },
         Rules {
             stages: &stages,
@@ -256,6 +265,7 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
             suppressed: Vec::new(),
             all_suppressed: false,
             customer_last: None,
+            customer_place: None,
         },
         Rules {
             stages: &stages,
@@ -292,5 +302,54 @@ fn reasons_serialize_as_their_labels() {
     assert_eq!(
         serde_json::to_value(Unusable::NotInSource).ok(),
         Some(serde_json::Value::from("not_in_source"))
+    );
+}
+
+#[test]
+fn in_customer_mode_will_send_today_only_for_an_invoice_the_next_statement_lists() {
+    let next_one = decided_in(vec![source(10)], vec![], Some(CustomerPlace::Next));
+    assert_eq!(next_one.reason, Reason::WillSendToday);
+    let later = decided_in(
+        vec![source(10)],
+        vec![],
+        Some(CustomerPlace::Later {
+            ahead: 2,
+            per_mail: 2,
+        }),
+    );
+    assert_eq!(later.reason, Reason::LaterStatement);
+    assert!(
+        later.reason_detail.contains("later statement today"),
+        "{}",
+        later.reason_detail
+    );
+    let waits = decided_in(vec![source(10)], vec![], Some(CustomerPlace::WaitsForRetry));
+    assert_eq!(waits.reason, Reason::WaitsForRetry);
+    // A reason that is not "will send" stays what it is.
+    let mut paid = source(10);
+    (paid.is_paid, paid.flags_owe) = (Some(true), false);
+    let e = decided_in(
+        vec![paid],
+        vec![],
+        Some(CustomerPlace::Later {
+            ahead: 1,
+            per_mail: 1,
+        }),
+    );
+    assert_eq!(e.reason, Reason::Paid);
+}
+
+#[test]
+fn a_step_recorded_superseded_says_so_and_is_not_called_suppressed() {
+    let mut skipped = row("overdue", "skipped", 1);
+    skipped.last_error = Some(
+        "superseded: reminders.min_days_between holds this step back until 2026-12-10, after its last day, 2026-12-08".into(),
+    );
+    let e = decided(vec![source(10)], vec![skipped]);
+    assert_eq!(e.reason, Reason::Superseded);
+    assert!(
+        e.reason_detail.contains("2026-12-08"),
+        "{}",
+        e.reason_detail
     );
 }

@@ -1,6 +1,16 @@
 //! One mail per customer (`reminders.group_by = "customer"`): every
 //! invoice of a customer that owes a step today in one statement, each
-//! (invoice, step) still claimed and recorded once.
+//! (invoice, step) still claimed and recorded once. The files beside this
+//! one prove the promises it shares with invoice mode: rows that cannot be
+//! mailed hold nothing back (`clean_rows`), the operator is told the
+//! Message-ID that was sent (`message_ids`), what does not fit goes on the
+//! next tick and retries go with new steps (`rounds`), and nothing never
+//! sent is left unknown (`unsent`).
+
+mod clean_rows;
+mod message_ids;
+mod rounds;
+mod unsent;
 
 use invoice_reminder::tick::run_tick;
 use sqlx::PgPool;
