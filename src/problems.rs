@@ -46,6 +46,15 @@ pub fn check(row: SourceRow) -> Result<(Invoice, Customer), SourceProblem> {
     Ok((invoice, customer))
 }
 
+/// Customer mode: a row without a customer, which no statement can list
+/// (`reminders.group_by = "customer"`).
+pub fn without_customer(row: &SourceRow) -> SourceProblem {
+    row.problem(
+        Problem::MissingField,
+        "customer_id is NULL (reminders.group_by = \"customer\")",
+    )
+}
+
 /// One problem per key among `rows`, the rows a claim found sharing their
 /// key with others (each names how many rows carry it).
 pub fn repeated_keys(rows: &[SourceRow]) -> Vec<SourceProblem> {
@@ -132,7 +141,10 @@ impl Tally {
 /// Checks `rows` (each with how many source rows carry its key) as the
 /// operator's listings do: one problem per repeated key, one per other
 /// bad row. Returns the problems found, in the rows' order.
-pub fn list(rows: impl IntoIterator<Item = (SourceRow, i64)>) -> Vec<SourceProblem> {
+pub fn list(
+    rows: impl IntoIterator<Item = (SourceRow, i64)>,
+    by_customer: bool,
+) -> Vec<SourceProblem> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
     for (row, copies) in rows {
@@ -147,6 +159,10 @@ pub fn list(rows: impl IntoIterator<Item = (SourceRow, i64)>) -> Vec<SourceProbl
                     format!("{n} rows of the source have this invoice_id"),
                 ));
             }
+            continue;
+        }
+        if by_customer && row.customer_id.is_none() {
+            found.push(without_customer(&row));
             continue;
         }
         if let Err(problem) = check(row) {
@@ -214,13 +230,28 @@ mod tests {
 
     #[test]
     fn listings_name_a_repeated_key_once() {
-        let found = list([
-            (row(Some("7")), 2),
-            (row(Some("7")), 2),
-            (row(None), 0),
-            (row(Some("8")), 1),
-        ]);
+        let found = list(
+            [
+                (row(Some("7")), 2),
+                (row(Some("7")), 2),
+                (row(None), 0),
+                (row(Some("8")), 1),
+            ],
+            false,
+        );
         let kinds: Vec<Problem> = found.iter().map(|p| p.problem).collect();
         assert_eq!(kinds, [Problem::RepeatedKey, Problem::NullKey]);
+    }
+
+    #[test]
+    fn in_customer_mode_a_listing_names_a_row_without_a_customer() {
+        let mut with = row(Some("9"));
+        with.customer_id = Some("c".into());
+        let found = list([(row(Some("8")), 1), (with, 1)], true);
+        let details: Vec<&str> = found.iter().map(|p| p.detail.as_str()).collect();
+        assert_eq!(
+            details,
+            ["customer_id is NULL (reminders.group_by = \"customer\")"]
+        );
     }
 }

@@ -86,7 +86,10 @@ pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Su
     let owing = Today::from_settings(settings, today);
     let listing = db::owed::owed_listing(db, &owing, reminders.max_attempts, ROWS_CHECKED).await?;
     let rows_checked = listing.rows.len();
-    let mut found = problems::list(listing.rows.iter().map(|r| (r.row.clone(), r.copies)));
+    let mut found = problems::list(
+        listing.rows.iter().map(|r| (r.row.clone(), r.copies)),
+        db.names().reads_customer(),
+    );
     if let Some(due_by) = owing.due_by() {
         let unusable = db::owed::unusable_rows(db, due_by, UNUSABLE_CHECKED).await?;
         // NULL keys among the owed rows were found above already.

@@ -159,13 +159,22 @@ pub enum GroupBy {
     Customer,
 }
 
+impl GroupBy {
+    /// Mails are statements (a template and a source column of their
+    /// own): the source's `customer_id` is read, and the `statement`
+    /// template must exist.
+    pub fn statements(self) -> bool {
+        self == Self::Customer
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReminderSettings {
     /// One mail per invoice (default) or per customer.
     pub group_by: GroupBy,
     /// Customer mode: at most this many invoices in one mail, oldest due
-    /// date first; the rest wait for the next tick.
+    /// date first; the rest go on the next tick.
     pub max_invoices_per_mail: u32,
     /// `[[reminders.stages]]`: what is sent when (see `crate::stages`).
     #[serde(deserialize_with = "types::stages")]

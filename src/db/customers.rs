@@ -70,8 +70,10 @@ pub enum Owes {
         id: ReminderId,
         message_id: Option<String>,
     },
-    /// A `failed` row of its due step whose backoff is not over: its
-    /// customer waits, so the retry and anything new go out together.
+    /// A `failed` row of its due step whose backoff is not over, or a
+    /// claim of another run that never started it (returned once that run
+    /// is over): its customer waits, so that row and anything new go out
+    /// together.
     Waiting,
     /// Its due step, but the gap holds it back until this day.
     Held(NaiveDate),
@@ -152,12 +154,14 @@ macro_rules! customer_read {
             in_window!("s"),
             " LIMIT 1) w ON TRUE",
             " LEFT JOIN LATERAL (SELECT r.id, r.status, r.attempts, r.run_id, r.message_id,",
-            " r.last_attempt_at FROM {ir}.reminders r",
+            " r.last_attempt_at, r.started_at FROM {ir}.reminders r",
             " WHERE r.invoice_id = s.invoice_id::text AND r.period = w.key OFFSET 0) r ON TRUE",
             " CROSS JOIN LATERAL (SELECT CASE",
             " WHEN w.key IS NULL OR NOT (",
             owes_flags!("s"),
             ") THEN NULL",
+            " WHEN r.status = 'sending' AND r.started_at IS NULL AND r.run_id IS DISTINCT FROM $run_id",
+            " THEN 'waiting'",
             " WHEN r.id IS NOT NULL AND NOT (r.status = 'failed' AND r.attempts < $max_attempts",
             " AND r.run_id IS DISTINCT FROM $run_id) THEN NULL",
             " WHEN NOT (",

@@ -520,8 +520,9 @@ pub struct Superseded {
 }
 
 /// Records `steps` `skipped` (each step of its invoice at most once, under
-/// UNIQUE (invoice_id, period)), for run `run_id`; with a `fence`, only if
-/// no newer lock holder has written. Returns how many were recorded.
+/// UNIQUE (invoice_id, period); a key on several source rows never), for
+/// run `run_id`; with a `fence`, only if no newer lock holder has written.
+/// Returns how many were recorded.
 pub async fn record_superseded(
     db: &Db,
     steps: &[Superseded],
@@ -539,6 +540,7 @@ pub async fn record_superseded(
             "INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id, last_error)
              SELECT u.k, u.p, 'skipped', $5, $6, u.c, u.e
                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(k, p, c, e)
+              WHERE (SELECT count(*) FROM {src} s WHERE s.invoice_id::text = u.k) = 1
               ORDER BY u.k
              ON CONFLICT (invoice_id, period) DO NOTHING",
         ))

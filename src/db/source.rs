@@ -187,12 +187,12 @@ pub const CUSTOMER_COLUMN: ContractColumn = ContractColumn {
     meaning: "your key for the customer; with reminders.group_by = \"customer\" one mail lists every invoice of one customer_id",
 };
 
-/// Checks `found` against the contract, and (`by_customer`) customer
+/// Checks `found` against the contract, and (`customer_column`) customer
 /// mode's `customer_id`: the amount column it has, or the first problem,
 /// in one line naming the column.
-pub fn verify_for(found: &[FoundColumn], by_customer: bool) -> Result<AmountColumn, String> {
+pub fn verify_for(found: &[FoundColumn], customer_column: bool) -> Result<AmountColumn, String> {
     let amount = verify(found)?;
-    if by_customer {
+    if customer_column {
         let col = &CUSTOMER_COLUMN;
         match found.iter().find(|c| c.name == col.name) {
             None => {

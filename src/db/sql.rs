@@ -50,10 +50,10 @@ pub struct Names {
     source: RelationName,
     source_sql: String,
     amount: OnceLock<AmountColumn>,
-    /// Customer mode (`reminders.group_by = "customer"`): statements read
-    /// the source's `customer_id`; otherwise `{customer}` is NULL, and the
-    /// source need not have the column.
-    by_customer: bool,
+    /// Statements read the source's `customer_id` (customer mode);
+    /// otherwise `{customer}` is NULL, and the source need not have the
+    /// column.
+    reads_customer: bool,
 }
 
 impl Names {
@@ -64,25 +64,25 @@ impl Names {
             source: source.clone(),
             source_sql: source.qualified(schema),
             amount: OnceLock::new(),
-            by_customer: false,
+            reads_customer: false,
         }
     }
 
-    /// The same names for customer mode: `{customer}` reads the source's
-    /// `customer_id`.
-    pub fn by_customer(mut self, on: bool) -> Self {
-        self.by_customer = on;
+    /// The same names, with `{customer}` reading the source's
+    /// `customer_id` (`on`) or NULL.
+    pub fn reading_customer(mut self, on: bool) -> Self {
+        self.reads_customer = on;
         self
     }
 
     /// Whether statements read the source's `customer_id`.
     pub fn reads_customer(&self) -> bool {
-        self.by_customer
+        self.reads_customer
     }
 
     pub fn from_settings(settings: &Settings) -> Self {
         Self::new(&settings.database.schema, &settings.source.relation)
-            .by_customer(settings.reminders.group_by == crate::config::GroupBy::Customer)
+            .reading_customer(settings.reminders.group_by.statements())
     }
 
     /// The defaults (`invoice_reminder`, `reminder_source`, `amount_minor`),
@@ -137,7 +137,7 @@ impl Names {
                 a if a.starts_with("{amount}") => (amount.select(), "{amount}".len()),
                 a if a.starts_with("{amount_value}") => (amount.value(), "{amount_value}".len()),
                 a if a.starts_with("{customer}") => (
-                    if self.by_customer {
+                    if self.reads_customer {
                         "s.customer_id::text"
                     } else {
                         "NULL::text"

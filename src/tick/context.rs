@@ -52,7 +52,7 @@ impl Context {
             &settings.company,
             &settings.reminders.stages,
         )?);
-        if settings.reminders.group_by == crate::config::GroupBy::Customer {
+        if settings.reminders.group_by.statements() {
             templates.check_statement()?;
         }
         let metrics = Metrics::default();

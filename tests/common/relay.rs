@@ -106,6 +106,45 @@ impl Relay {
         self.state.limit.store(max, Ordering::SeqCst);
     }
 
+    /// (Message-ID without angle brackets, `X-Invoice-Id`,
+    /// `X-Reminder-Period`) of each message received, headers unfolded.
+    pub fn listings(&self) -> Vec<(String, String, String)> {
+        self.state
+            .messages
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let mut headers: Vec<(String, String)> = Vec::new();
+                for line in m.lines().take_while(|l| !l.is_empty()) {
+                    if line.starts_with([' ', '\t']) {
+                        if let Some(last) = headers.last_mut() {
+                            last.1.push(' ');
+                            last.1.push_str(line.trim());
+                        }
+                    } else if let Some((name, value)) = line.split_once(':') {
+                        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+                    }
+                }
+                let h = |name: &str| {
+                    headers
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                };
+                (
+                    h("message-id")
+                        .trim_start_matches('<')
+                        .trim_end_matches('>')
+                        .to_owned(),
+                    h("x-invoice-id"),
+                    h("x-reminder-period"),
+                )
+            })
+            .collect()
+    }
+
     /// The Message-ID of each message received, in order of arrival.
     pub fn message_ids(&self) -> Vec<String> {
         self.state

@@ -26,8 +26,9 @@ use crate::config::ReminderSettings;
 use crate::db;
 use crate::db::invoices::SourceRow;
 use crate::db::reminders::StatementClaim;
-use crate::domain::{Claimed, Letter, LetterKind, Problem, SourceProblem};
+use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
 use crate::mail;
+use crate::problems;
 use crate::tick::TickError;
 use crate::tick::bounds::MarkWindow;
 use crate::tick::mark::Batch;
@@ -66,12 +67,9 @@ impl Grouping for CustomerStatements {
     }
 
     fn unmet(&self, row: &SourceRow) -> Option<SourceProblem> {
-        row.customer_id.is_none().then(|| {
-            row.problem(
-                Problem::MissingField,
-                "customer_id is NULL (reminders.group_by = \"customer\")",
-            )
-        })
+        row.customer_id
+            .is_none()
+            .then(|| problems::without_customer(row))
     }
 }
 
@@ -220,9 +218,9 @@ fn statement_claim(group: &[Statement]) -> StatementClaim {
 /// due date first, under the Message-ID of the mail it resends or a new
 /// one.
 fn letters(c: &Claiming, group: &[Statement], rows: Vec<Claimed>) -> Vec<Letter> {
-    let mut by_customer: HashMap<String, Vec<Claimed>> = HashMap::new();
+    let mut rows_of: HashMap<String, Vec<Claimed>> = HashMap::new();
     for row in rows {
-        by_customer
+        rows_of
             .entry(row.customer.id.clone().unwrap_or_default())
             .or_default()
             .push(row);
@@ -230,7 +228,7 @@ fn letters(c: &Claiming, group: &[Statement], rows: Vec<Claimed>) -> Vec<Letter>
     let domain = &c.p().ctx().settings.smtp.message_id_domain;
     let mut letters = Vec::with_capacity(group.len());
     for s in group {
-        let Some(mut rows) = by_customer.remove(&s.customer) else {
+        let Some(mut rows) = rows_of.remove(&s.customer) else {
             continue;
         };
         rows.sort_by(|a, b| {

@@ -7,7 +7,7 @@
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
-use super::choose::{invoice_keys, last_day, superseded};
+use super::choose::{invoice_keys, superseded_of_page};
 use super::claiming::Claiming;
 use super::grouping::Grouping;
 use super::hand_on::{pass_on, screen};
@@ -105,17 +105,13 @@ async fn claim_window(
         };
         after = Some(last);
         let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
-        let today = c.today().date;
-        let superseded_steps: Vec<_> = page
-            .held
-            .iter()
-            .filter_map(|(row, until)| {
-                let last = row
-                    .due_date
-                    .and_then(|due| last_day(today, window.due_from, due));
-                superseded(row, &window.step.key, last, *until)
-            })
-            .collect();
+        let superseded_steps = superseded_of_page(
+            &page.held,
+            &window.step.key,
+            window.due_from,
+            c.today().date,
+            &mut |p| c.p().problem(p),
+        );
         if !c.record_superseded(&superseded_steps).await? {
             return Ok(false);
         }

@@ -5,9 +5,10 @@
 //! and holds nothing back.** A key on several rows, a row that fails its
 //! check (`problems::check`) is reported and left out before anything is
 //! counted; a row whose every address is suppressed is claimed (to be
-//! recorded `skipped`) but takes no place in a mail; a row the gap holds
-//! back is left for a later tick, or, when the gap lasts past the last day
-//! of its step's window, recorded `superseded` (never silently skipped).
+//! recorded `skipped`) but takes no place in a mail; a sound row the gap
+//! holds back is left for a later tick, or, when the gap lasts past the
+//! last day of its step's window, recorded `superseded` (never silently
+//! skipped).
 //! So a customer's clean invoices are always the ones its mail lists.
 
 use std::collections::HashSet;
@@ -71,6 +72,30 @@ pub(super) fn last_day(
 ) -> Option<NaiveDate> {
     let from = step_from?;
     Some(shift(today, due.signed_duration_since(from).num_days()))
+}
+
+/// Invoice mode: the held rows of a page whose step the gap holds back
+/// past its window (`window_from`: the window's `due_from` today), as
+/// superseded; a held row with a problem is reported instead.
+pub(super) fn superseded_of_page(
+    held: &[(SourceRow, NaiveDate)],
+    step: &str,
+    window_from: Option<NaiveDate>,
+    today: NaiveDate,
+    problem: &mut impl FnMut(SourceProblem),
+) -> Vec<Superseded> {
+    let mut steps = Vec::new();
+    for (row, until) in held {
+        if let Err(p) = problems::check(row.clone()) {
+            problem(p);
+            continue;
+        }
+        let last = row
+            .due_date
+            .and_then(|due| last_day(today, window_from, due));
+        steps.extend(superseded(row, step, last, *until));
+    }
+    steps
 }
 
 /// A step held back by the gap until `gap_until`, as superseded if that is
@@ -215,17 +240,6 @@ fn one_customer(
     let mut fit = Vec::new();
     let mut taken = HashSet::new();
     for r in rows {
-        let owes = match r.owes {
-            Owes::Held(until) => {
-                let last = r
-                    .row
-                    .due_date
-                    .and_then(|due| last_day(today, r.step_from, due));
-                superseded_steps.extend(superseded(&r.row, &r.step, last, until));
-                continue;
-            }
-            owes => owes,
-        };
         if r.copies > 1 {
             problem(r.row.problem(
                 Problem::RepeatedKey,
@@ -239,6 +253,17 @@ fn one_customer(
                 problem(p);
                 continue;
             }
+        };
+        let owes = match r.owes {
+            Owes::Held(until) => {
+                let last = r
+                    .row
+                    .due_date
+                    .and_then(|due| last_day(today, r.step_from, due));
+                superseded_steps.extend(superseded(&r.row, &r.step, last, until));
+                continue;
+            }
+            owes => owes,
         };
         let Some(key) = r.row.invoice_id.clone() else {
             continue;

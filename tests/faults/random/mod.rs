@@ -1,32 +1,41 @@
 //! The promise under random input and random faults. Each seed draws a
 //! source view (`source`: repeated keys, NULLs, odd column types, long and
 //! unicode names with CR/LF, large amounts, JPY/EUR/KWD in any case,
-//! several addresses in one cell) and a list of ticks, each a `run-once`
-//! process with at most one fault (`ticks`: SIGKILL mid-tick, 4xx replies,
-//! a relay refusing extra connections with 421, the database path cut,
-//! stalled or down). Then the operator settles the unknown deliveries
-//! (`operator`: `resolve`, by the Message-IDs the servers received) and
-//! runs clean ticks until nothing is claimed, and the promise is checked:
+//! several addresses in one cell; in customer mode also customers with
+//! many invoices across several steps, customers whose every address is
+//! suppressed, valid rows without a customer) and a list of ticks, each a
+//! `run-once` process with at most one fault (`ticks`: SIGKILL mid-tick,
+//! 4xx replies, a relay refusing extra connections with 421, the database
+//! path cut, stalled or down). Then the operator settles the unknown
+//! deliveries (`operator`: `resolve`, by the Message-IDs the servers
+//! received) and runs clean ticks until nothing is claimed, and the
+//! promise is checked:
 //!
 //! - no Message-ID reached the SMTP servers twice;
 //! - no process panicked or crashed;
 //! - every valid owed (invoice, step) was mailed exactly once, and nothing
-//!   else was mailed;
+//!   else was mailed (customer mode: listed once across the statements;
+//!   a suppressed customer's steps recorded `skipped`; no customer mailed
+//!   twice within `min_days_between` but for a statement's continuation);
+//! - an unknown delivery whose mail never reached a server comes only from
+//!   a run that was killed or lost its database until it exited;
 //! - every invalid row is reported with its problem (`audit --json`, and
 //!   the last tick's `job_runs.source_problems`), and no valid row is.
 //!
-//! CI runs three seeds. The soak runs many (FUZZ_SEEDS, 200 by default,
-//! from FUZZ_FIRST_SEED or a printed random one; ~10 s a seed here):
+//! CI runs three seeds of each grouping. The soak runs many (FUZZ_SEEDS,
+//! 200 by default, from FUZZ_FIRST_SEED or a printed random one; ~10 s a
+//! seed here), and `scripts/fuzz.sh` replays one:
 //!
 //! ```text
-//! FUZZ_SEEDS=200 cargo nextest run --test faults --run-ignored only fuzz_many
+//! scripts/fuzz.sh --seed 17 --grouping customer        # one seed
+//! scripts/fuzz.sh --seeds 200 --grouping customer      # before a release
 //! FUZZ_FIRST_SEED=500 FUZZ_SEEDS=20 cargo nextest run --test faults --run-ignored only fuzz_many
-//! FUZZ_SEED=17 cargo nextest run --test faults -E 'test(/random::random_sources/)'  # one seed
 //! ```
 //!
 //! Every failure message starts with the seed and what happened so far; a
 //! failure elsewhere (a helper's timeout) prints the seed as it unwinds.
 
+mod customers;
 mod operator;
 mod rng;
 mod rows;
@@ -45,6 +54,13 @@ use ticks::{Fault, Lab, vars};
 /// The seeds CI runs (each covers every kind of fault; see `Fault::plan`).
 const CI_SEEDS: [u64; 3] = [1, 2, 3];
 
+/// How the seed's reminders are grouped into mails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    Invoice,
+    Customer,
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.trim().parse().ok())
 }
@@ -52,11 +68,21 @@ fn env_u64(name: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sources_under_random_faults_mail_each_valid_reminder_once_and_report_each_bad_row()
 {
+    run_seeds(Grouping::Invoice).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_customer_sources_under_random_faults_mail_each_clean_step_once_in_statements() {
+    run_seeds(Grouping::Customer).await;
+}
+
+/// `FUZZ_SEED`, or the CI seeds.
+async fn run_seeds(grouping: Grouping) {
     match env_u64("FUZZ_SEED") {
-        Some(seed) => run_seed(seed).await,
+        Some(seed) => run_seed(seed, grouping).await,
         None => {
             for seed in CI_SEEDS {
-                run_seed(seed).await;
+                run_seed(seed, grouping).await;
             }
         }
     }
@@ -65,9 +91,19 @@ async fn random_sources_under_random_faults_mail_each_valid_reminder_once_and_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: minutes long; run with --run-ignored only"]
 async fn fuzz_many_seeds_of_random_sources_under_random_faults() {
+    soak(Grouping::Invoice).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: minutes long; run with --run-ignored only"]
+async fn fuzz_many_seeds_of_random_customer_sources_under_random_faults() {
+    soak(Grouping::Customer).await;
+}
+
+async fn soak(grouping: Grouping) {
     let seeds = env_u64("FUZZ_SEEDS").unwrap_or(200);
     if let Some(seed) = env_u64("FUZZ_SEED") {
-        return run_seed(seed).await;
+        return run_seed(seed, grouping).await;
     }
     let first = env_u64("FUZZ_FIRST_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -75,18 +111,18 @@ async fn fuzz_many_seeds_of_random_sources_under_random_faults() {
             .map(|d| d.as_secs())
             .unwrap_or(1)
     });
-    println!("fuzz soak: seeds {first}..{}", first + seeds);
+    println!("fuzz soak ({grouping:?}): seeds {first}..{}", first + seeds);
     for seed in first..first + seeds {
-        run_seed(seed).await;
+        run_seed(seed, grouping).await;
     }
 }
 
 /// One seed, from a fresh world; again if the date changed meanwhile (the
 /// expected steps are those of the day the seed started).
-async fn run_seed(seed: u64) {
-    let _named = NameOnFailure(seed);
+async fn run_seed(seed: u64, grouping: Grouping) {
+    let _named = NameOnFailure(seed, grouping);
     for _ in 0..3 {
-        if try_seed(seed).await {
+        if try_seed(seed, grouping).await {
             return;
         }
     }
@@ -94,17 +130,27 @@ async fn run_seed(seed: u64) {
 }
 
 /// Prints the seed if the test fails while it runs.
-struct NameOnFailure(u64);
+struct NameOnFailure(u64, Grouping);
 
 impl Drop for NameOnFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "random: seed {seed} failed (rerun: FUZZ_SEED={seed} cargo nextest run --test faults -E 'test(/random::random_sources/)')",
+                "random: seed {seed} failed (rerun: {})",
+                rerun(self.0, self.1),
                 seed = self.0
             );
         }
     }
+}
+
+/// The command that replays `seed`.
+pub fn rerun(seed: u64, grouping: Grouping) -> String {
+    let mode = match grouping {
+        Grouping::Invoice => "invoice",
+        Grouping::Customer => "customer",
+    };
+    format!("scripts/fuzz.sh --seed {seed} --grouping {mode}")
 }
 
 async fn today(world: &World) -> chrono::NaiveDate {
@@ -114,19 +160,41 @@ async fn today(world: &World) -> chrono::NaiveDate {
 }
 
 /// Runs `seed`; false if the date changed before it was checked.
-async fn try_seed(seed: u64) -> bool {
+async fn try_seed(seed: u64, grouping: Grouping) -> bool {
     let mut rng = Rng::new(seed);
     let backend = *rng.pick(&[Backend::Redis, Backend::Postgres]);
     let mut world = World::new().await;
     harness::fast_replicas(&mut world);
     backend.configure(&mut world);
+    let by_customer = grouping == Grouping::Customer;
+    let mut shape_of_mail = String::new();
+    if by_customer {
+        let per_mail = *rng.pick(&[1u32, 2, 3, 50]);
+        let gap = rng.range(0, 2);
+        world
+            .set("reminders.group_by", "customer")
+            .set("reminders.max_invoices_per_mail", per_mail)
+            .set("reminders.min_days_between", gap)
+            .set("reminders.retry_backoff", "1s");
+        shape_of_mail = format!(", max_invoices_per_mail {per_mail}, min_days_between {gap}");
+    }
     let today_then = today(&world).await;
-    let source = source::generate(&mut rng, today_then, &world.settings());
+    let source = source::generate(&mut rng, today_then, &world.settings(), by_customer);
     sqlx::raw_sql(sqlx::AssertSqlSafe(source.shape.ddl()))
         .execute(world.pool())
         .await
         .unwrap_or_else(|e| panic!("seed {seed}: the view of {:?}: {e}", source.shape));
     source::insert(world.pool(), &source.rows).await;
+    for address in &source.expected.suppress {
+        sqlx::query(
+            "INSERT INTO suppressions (address, reason, source) VALUES ($1, 'fuzz', 'cli')
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(address)
+        .execute(world.pool())
+        .await
+        .expect("suppress");
+    }
     let batch_size = *rng.pick(&[1u32, 2, 3, 5, 7, 50, 500]);
     let concurrency = rng.range(1, 4);
     world
@@ -140,14 +208,16 @@ async fn try_seed(seed: u64) -> bool {
     let plan = Fault::plan(&mut rng);
     let expected = &source.expected;
     // Work left for every fault tick.
-    let per_tick = (expected.mails.len() / plan.len()).max(3).to_string();
+    let per_tick = (expected.owed.len() / plan.len()).max(3).to_string();
 
-    let mut lab = Lab::new(seed, &world, backend, SmtpMode::Delay(delay));
+    let mut lab = Lab::new(seed, grouping, &world, backend, SmtpMode::Delay(delay));
     lab.note(format!(
-        "{} rows ({} owed, {} quiet, {} problems), view {:?}, lock {}, batch_size {batch_size}, \
-         send_concurrency {concurrency}, sink delay {delay:?}, max_per_tick {per_tick}",
+        "{grouping:?} mode, {} rows ({} owed, {} suppressed, {} quiet, {} problems), view {:?}, lock {}, \
+         batch_size {batch_size}, send_concurrency {concurrency}, sink delay {delay:?}, \
+         max_per_tick {per_tick}{shape_of_mail}",
         source.rows.len(),
-        expected.mails.len(),
+        expected.owed.len(),
+        expected.suppressed.len(),
         expected.quiet.len(),
         expected.problems.len(),
         source.shape,
@@ -186,7 +256,11 @@ async fn try_seed(seed: u64) -> bool {
     if today(&world).await != today_then {
         return false;
     }
-    check_promise(&lab, expected).await;
+    match grouping {
+        Grouping::Invoice => check_promise(&lab, expected).await,
+        Grouping::Customer => customers::check_promise(&lab, expected).await,
+    }
+    check_problems(&lab, expected).await;
     println!("{}", lab.context());
     true
 }
@@ -242,6 +316,23 @@ async fn check_promise(lab: &Lab<'_>, expected: &Expected) {
         "{context}\nvalid owed reminders never mailed: {missing:?}"
     );
 
+    let statuses: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
+            .fetch_all(lab.world.pool())
+            .await
+            .expect("statuses");
+    assert_eq!(
+        statuses,
+        vec![("sent".to_owned(), expected.mails.len() as i64)],
+        "{context}\nreminders by status"
+    );
+}
+
+/// Every invalid row is reported with its problem, by audit and by the
+/// last tick, and no valid row is.
+async fn check_problems(lab: &Lab<'_>, expected: &Expected) {
+    let context = lab.context();
+    let report = lab.audit().await;
     let reported: BTreeSet<(Named, String)> = report["source_problems"]
         .as_array()
         .expect("source_problems")
@@ -281,15 +372,5 @@ async fn check_promise(lab: &Lab<'_>, expected: &Expected) {
         counted as usize,
         wanted.len(),
         "{context}\nthe last tick's job_runs.source_problems"
-    );
-    let statuses: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, count(*) FROM reminders GROUP BY status ORDER BY status")
-            .fetch_all(lab.world.pool())
-            .await
-            .expect("statuses");
-    assert_eq!(
-        statuses,
-        vec![("sent".to_owned(), expected.mails.len() as i64)],
-        "{context}\nreminders by status"
     );
 }

@@ -47,28 +47,37 @@ impl Lab<'_> {
         report
     }
 
-    /// What an operator does with unknown deliveries: looks each
+    /// What an operator does with unknown deliveries: looks each mail's
     /// Message-ID up in the servers' logs, then `resolve --sent` what went
-    /// out and `resolve --resend` what did not.
+    /// out and `resolve --resend` what did not (one reminder of a mail
+    /// settles all of it). A mail that never reached a server must come
+    /// from a run that was killed or lost its database until it exited:
+    /// any other run returns what it never sent.
     pub async fn settle_unknown(&mut self) {
         self.wait_until_quiet().await;
         let report = self.audit().await;
         let received = self.message_ids();
         let (mut sent, mut resend) = (Vec::new(), Vec::new());
-        for row in report["unknown"].as_array().expect("unknown list") {
-            let id = row["reminder_id"]
+        for mail in report["unknown_mails"].as_array().expect("unknown mails") {
+            let id = mail["reminder_ids"][0]
                 .as_i64()
                 .expect("reminder_id")
                 .to_string();
-            let message_id = row["message_id"].as_str().expect("message_id");
+            let message_id = mail["message_id"].as_str().expect("a stored Message-ID");
             if received.iter().any(|r| r == message_id) {
                 sent.push(id);
             } else {
+                let run = mail["run_id"].as_i64().unwrap_or_default();
+                assert!(
+                    self.may_leave_unsent.contains(&run),
+                    "{}\nrun {run}, neither killed nor cut from its database, left a mail it never sent unknown: {mail}",
+                    self.context()
+                );
                 resend.push(id);
             }
         }
         self.note(format!(
-            "operator: {} unknown, resolve --sent {sent:?} --resend {resend:?}",
+            "operator: {} unknown mail(s), resolve --sent {sent:?} --resend {resend:?}",
             sent.len() + resend.len()
         ));
         for (flag, ids) in [("--sent", &sent), ("--resend", &resend)] {

@@ -339,6 +339,7 @@ impl<'a> Generator<'a> {
             paused: *self.rng.pick(&[None, Some(false)]),
             paused_until,
             payment_url: self.payment_url(),
+            customer_id: None,
         };
         (row, age)
     }

@@ -109,13 +109,14 @@ impl Shape {
              CREATE TABLE fz.rows (
                  n serial PRIMARY KEY, invoice_id text, invoice_number text, customer_name text,
                  email text, locale text, currency text, due_date date, is_paid boolean,
-                 paused boolean, paused_until date, payment_url text, amount text);
+                 paused boolean, paused_until date, payment_url text, amount text,
+                 customer_id text);
              CREATE VIEW fz.source AS
              SELECT invoice_id::{id} AS invoice_id, invoice_number::{number} AS invoice_number,
                     customer_name::{name} AS customer_name, email::{email} AS email,
                     locale, currency::{currency} AS currency, due_date, is_paid, paused,
                     paused_until, payment_url::varchar AS payment_url,
-                    amount::{amount_type} AS {amount_column}
+                    amount::{amount_type} AS {amount_column}, customer_id
                FROM fz.rows;",
             ext = self.citext_schema,
             id = typed(self.invoice_id),
@@ -144,6 +145,8 @@ pub struct Row {
     pub paused_until: Option<NaiveDate>,
     pub payment_url: Option<String>,
     pub amount: Option<String>,
+    /// Customer mode's `customer_id` (None in invoice mode).
+    pub customer_id: Option<String>,
 }
 
 /// How audit names a problem row: by its key, or by its number when the
@@ -158,8 +161,16 @@ pub enum Named {
 #[derive(Debug, Default)]
 pub struct Expected {
     /// Message-ID (without brackets) -> (invoice key, step): each valid
-    /// owed row, mailed exactly once by the end.
+    /// owed row, mailed exactly once by the end (invoice mode).
     pub mails: BTreeMap<String, (String, String)>,
+    /// (invoice key, step) of each valid owed row to be mailed (either
+    /// mode; customer mode checks these in the statements' headers).
+    pub owed: BTreeSet<(String, String)>,
+    /// (invoice key, step) of each valid owed row whose every address is
+    /// suppressed (customer mode): recorded `skipped`, never mailed.
+    pub suppressed: BTreeSet<(String, String)>,
+    /// The addresses to suppress before the first tick.
+    pub suppress: Vec<String>,
     /// Each invalid row (each repeated key once) with its problem label.
     pub problems: BTreeSet<(Named, &'static str)>,
     /// Keys of valid rows that owe nothing today (no mail, no report).
@@ -174,15 +185,54 @@ pub struct Source {
     pub expected: Expected,
 }
 
+/// Customer mode's customers: each with the address cell all its valid
+/// rows share, drawn with a skew so a few customers have many invoices.
+struct Customers {
+    emails: Vec<String>,
+    /// Indexes of the customers whose every address is suppressed.
+    suppressed: BTreeSet<usize>,
+}
+
+impl Customers {
+    fn draw(g: &mut Generator<'_>) -> Self {
+        let count = g.rng().range(3, 12) as usize;
+        let emails = (0..count)
+            .map(|_| g.valid_not_owed().email.unwrap_or_default())
+            .collect();
+        let mut suppressed = BTreeSet::new();
+        for _ in 0..g.rng().below(3) {
+            suppressed.insert(g.rng().below(count as u64) as usize);
+        }
+        Self { emails, suppressed }
+    }
+
+    /// A customer for the next row: low indexes more often.
+    fn pick(&self, rng: &mut Rng) -> usize {
+        let n = self.emails.len() as u64;
+        rng.below(n).min(rng.below(n)) as usize
+    }
+
+    /// Gives `row` customer `c`, and (`valid`) its address cell.
+    fn assign(&self, row: &mut Row, c: usize, valid: bool) {
+        row.customer_id = Some(format!("cust-{c}"));
+        if valid {
+            row.email = self.emails.get(c).cloned();
+        }
+    }
+}
+
 /// Draws a source for `seed`: `today` is the database's date, `settings`
-/// gives the stages and the Message-ID domain.
-pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings) -> Source {
+/// gives the stages and the Message-ID domain; `by_customer`: rows carry a
+/// customer (a few with many invoices, some with every address suppressed,
+/// a few valid rows with none).
+pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings, by_customer: bool) -> Source {
     let shape = Shape::draw(rng);
     let mut g = Generator::new(rng, shape.clone(), today);
     let mut rows = Vec::new();
     let mut expected = Expected::default();
     let stages = &settings.reminders.stages;
     let domain = &settings.smtp.message_id_domain;
+    let customers = by_customer.then(|| Customers::draw(&mut g));
 
     let owed = g.rng().range(20, 60);
     // Sometimes one key is the empty string: a key like any other.
@@ -198,21 +248,57 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings) -> Source 
             .unwrap_or_else(|| panic!("age {age} owes no step"))
             .key
             .clone();
+        if let Some(customers) = &customers {
+            if g.rng().chance(5) {
+                // No customer: customer mode reports it, never mails it.
+                expected.problems.insert((Named::Id(key), "missing_field"));
+                rows.push(row);
+                continue;
+            }
+            let c = customers.pick(g.rng());
+            customers.assign(&mut row, c, true);
+            if customers.suppressed.contains(&c) {
+                expected.suppressed.insert((key, step));
+                rows.push(row);
+                continue;
+            }
+        }
         let id = invoice_reminder::mail::message_id(&InvoiceId(key.clone()), &step, domain);
+        expected.owed.insert((key.clone(), step.clone()));
         expected.mails.insert(id, (key, step));
         rows.push(row);
     }
     let quiet = g.rng().range(4, 15);
     for _ in 0..quiet {
-        let row = g.valid_not_owed();
+        let mut row = g.valid_not_owed();
+        if let Some(customers) = &customers {
+            let c = customers.pick(g.rng());
+            customers.assign(&mut row, c, true);
+        }
         expected
             .quiet
             .insert(row.invoice_id.clone().expect("a valid row has a key"));
         rows.push(row);
     }
+    if let Some(customers) = &customers {
+        for c in &customers.suppressed {
+            let cell = customers.emails.get(*c).cloned().unwrap_or_default();
+            let addresses =
+                invoice_reminder::mail::message::parse_recipients(&cell).expect("a valid cell");
+            expected
+                .suppress
+                .extend(addresses.iter().map(ToString::to_string));
+        }
+    }
     let invalid = g.rng().range(8, 30);
     for _ in 0..invalid {
-        let (label, bad_rows) = g.invalid();
+        let (label, mut bad_rows) = g.invalid();
+        if let Some(customers) = &customers {
+            for row in &mut bad_rows {
+                let c = customers.pick(g.rng());
+                customers.assign(row, c, false);
+            }
+        }
         let first = &bad_rows[0];
         let named = match &first.invoice_id {
             Some(id) => Named::Id(id.clone()),
@@ -242,8 +328,9 @@ pub async fn insert(pool: &sqlx::PgPool, rows: &[Row]) {
     for r in rows {
         sqlx::query(
             "INSERT INTO fz.rows (invoice_id, invoice_number, customer_name, email, locale, currency,
-                                  due_date, is_paid, paused, paused_until, payment_url, amount)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                                  due_date, is_paid, paused, paused_until, payment_url, amount,
+                                  customer_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(&r.invoice_id)
         .bind(&r.invoice_number)
@@ -257,6 +344,7 @@ pub async fn insert(pool: &sqlx::PgPool, rows: &[Row]) {
         .bind(r.paused_until)
         .bind(&r.payment_url)
         .bind(&r.amount)
+        .bind(&r.customer_id)
         .execute(&mut *tx)
         .await
         .unwrap_or_else(|e| panic!("insert {r:?}: {e}"));

@@ -112,6 +112,10 @@ fn trigger(rng: &mut Rng) -> Trigger {
 /// One seed's world, its extra servers, and every process it ran.
 pub struct Lab<'a> {
     pub seed: u64,
+    pub grouping: super::Grouping,
+    /// Runs that may leave rows started and never sent unknown: killed, or
+    /// cut from the database until they exited.
+    pub may_leave_unsent: Vec<i64>,
     pub world: &'a World,
     pub backend: Backend,
     /// The sink's mode between faults.
@@ -126,10 +130,18 @@ pub struct Lab<'a> {
 }
 
 impl<'a> Lab<'a> {
-    pub fn new(seed: u64, world: &'a World, backend: Backend, sink_mode: SmtpMode) -> Self {
+    pub fn new(
+        seed: u64,
+        grouping: super::Grouping,
+        world: &'a World,
+        backend: Backend,
+        sink_mode: SmtpMode,
+    ) -> Self {
         world.sink.set_mode(sink_mode.clone());
         Self {
             seed,
+            grouping,
+            may_leave_unsent: Vec::new(),
             world,
             backend,
             sink_mode,
@@ -144,7 +156,8 @@ impl<'a> Lab<'a> {
     /// message starts with this.
     pub fn context(&self) -> String {
         format!(
-            "seed {seed} (rerun: FUZZ_SEED={seed} cargo nextest run --test faults -E 'test(/random::random_sources/)'); so far:\n  {}",
+            "seed {seed} (rerun: {}); so far:\n  {}",
+            super::rerun(self.seed, self.grouping),
             self.history.join("\n  "),
             seed = self.seed
         )
@@ -181,6 +194,33 @@ impl<'a> Lab<'a> {
             ids.extend(from_relay.iter().map(|id| bare(id)));
         }
         ids
+    }
+
+    /// The `X-Invoice-Id` and `X-Reminder-Period` headers of every
+    /// message that reached an SMTP server (sink and relays), with its
+    /// Message-ID (without angle brackets).
+    pub fn listings(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = self
+            .world
+            .sink
+            .received()
+            .iter()
+            .map(|m| {
+                let h = |name: &str| m.header(name).unwrap_or_default().trim().to_owned();
+                (
+                    h("Message-ID")
+                        .trim_start_matches('<')
+                        .trim_end_matches('>')
+                        .to_owned(),
+                    h("X-Invoice-Id"),
+                    h("X-Reminder-Period"),
+                )
+            })
+            .collect();
+        for relay in &self.relays {
+            out.extend(relay.listings());
+        }
+        out
     }
 
     /// Messages the relays took.
@@ -258,6 +298,14 @@ impl<'a> Lab<'a> {
         self.world.sink.set_mode(self.sink_mode.clone());
         let log = process.log();
         let run = self.last_run_id().await;
+        if struck
+            && matches!(
+                fault,
+                Fault::Kill(_) | Fault::Database(DbFault::DownUntilExit, _)
+            )
+        {
+            self.may_leave_unsent.extend(last_run + 1..=run);
+        }
         self.note(format!(
             "{name}: {fault:?}{} -> {}, run {}, {} mail(s) at the sink, {} at relays",
             if struck { " (struck)" } else { "" },
