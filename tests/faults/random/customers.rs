@@ -89,16 +89,15 @@ pub async fn check_promise(lab: &Lab<'_>, expected: &Expected) {
         want.push(("skipped".to_owned(), expected.suppressed.len() as i64));
     }
     want.retain(|(_, n)| *n > 0);
-    let rows: Vec<(String, String, String, Option<String>, Option<String>, bool, Option<i64>, i32, Option<String>)> =
-        sqlx::query_as(
-            "SELECT invoice_id, period, status, last_error, customer_id, continued, run_id, attempts,
-                    to_char(claimed_at, 'HH24:MI:SS.MS') || ' sent ' || coalesce(to_char(sent_at, 'HH24:MI:SS.MS'), '-')
-               FROM reminders ORDER BY customer_id, claimed_at, id",
-        )
-        .fetch_all(lab.world.pool())
-        .await
-        .expect("rows");
-    let rows: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
+    let rows: Vec<String> = sqlx::query_scalar(
+        "SELECT concat_ws(' ', invoice_id, period, status, 'customer', customer_id,
+                'continued', continued, 'run', run_id, 'attempts', attempts,
+                'claimed', to_char(claimed_at, 'HH24:MI:SS.MS'), last_error)
+           FROM reminders ORDER BY customer_id, claimed_at, id",
+    )
+    .fetch_all(lab.world.pool())
+    .await
+    .expect("rows");
     assert_eq!(
         statuses,
         want,
