@@ -168,15 +168,15 @@ async fn try_seed(seed: u64, grouping: Grouping) -> bool {
     backend.configure(&mut world);
     let by_customer = grouping == Grouping::Customer;
     let mut shape_of_mail = String::new();
+    let mut per_mail = None;
     if by_customer {
-        let per_mail = *rng.pick(&[1u32, 2, 3, 50]);
+        per_mail = Some(*rng.pick(&[1u32, 2, 3, 50]));
         let gap = rng.range(0, 2);
         world
             .set("reminders.group_by", "customer")
-            .set("reminders.max_invoices_per_mail", per_mail)
             .set("reminders.min_days_between", gap)
             .set("reminders.retry_backoff", "1s");
-        shape_of_mail = format!(", max_invoices_per_mail {per_mail}, min_days_between {gap}");
+        shape_of_mail = format!(", min_days_between {gap}");
     }
     let today_then = today(&world).await;
     let source = source::generate(&mut rng, today_then, &world.settings(), by_customer);
@@ -196,6 +196,12 @@ async fn try_seed(seed: u64, grouping: Grouping) -> bool {
         .expect("suppress");
     }
     let batch_size = *rng.pick(&[1u32, 2, 3, 5, 7, 50, 500]);
+    if let Some(per_mail) = per_mail {
+        // At most batch_size, as the settings require.
+        let per_mail = per_mail.min(batch_size);
+        world.set("reminders.max_invoices_per_mail", per_mail);
+        shape_of_mail.push_str(&format!(", max_invoices_per_mail {per_mail}"));
+    }
     let concurrency = rng.range(1, 4);
     world
         .set("source.relation", "fz.source")
