@@ -329,16 +329,20 @@ pub enum Problem {
     BadAddress,
     /// The amount does not fit the currency's minor units (out of range).
     BadAmount,
+    /// `due_date` is `infinity`, `-infinity` or past the dates the worker
+    /// can hold: no step can be dated from it.
+    BadDueDate,
 }
 
 impl Problem {
-    pub const ALL: [Problem; 6] = [
+    pub const ALL: [Problem; 7] = [
         Self::RepeatedKey,
         Self::NullKey,
         Self::MissingField,
         Self::BadCurrency,
         Self::BadAddress,
         Self::BadAmount,
+        Self::BadDueDate,
     ];
 
     /// The `problem` label of `invoice_reminder_source_problems_total`, as
@@ -351,6 +355,7 @@ impl Problem {
             Self::BadCurrency => "bad_currency",
             Self::BadAddress => "bad_address",
             Self::BadAmount => "bad_amount",
+            Self::BadDueDate => "bad_due_date",
         }
     }
 }

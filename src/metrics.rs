@@ -130,7 +130,7 @@ impl Default for Metrics {
         let source_problems = Family::<ProblemLabel, Counter>::default();
         registry.register(
             "source_problems",
-            "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount",
+            "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount, bad_due_date",
             source_problems.clone(),
         );
         let suppressed = Counter::default();

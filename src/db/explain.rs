@@ -15,7 +15,7 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
-use super::owing::{backoff_over, backoff_wait, owes_flags};
+use super::owing::{backoff_over, backoff_wait, date_value, owes_flags};
 use super::params::Params;
 use super::reminders::Backoff;
 use super::runs::{run_ended, run_gone};
@@ -101,7 +101,9 @@ pub async fn source_rows(
     let statement = db.statement(concat!(
         "SELECT ",
         source_columns!(),
-        ", s.is_paid, s.paused, s.paused_until,",
+        ", s.is_paid, s.paused, ",
+        date_value!("s.paused_until"),
+        " AS paused_until,",
         " COALESCE((",
         owes_flags!("s"),
         "), false) AS flags_owe,",

@@ -49,7 +49,12 @@ macro_rules! source_columns {
             " s.invoice_number::text AS number,",
             " {amount},",
             " s.currency::text AS currency,",
-            " s.due_date,",
+            " ",
+            $crate::db::owing::date_value!("s.due_date"),
+            " AS due_date,",
+            " CASE WHEN NOT (",
+            $crate::db::owing::sane_date!("s.due_date"),
+            ") THEN s.due_date::text END AS due_date_bad,",
             " NULLIF(s.payment_url::text, '') AS payment_url,",
             " s.customer_name::text AS customer_name,",
             " s.email::text AS customer_email,",
@@ -70,6 +75,9 @@ pub struct SourceRow {
     pub amount_major: Option<String>,
     pub currency: Option<String>,
     pub due_date: Option<NaiveDate>,
+    /// A due date no reminder can be dated from (`infinity`, `-infinity`,
+    /// a year past 262142), as the source has it; `due_date` is then None.
+    pub due_date_bad: Option<String>,
     pub payment_url: Option<String>,
     pub customer_name: Option<String>,
     pub customer_email: Option<String>,
@@ -103,6 +111,12 @@ impl SourceRow {
         let Some(email) = self.customer_email.clone() else {
             return Err(missing(&self, "email"));
         };
+        if let Some(bad) = &self.due_date_bad {
+            return Err(self.problem(
+                Problem::BadDueDate,
+                format!("due_date is {bad}: no step can be dated from it"),
+            ));
+        }
         let Some(due_date) = self.due_date else {
             return Err(missing(&self, "due_date"));
         };
@@ -161,7 +175,7 @@ const PAGE: &str = concat!(
     gap_until!(invoice),
     " END AS gap_until",
     " FROM (SELECT s.* FROM {src} s",
-    " WHERE s.due_date >= COALESCE($page_from, '-infinity'::date) AND s.due_date <= $page_to",
+    " WHERE s.due_date >= COALESCE($page_from, '4713-01-01 BC'::date) AND s.due_date <= $page_to",
     " AND (s.due_date, s.invoice_id::text COLLATE \"C\")",
     " > (COALESCE($after_date, '-infinity'::date), COALESCE($after_key, ''))",
     " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",

@@ -10,7 +10,7 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
-use super::owing::{Today, in_window, invoice_gap_clear, owes_flags, windows};
+use super::owing::{Today, in_window, invoice_gap_clear, owes_flags, sane_date, windows};
 use crate::domain::InvoiceId;
 
 /// A source row that owes its due step today, as a listing reads it.
@@ -141,7 +141,9 @@ pub async fn unusable_rows(
         "SELECT ",
         source_columns!(),
         " FROM {src} s WHERE NOT s.is_paid AND s.paused IS NOT TRUE",
-        " AND (s.due_date IS NULL OR (s.invoice_id IS NULL AND s.due_date <= $1)",
+        " AND (s.due_date IS NULL OR NOT (",
+        sane_date!("s.due_date"),
+        ") OR (s.invoice_id IS NULL AND s.due_date <= $1)",
         " OR ($3 AND {customer} IS NULL AND s.due_date <= $1))",
         " LIMIT $2"
     )))

@@ -34,6 +34,35 @@ use chrono::NaiveDate;
 use super::params::Params;
 use crate::stages::Window;
 
+/// SQL: the source date `$d` is one a reminder can be dated from: finite,
+/// and within the dates the worker can hold (years up to 262142). A view
+/// may hold `infinity` or `-infinity` in a `date` column (a valid
+/// PostgreSQL value, often "no due date"); such a row is reported
+/// (`bad_due_date`), never read as a date and never in a page.
+macro_rules! sane_date {
+    ($d:literal) => {
+        concat!(
+            $d,
+            " BETWEEN '4713-01-01 BC'::date AND '262142-12-31'::date"
+        )
+    };
+}
+pub(crate) use sane_date;
+
+/// SQL: the source date `$d` as a value the worker can hold, or NULL.
+macro_rules! date_value {
+    ($d:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $crate::db::owing::sane_date!($d),
+            " THEN ",
+            $d,
+            " END"
+        )
+    };
+}
+pub(crate) use date_value;
+
 /// SQL: today's step windows as rows `w(key, due_from, due_to)`.
 macro_rules! windows {
     () => {
@@ -42,12 +71,13 @@ macro_rules! windows {
 }
 pub(crate) use windows;
 
-/// SQL: the due date of row `$s` is in window `w` (its step is due today).
+/// SQL: the due date of row `$s` is in window `w` (its step is due today);
+/// never a date [`sane_date!`] refuses.
 macro_rules! in_window {
     ($s:literal) => {
         concat!(
             $s,
-            ".due_date >= COALESCE(w.due_from, '-infinity'::date) AND ",
+            ".due_date >= COALESCE(w.due_from, '4713-01-01 BC'::date) AND ",
             $s,
             ".due_date <= w.due_to"
         )

@@ -11,7 +11,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::owing::{Today, in_window, windows};
+use super::owing::{Today, date_value, in_window, windows};
 use super::runs::run_ended;
 use crate::domain::{InvoiceId, ReminderId};
 
@@ -46,7 +46,9 @@ pub async fn named_rows(
 ) -> Result<Vec<NamedRow>, sqlx::Error> {
     let statement = db.statement(concat!(
         "WITH named AS (SELECT id, message_id FROM {ir}.reminders WHERE id = ANY($ids))",
-        " SELECT r.id, r.invoice_id, r.period, r.status, r.message_id, s.due_date,",
+        " SELECT r.id, r.invoice_id, r.period, r.status, r.message_id, ",
+        date_value!("s.due_date"),
+        " AS due_date,",
         " r.id IN (SELECT id FROM named) AS named,",
         " (r.status = 'sending' AND r.started_at IS NOT NULL AND ",
         run_ended!("j"),

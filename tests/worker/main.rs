@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bad_dates;
 mod claims;
 mod cli;
 mod config;
