@@ -28,6 +28,7 @@ use crate::db::invoices::SourceRow;
 use crate::db::reminders::StatementClaim;
 use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
 use crate::mail;
+use crate::mail::message::{MAX_RECIPIENTS, parse_recipients};
 use crate::problems;
 use crate::tick::TickError;
 use crate::tick::bounds::MarkWindow;
@@ -234,6 +235,7 @@ fn letters(c: &Claiming, group: &[Statement], rows: Vec<Claimed>) -> Vec<Letter>
         rows.sort_by(|a, b| {
             (a.invoice.due_date, &a.invoice.id).cmp(&(b.invoice.due_date, &b.invoice.id))
         });
+        address_to_all(&mut rows);
         let resent = s.resend_of.as_ref().filter(|m| {
             rows.iter()
                 .all(|r| r.stored_message_id.as_ref() == Some(*m))
@@ -254,4 +256,36 @@ fn letters(c: &Claiming, group: &[Statement], rows: Vec<Claimed>) -> Vec<Letter>
         });
     }
     letters
+}
+
+/// A statement goes to every distinct address among its invoices' cells
+/// (suppressed ones already left out), in the order the rows give them, at
+/// most [`MAX_RECIPIENTS`]: the mail is built from its first row's customer,
+/// which gets them all.
+fn address_to_all(rows: &mut [Claimed]) {
+    let mut all: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for row in rows.iter() {
+        // Every row passed its checks, so its cell parses.
+        for address in parse_recipients(&row.customer.email).unwrap_or_default() {
+            let text = address.to_string();
+            if seen.insert(text.to_lowercase()) {
+                all.push(text);
+            }
+        }
+    }
+    if all.len() > MAX_RECIPIENTS {
+        tracing::warn!(
+            customer = rows
+                .first()
+                .and_then(|r| r.customer.id.as_deref())
+                .unwrap_or_default(),
+            addresses = all.len(),
+            "a statement's invoices name more addresses than one mail takes; the first {MAX_RECIPIENTS} get it"
+        );
+        all.truncate(MAX_RECIPIENTS);
+    }
+    if let Some(first) = rows.first_mut() {
+        first.customer.email = all.join(", ");
+    }
 }

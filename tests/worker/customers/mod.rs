@@ -7,6 +7,7 @@
 //! next tick and retries go with new steps (`rounds`), and nothing never
 //! sent is left unknown (`unsent`).
 
+mod addresses;
 mod clean_rows;
 mod message_ids;
 mod rounds;
