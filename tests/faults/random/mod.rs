@@ -259,11 +259,22 @@ async fn try_seed(seed: u64, grouping: Grouping) -> bool {
             Grouping::Invoice => 20,
             Grouping::Customer => 20 + expected.owed.len(),
         };
-        assert!(
-            clean < most,
-            "{}\n{most} clean ticks and still {claimed} claimed, {open} failed or sending",
-            lab.context()
-        );
+        if clean >= most {
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT concat_ws(' ', id, invoice_id, period, status, 'customer', customer_id,
+                        'attempts', attempts, 'run', run_id, 'message', message_id,
+                        'last attempt', last_attempt_at, last_error)
+                   FROM reminders WHERE status IN ('failed', 'sending') ORDER BY id",
+            )
+            .fetch_all(world.pool())
+            .await
+            .expect("open rows");
+            panic!(
+                "{}\n{most} clean ticks and still {claimed} claimed, {open} failed or sending:\n{}",
+                lab.context(),
+                rows.join("\n")
+            );
+        }
     }
     if today(&world).await != today_then {
         return false;
