@@ -165,11 +165,14 @@ macro_rules! customer_read {
             " THEN 'waiting'",
             " WHEN r.id IS NOT NULL AND NOT (r.status = 'failed' AND r.attempts < $max_attempts",
             " AND r.run_id IS DISTINCT FROM $run_id) THEN NULL",
+            // An operator's resend of an unknown mail (a `failed` row that
+            // keeps its Message-ID) is not held back by the customer gap:
+            // the customer never got that mail.
             " WHEN NOT (",
             invoice_gap_clear!(probe),
-            " AND ",
+            " AND (",
             customer_gap_clear!(),
-            ") THEN 'held'",
+            " OR (r.status = 'failed' AND r.message_id IS NOT NULL))) THEN 'held'",
             " WHEN r.id IS NULL THEN 'new'",
             " WHEN ",
             backoff_over!(),

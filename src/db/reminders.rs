@@ -358,6 +358,9 @@ pub struct StatementClaim {
     /// The `failed` rows to retry, and their keys.
     pub retries: Vec<ReminderId>,
     pub retry_keys: Vec<InvoiceId>,
+    /// Of those, the keys of resends of unknown mails (an operator's
+    /// `resolve --resend`): not held back by the customer gap.
+    pub resend_keys: Vec<InvoiceId>,
     /// The customers of the claim (their gap is re-checked under a lock
     /// of each, so two claimers cannot both mail one customer).
     pub customers: Vec<String>,
@@ -368,7 +371,8 @@ pub struct StatementClaim {
 
 /// Customer mode: claims the rows of `claim` for run `run_id`, new steps
 /// inserted and due retries taken back from `failed`, in one statement
-/// that re-checks everything [`claim_steps`] does and the customer gap,
+/// that re-checks everything [`claim_steps`] does and the customer gap
+/// (but for the resend of an unknown mail, which the customer never got),
 /// after taking a transaction-level lock on each customer (in one order,
 /// so two claimers cannot deadlock): of two claimers of one customer, the
 /// second sees the first's rows and leaves the customer alone.
@@ -404,8 +408,9 @@ pub async fn claim_statements(
         owes_flags!("s"),
         " AND ",
         invoice_gap_clear!(probe),
-        " AND ",
+        " AND (",
         customer_gap_clear!(),
+        " OR s.invoice_id::text = ANY($resend_keys))",
         ") x), inserted AS (INSERT INTO {ir}.reminders",
         " (invoice_id, period, status, run_id, fence_token, customer_id, continued)",
         " SELECT o.invoice_id, o.step, 'sending', $run_id, $fence, o.customer_id,",
@@ -431,6 +436,7 @@ pub async fn claim_statements(
         .with("keys", &claim.keys)
         .with("retries", &claim.retries)
         .with("retry_keys", &claim.retry_keys)
+        .with("resend_keys", &claim.resend_keys)
         .with("customers", &claim.customers)
         .with("continued", &claim.continued)
         .with("fence", &token);

@@ -205,6 +205,9 @@ fn statement_claim(group: &[Statement]) -> StatementClaim {
             if let Some(id) = pick.retry {
                 claim.retries.push(id);
                 claim.retry_keys.push(pick.key.clone());
+                if s.resend_of.is_some() {
+                    claim.resend_keys.push(pick.key.clone());
+                }
             }
         }
         claim.customers.push(s.customer.clone());

@@ -109,9 +109,9 @@ pub async fn check_promise(lab: &Lab<'_>, expected: &Expected) {
 }
 
 /// Within `min_days_between`, a customer's statements (by Message-ID, in
-/// the order they were claimed: an unknown one settled as sent later keeps
-/// its place) are one round: each but the last left owed invoices for the
-/// next tick (`continued`).
+/// the order they were first formed: the newest row each lists; an unknown
+/// one settled or resent later keeps its place) are one round: each but
+/// the last left owed invoices for the next tick (`continued`).
 async fn check_gap(lab: &Lab<'_>, context: &str) {
     let gap: i32 = lab.world.settings().reminders.min_days_between as i32;
     if gap == 0 {
@@ -120,7 +120,7 @@ async fn check_gap(lab: &Lab<'_>, context: &str) {
     let statements: Vec<(String, String, bool)> = sqlx::query_as(
         "SELECT customer_id, message_id, bool_and(continued)
            FROM reminders WHERE status = 'sent'
-          GROUP BY customer_id, message_id ORDER BY customer_id, min(claimed_at)",
+          GROUP BY customer_id, message_id ORDER BY customer_id, max(created_at)",
     )
     .fetch_all(lab.world.pool())
     .await

@@ -102,3 +102,51 @@ async fn a_resent_statement_carries_the_same_message_id() {
     assert_eq!(again, format!("<{received}>"));
     assert_eq!(super::listed(&mails[1]), invoices);
 }
+
+#[tokio::test]
+async fn a_resend_is_not_held_back_by_a_statement_sent_since() {
+    let mut world = world_in_customer_mode().await; // min_days_between = 2
+    world
+        .set("reminders.max_invoices_per_mail", 1)
+        .set("smtp.timeout", "300ms");
+    let (_, invoices) = customer_with(world.pool(), "Twice", &[12, 10]).await;
+    // The first statement's reply never comes: unknown.
+    world
+        .sink
+        .set_mode(SmtpMode::Delay(Duration::from_millis(1500)));
+    tick(&world).await;
+    common::wait_until(
+        "the slow relay takes it",
+        Duration::from_secs(5),
+        || async { world.sink.count() == 1 },
+    )
+    .await;
+    world.sink.set_mode(SmtpMode::Accept);
+    let first = world.sink.received()[0]
+        .header("Message-ID")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    // The rest of the round goes meanwhile, and ends it.
+    tick(&world).await;
+    assert_eq!(world.sink.count(), 2);
+    // The operator finds the first mail was lost after all, and resends it.
+    let unknown: i64 = sqlx::query_scalar(
+        "SELECT id FROM reminders WHERE status = 'sending' AND started_at IS NOT NULL",
+    )
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+    let out = common::cli(&world, &["resolve", "--resend", &unknown.to_string()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stdout(&out));
+
+    tick(&world).await;
+
+    let mails = world.sink.received();
+    assert_eq!(mails.len(), 3, "resent, though the gap holds new mail back");
+    assert_eq!(
+        mails[2].header("Message-ID").unwrap_or_default().trim(),
+        first
+    );
+    assert_eq!(super::listed(&mails[2]), vec![invoices[0]]);
+}
