@@ -94,13 +94,16 @@ pub struct Backoff {
 
 /// SQL: the wait after the last attempt of the `failed` row `r`, with the
 /// first wait (seconds) in parameter `$first` and the longest in `$max`:
-/// [`Backoff`], doubling per attempt made.
+/// [`Backoff`], doubling per attempt made. Capped in seconds before it
+/// becomes an interval (and the exponent at 62), so any attempt count
+/// gives at most `$max`: an interval of `$first * 2^35` seconds and more
+/// overflows and wraps negative.
 macro_rules! backoff_wait {
     ($first:literal, $max:literal) => {
         concat!(
-            "LEAST(make_interval(secs => ",
+            "make_interval(secs => LEAST(",
             $first,
-            " * power(2, greatest(r.attempts - 1, 0))), make_interval(secs => ",
+            " * power(2, LEAST(GREATEST(r.attempts - 1, 0), 62)), ",
             $max,
             "))"
         )

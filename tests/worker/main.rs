@@ -11,6 +11,7 @@ mod costs;
 mod customer_source;
 mod customers;
 mod delivery;
+mod edges;
 mod explain;
 mod fencing;
 mod limits;
