@@ -32,6 +32,12 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// `{action="replaced"}` and the like.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: &'static str,
+}
+
 /// `{problem="repeated_key"}` and the like.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProblemLabel {
@@ -62,6 +68,7 @@ struct Inner {
     source_problems: Family<ProblemLabel, Counter>,
     suppressed: Counter,
     webhook_requests: Family<OutcomeLabel, Counter>,
+    http_listener_full: Family<ActionLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -145,6 +152,12 @@ impl Default for Metrics {
             "Requests to POST /webhooks/bounces by outcome: accepted, ignored, unauthorized, stale, replayed, bad_request, too_large, error",
             webhook_requests.clone(),
         );
+        let http_listener_full = Family::<ActionLabel, Counter>::default();
+        registry.register(
+            "http_listener_full",
+            "New connections that found an HTTP listener at http.max_connections: replaced (a stalled connection gave way) or waited (none had stalled)",
+            http_listener_full.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -161,6 +174,7 @@ impl Default for Metrics {
                 source_problems,
                 suppressed,
                 webhook_requests,
+                http_listener_full,
             }),
         }
     }
@@ -222,6 +236,14 @@ impl Metrics {
         self.inner
             .webhook_requests
             .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// A new connection found an HTTP listener at `http.max_connections`.
+    pub fn http_listener_full(&self, action: &'static str) {
+        self.inner
+            .http_listener_full
+            .get_or_create(&ActionLabel { action })
             .inc();
     }
 

@@ -311,7 +311,8 @@ fn print_text(e: &Explained) -> std::io::Result<()> {
     }
     if let (Some(due), Some(days)) = (e.due_date, e.days_overdue) {
         outln!(
-            "  due {due}, {days} day(s) overdue; due step today: {}",
+            "  due date {due}, {}; due step today: {}",
+            report::due_in_words(days),
             e.due_step_today.as_deref().unwrap_or("none")
         );
         let steps: Vec<String> = e
@@ -348,10 +349,10 @@ fn print_text(e: &Explained) -> std::io::Result<()> {
             (None, _) => "no run".to_owned(),
         };
         outln!(
-            "    {} {} ({state}), {} attempt(s), {times}, {run}{}{}",
+            "    {} {} ({state}), {}, {times}, {run}{}{}",
             r.step,
             r.status,
-            r.attempts,
+            report::count(r.attempts, "attempt"),
             r.message_id
                 .as_deref()
                 .map(|m| format!(", Message-ID <{m}>"))

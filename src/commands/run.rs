@@ -1,5 +1,6 @@
 //! `run`: the daemon. Ticks on `schedule.cron` until SIGTERM/SIGINT, serves
-//! `/healthz`, `/readyz` and `/metrics` when `http.listen` is set, and
+//! `/healthz`, `/readyz` and `/metrics` when `http.listen` is set (and the
+//! bounce webhook, see `http`), and
 //! exits non-zero (after logging why) when its scheduler loop dies or a
 //! tick runs past `schedule.max_tick_duration`: an orchestrator restarts a
 //! process that exits, and the lease and the claim keep that safe.
@@ -8,7 +9,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::exit;
@@ -18,20 +18,14 @@ use crate::liveness::Liveness;
 use crate::tick::context::Context;
 
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    crate::http::files::ensure_open_files(&settings).map_err(super::UsageError)?;
     let shutdown = crate::shutdown::listen();
     let grace = settings.shutdown.timeout;
     let liveness = Liveness::new(crate::schedule::max_tick_duration(&settings));
     let pool = db::connect_lazy(&settings);
     let ctx = Arc::new(Context::new(settings, pool)?);
     let http_stop = CancellationToken::new();
-    let http = match ctx.settings.http.listen {
-        Some(addr) => Some(
-            crate::http::bind(addr, ctx.clone(), liveness.clone(), http_stop.clone())
-                .await
-                .with_context(|| format!("cannot listen on http.listen = {addr}"))?,
-        ),
-        None => None,
-    };
+    let http = crate::http::bind(ctx.clone(), liveness.clone(), http_stop.clone()).await?;
     tracing::info!(
         replica_id = %ctx.settings.replica_id,
         database = %ctx.settings.database.redacted_url(),

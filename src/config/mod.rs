@@ -130,6 +130,21 @@ impl Settings {
 }
 
 #[cfg(test)]
+impl Settings {
+    /// The defaults under `INVOICE_REMINDER__{KEY}` = value for each pair,
+    /// for unit tests.
+    pub(crate) fn load_with(env: &[(&str, &str)]) -> Result<Self, ConfigError> {
+        Self::load(&ConfigSource {
+            path: None,
+            env: env
+                .iter()
+                .map(|(k, v)| (format!("INVOICE_REMINDER__{k}"), (*v).to_owned()))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -154,13 +169,84 @@ mod tests {
             assert!(e.contains(&format!("http.{}", key.to_lowercase())), "{e}");
             assert!(!e.contains(bad), "{e}");
         }
-        let good = Settings::load(&ConfigSource {
-            path: None,
-            env: vec![(
-                "INVOICE_REMINDER__HTTP__WEBHOOK_SECRET".into(),
-                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-            )],
-        });
+        let good = load(&[
+            (
+                "HTTP__WEBHOOK_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            ),
+            ("HTTP__LISTEN", "127.0.0.1:9464"),
+        ]);
         assert!(good.is_ok_and(|s| s.http.webhook_enabled()));
+    }
+
+    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::load_with(env)
+    }
+
+    #[test]
+    fn a_key_that_only_works_with_another_is_refused_alone_naming_it() {
+        const SECRET: (&str, &str) = (
+            "HTTP__WEBHOOK_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        );
+        const LISTEN: (&str, &str) = ("HTTP__LISTEN", "127.0.0.1:9464");
+        for (env, key, reason) in [
+            (
+                vec![("HTTP__WEBHOOK_BASIC_AUTH", "pm:pw"), LISTEN],
+                "http.webhook_basic_auth",
+                "needs http.webhook_secret",
+            ),
+            (
+                vec![("HTTP__WEBHOOK_LISTEN", "0.0.0.0:8080")],
+                "http.webhook_listen",
+                "needs http.webhook_secret",
+            ),
+            (
+                vec![SECRET],
+                "http.webhook_secret",
+                "needs http.listen or http.webhook_listen",
+            ),
+            (
+                vec![SECRET, LISTEN, ("HTTP__WEBHOOK_LISTEN", "127.0.0.1:9464")],
+                "http.webhook_listen",
+                "must differ",
+            ),
+            (
+                vec![("SMTP__CA_FILE", "/etc/hostname")],
+                "smtp.ca_file",
+                "only used with smtp.tls",
+            ),
+            (
+                vec![("HTTP__MAX_CONNECTIONS", "0")],
+                "http.max_connections",
+                "between 1 and",
+            ),
+            (
+                vec![("HTTP__MAX_HEADER_BYTES", "100")],
+                "http.max_header_bytes",
+                "between 1024 and",
+            ),
+            (
+                vec![("HTTP__BODY_READ_TIMEOUT", "0s")],
+                "http.body_read_timeout",
+                "greater than zero",
+            ),
+            (
+                vec![("REMINDERS__RETRY_BACKOFF_MAX", "3651days")],
+                "reminders.retry_backoff_max",
+                "at most 3650 days",
+            ),
+        ] {
+            let e = load(&env).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(key) && e.contains(reason), "{env:?}: {e}");
+        }
+        for env in [
+            vec![SECRET, ("HTTP__WEBHOOK_LISTEN", "0.0.0.0:8080")],
+            vec![SECRET, LISTEN, ("HTTP__WEBHOOK_BASIC_AUTH", "pm:pw")],
+            vec![SECRET, LISTEN, ("HTTP__WEBHOOK_LISTEN", "0.0.0.0:8080")],
+        ] {
+            let loaded = load(&env);
+            assert!(loaded.is_ok(), "{env:?}: {:?}", loaded.err());
+        }
     }
 }

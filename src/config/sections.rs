@@ -92,6 +92,21 @@ pub struct HttpSettings {
     /// Where `/healthz`, `/readyz` and `/metrics` are served; None: off.
     #[serde(deserialize_with = "types::optional_socket_addr")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Where `POST /webhooks/bounces` is served instead of on `listen`,
+    /// so `/metrics` and `/readyz` can stay private; None: on `listen`.
+    #[serde(deserialize_with = "types::optional_socket_addr")]
+    pub webhook_listen: Option<std::net::SocketAddr>,
+    /// Open connections per listener (see `http::listener`).
+    pub max_connections: u32,
+    /// A request's start line and headers must arrive within this, and
+    /// so must the next request on a kept-alive connection.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A webhook request's body must arrive within this (408 after).
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    /// The longest start line and headers of one request (431 beyond).
+    pub max_header_bytes: u32,
     /// The Standard Webhooks secret (`whsec_` and the base64 key) that
     /// signs requests to `POST /webhooks/bounces`; None: signed requests
     /// are refused (and, without `webhook_basic_auth`, the route is off).
@@ -106,9 +121,14 @@ pub struct HttpSettings {
 impl HttpSettings {
     /// Whether `POST /webhooks/bounces` is served: only with
     /// `webhook_secret` (Postmark's basic auth is a second way in, never
-    /// the switch).
+    /// the switch; validation refuses it alone).
     pub fn webhook_enabled(&self) -> bool {
         self.webhook_secret.is_some()
+    }
+
+    /// Where the webhook is served: `webhook_listen`, else `listen`.
+    pub fn webhook_addr(&self) -> Option<std::net::SocketAddr> {
+        self.webhook_listen.or(self.listen)
     }
 }
 

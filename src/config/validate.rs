@@ -1,11 +1,24 @@
 //! Rules a single value's type cannot express: ranges, positive durations,
 //! and the rules across keys (`lock.renew_every < lock.ttl`,
-//! `redis.timeout < lock.ttl`, SMTP credentials set together). Checked once,
-//! after deserializing; the first broken rule is reported, naming its key.
+//! `redis.timeout < lock.ttl`, SMTP credentials set together, a CA file
+//! only with TLS, the webhook's keys only with its secret and a listener).
+//! A key that would be silently ignored because another is missing is an
+//! error, never a no-op. Checked once, after deserializing; the first
+//! broken rule is reported, naming its key.
 
 use std::time::Duration;
 
 use super::{ConfigError, MAX_BATCH_SIZE, Settings};
+
+/// `http.max_connections` at most (per listener).
+const MAX_HTTP_CONNECTIONS: u32 = 65_536;
+/// `http.max_header_bytes`: room for a request line and the webhook's
+/// headers, and at most 1 MiB.
+const MIN_HEADER_BYTES: u32 = 1024;
+const MAX_HEADER_BYTES: u32 = 1 << 20;
+/// `reminders.retry_backoff_max` at most (3650 days): a retry time stays
+/// far inside the range of PostgreSQL's `timestamptz`.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     if s.replica_id.chars().any(char::is_control) || s.replica_id.len() > 200 {
@@ -107,6 +120,12 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
             ),
         ));
     }
+    if r.retry_backoff_max > MAX_RETRY_BACKOFF {
+        return Err(ConfigError::new(
+            "reminders.retry_backoff_max",
+            "must be at most 3650 days",
+        ));
+    }
     if r.min_days_between > 3650 {
         return Err(ConfigError::new(
             "reminders.min_days_between",
@@ -149,11 +168,52 @@ fn templates(s: &Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// The webhook's secrets are checked for their form only; neither value is
-/// ever part of an error.
+/// The listener's limits, and the webhook's keys that only work together:
+/// basic auth and `webhook_listen` need the secret (the switch), and the
+/// secret needs an address to be served on. The secrets are checked for
+/// their form only; neither value is ever part of an error.
 fn http(s: &Settings) -> Result<(), ConfigError> {
     use secrecy::ExposeSecret as _;
-    if let Some(secret) = &s.http.webhook_secret {
+    let http = &s.http;
+    if http.max_connections == 0 || http.max_connections > MAX_HTTP_CONNECTIONS {
+        return Err(ConfigError::new(
+            "http.max_connections",
+            format!("must be between 1 and {MAX_HTTP_CONNECTIONS}"),
+        ));
+    }
+    positive("http.header_read_timeout", http.header_read_timeout)?;
+    positive("http.body_read_timeout", http.body_read_timeout)?;
+    if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&http.max_header_bytes) {
+        return Err(ConfigError::new(
+            "http.max_header_bytes",
+            format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
+        ));
+    }
+    if http.webhook_basic_auth.is_some() && http.webhook_secret.is_none() {
+        return Err(ConfigError::new(
+            "http.webhook_basic_auth",
+            "needs http.webhook_secret: the bounce webhook is off without it, so Postmark's requests would get 404",
+        ));
+    }
+    if http.webhook_listen.is_some() && http.webhook_secret.is_none() {
+        return Err(ConfigError::new(
+            "http.webhook_listen",
+            "needs http.webhook_secret: the bounce webhook is off without it",
+        ));
+    }
+    if http.webhook_listen.is_some() && http.webhook_listen == http.listen {
+        return Err(ConfigError::new(
+            "http.webhook_listen",
+            "must differ from http.listen (leave it empty to serve the webhook on http.listen)",
+        ));
+    }
+    if http.webhook_secret.is_some() && http.webhook_addr().is_none() {
+        return Err(ConfigError::new(
+            "http.webhook_secret",
+            "needs http.listen or http.webhook_listen: there is no listener to serve the webhook on",
+        ));
+    }
+    if let Some(secret) = &http.webhook_secret {
         let secret = secret.expose_secret().trim();
         let key = secret.strip_prefix("whsec_").ok_or_else(|| {
             ConfigError::new(
@@ -168,7 +228,7 @@ fn http(s: &Settings) -> Result<(), ConfigError> {
             ));
         }
     }
-    if let Some(auth) = &s.http.webhook_basic_auth {
+    if let Some(auth) = &http.webhook_basic_auth {
         let auth = auth.expose_secret();
         if auth.split_once(':').is_none_or(|(user, _)| user.is_empty()) {
             return Err(ConfigError::new(
@@ -191,6 +251,12 @@ fn smtp(s: &Settings) -> Result<(), ConfigError> {
     positive("smtp.timeout", smtp.timeout)?;
     at_least_one("smtp.pool_size", smtp.pool_size)?;
     if let Some(file) = &smtp.ca_file {
+        if smtp.tls == super::SmtpTls::None {
+            return Err(ConfigError::new(
+                "smtp.ca_file",
+                "is only used with smtp.tls = \"starttls\" or \"tls\" (smtp.tls is \"none\")",
+            ));
+        }
         let pem = std::fs::read(file).map_err(|e| {
             ConfigError::new(
                 "smtp.ca_file",

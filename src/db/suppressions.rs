@@ -145,53 +145,55 @@ pub async fn suppressed_among(db: &Db, addresses: &[String]) -> Result<Vec<Strin
     .await)
 }
 
-/// Records a bounce: with a webhook message id, first remembers it (and
-/// forgets ids older than [`WEBHOOK_IDS_KEPT_SECS`]), refusing one seen
-/// before; then suppresses the address. One transaction: either both are
-/// written or neither, so the sender may retry a request that failed here.
+/// Records a bounce: with a webhook message id, first remembers it
+/// ([`remember_id`]), refusing one seen before; then suppresses the
+/// address. One transaction: either both are written or neither, so the
+/// sender may retry a request that failed here.
 pub async fn record_bounce(
     db: &Db,
     webhook_id: Option<&str>,
     entry: NewSuppression<'_>,
 ) -> Result<BounceRecorded, sqlx::Error> {
     on_db!(db, tx, |c| {
-        if let Some(id) = webhook_id {
-            sqlx::query(db.sql(
-                "DELETE FROM {ir}.webhook_ids
-                  WHERE received_at < now() - make_interval(secs => $1)",
-            ))
-            .persistent(db.named())
-            .bind(WEBHOOK_IDS_KEPT_SECS)
-            .execute(&mut *c)
-            .await?;
-            let fresh = sqlx::query(
-                db.sql("INSERT INTO {ir}.webhook_ids (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"),
-            )
-            .persistent(db.named())
-            .bind(id)
-            .execute(&mut *c)
-            .await?
-            .rows_affected()
-                > 0;
-            if !fresh {
-                return Ok(BounceRecorded::Replayed);
-            }
+        if let Some(id) = webhook_id
+            && !remember_id(c, db, id).await?
+        {
+            return Ok(BounceRecorded::Replayed);
         }
         upsert(c, db, entry).await.map(BounceRecorded::Recorded)
     })
 }
 
 /// Remembers a webhook message id without suppressing anything (a soft
-/// bounce, logged and ignored): false if it was seen before.
+/// bounce, logged and ignored): false if it was seen before. Forgets old
+/// ids like [`record_bounce`] does.
 pub async fn remember_webhook_id(db: &Db, id: &str) -> Result<bool, sqlx::Error> {
-    on_db!(db, |c| sqlx::query(db.sql(
-        "INSERT INTO {ir}.webhook_ids (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
+    on_db!(db, tx, |c| remember_id(c, db, id).await)
+}
+
+/// Forgets the ids older than [`WEBHOOK_IDS_KEPT_SECS`], then remembers
+/// `id`: false if it was seen in that time. Every way an id is remembered
+/// goes through here, so the table holds ten minutes of ids, whatever the
+/// bounces were.
+async fn remember_id(c: &mut sqlx::PgConnection, db: &Db, id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query(db.sql(
+        "DELETE FROM {ir}.webhook_ids
+          WHERE received_at < now() - make_interval(secs => $1)",
     ))
+    .persistent(db.named())
+    .bind(WEBHOOK_IDS_KEPT_SECS)
+    .execute(&mut *c)
+    .await?;
+    let fresh = sqlx::query(
+        db.sql("INSERT INTO {ir}.webhook_ids (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"),
+    )
     .persistent(db.named())
     .bind(id)
     .execute(&mut *c)
-    .await
-    .map(|done| done.rows_affected() > 0))
+    .await?
+    .rows_affected()
+        > 0;
+    Ok(fresh)
 }
 
 /// A reminder recorded `skipped`, as `audit` lists it.

@@ -4,18 +4,21 @@
 //!
 //! Two ways in, each off until configured:
 //! * **Standard Webhooks** (`http.webhook_secret`): `webhook-id`,
-//!   `webhook-timestamp` and `webhook-signature` (HMAC-SHA256 over
-//!   `id.timestamp.body`), checked by the `standardwebhooks` crate; a
-//!   timestamp more than 5 minutes off is refused (401), and so is an id
-//!   seen in the last 10 minutes by any replica (409: it is remembered in
-//!   the database, in the same transaction as the suppression).
+//!   `webhook-timestamp` and `webhook-signature`, checked by
+//!   [`signature`](super::signature) (a timestamp more than 5 minutes off:
+//!   401, before any arithmetic on it); an id seen in the last 10 minutes
+//!   by any replica is refused too (409: it is remembered in the database,
+//!   in the same transaction as the suppression).
 //! * **Postmark** (`http.webhook_basic_auth`): HTTP basic auth, compared in
 //!   constant time; Postmark's bounce body is read by its `Type`.
 //!
 //! Guarantees: the body is read only after the request named a way in,
-//! and never past [`MAX_BODY_BYTES`] (413); no valid signature or
-//! credentials: 401; a body that cannot be read: 400; the database away:
-//! 503 (the sender retries). Bad input never gets a 500. Neither secret,
+//! never past [`MAX_BODY_BYTES`] (413) and never longer than
+//! `http.body_read_timeout` (408, and the connection is closed); at most
+//! half of `http.max_connections` requests read bodies at once (503 and
+//! the connection closed beyond, so slow senders cannot fill the
+//! listener); no valid signature or credentials: 401; a body that cannot
+//! be read: 400; the database away: 503 (the sender retries). Bad input never gets a 500. Neither secret,
 //! nor the `Authorization` header, is ever logged or answered. Every
 //! request is counted by outcome
 //! (`invoice_reminder_webhook_requests_total`).
@@ -29,11 +32,12 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde_json::json;
-use standardwebhooks::{HEADER_WEBHOOK_ID, HEADER_WEBHOOK_SIGNATURE, WebhookError};
+use standardwebhooks::HEADER_WEBHOOK_SIGNATURE;
 use subtle::ConstantTimeEq as _;
 
 use super::AppState;
 use super::bounce::{self, Bounce};
+use super::signature::{self, Refused};
 use crate::config::HttpSettings;
 use crate::db;
 use crate::db::suppressions::{BounceRecorded, NewSuppression};
@@ -114,6 +118,10 @@ enum Outcome {
     BadRequest,
     /// A body over [`MAX_BODY_BYTES`].
     TooLarge,
+    /// A body that did not arrive within `http.body_read_timeout`.
+    Timeout,
+    /// Half of `http.max_connections` are reading webhook bodies already.
+    Busy,
     /// The database did not take it; the sender should retry.
     Error,
 }
@@ -129,6 +137,8 @@ impl Outcome {
             Self::Replayed => "replayed",
             Self::BadRequest => "bad_request",
             Self::TooLarge => "too_large",
+            Self::Timeout => "timeout",
+            Self::Busy => "busy",
             Self::Error => "error",
         }
     }
@@ -140,7 +150,8 @@ impl Outcome {
             Self::Replayed => StatusCode::CONFLICT,
             Self::BadRequest => StatusCode::BAD_REQUEST,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Error => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout => StatusCode::REQUEST_TIMEOUT,
+            Self::Error | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -170,6 +181,13 @@ pub(super) async fn bounces(
     } else {
         json!({"status": "fail", "outcome": outcome.label(), "reason": reason})
     };
+    if matches!(
+        outcome,
+        Outcome::Timeout | Outcome::TooLarge | Outcome::Busy
+    ) {
+        // The rest of the body is not waited for.
+        return (status, [(header::CONNECTION, "close")], axum::Json(body)).into_response();
+    }
     (status, axum::Json(body)).into_response()
 }
 
@@ -191,32 +209,45 @@ async fn handle(
             "no valid webhook-signature or basic auth",
         );
     }
-    let Ok(body) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+    // Slow senders hold at most half of the listener's connections.
+    let Ok(_reading) = state.webhook_reads.try_acquire() else {
         return refuse(
-            Outcome::TooLarge,
-            &format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+            Outcome::Busy,
+            "too many webhook requests at once; retry later",
         );
     };
-    let caller = match &auth.signer {
-        Some(signer) if signed => match signer.verify(&body, headers) {
-            Ok(()) => Caller::Signed {
-                id: headers
-                    .get(HEADER_WEBHOOK_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned(),
-            },
-            Err(WebhookError::TimestampTooOldError | WebhookError::FutureTimestampError) => {
+    let deadline = state.ctx.settings.http.body_read_timeout;
+    let body =
+        match tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) if too_large(&e) => {
                 return refuse(
-                    Outcome::Stale,
-                    "webhook-timestamp is more than 5 minutes off",
+                    Outcome::TooLarge,
+                    &format!("the body is larger than {MAX_BODY_BYTES} bytes"),
                 );
             }
-            Err(WebhookError::InvalidPayload) => {
-                return refuse(Outcome::BadRequest, "the body is not UTF-8");
+            Ok(Err(_)) => return refuse(Outcome::BadRequest, "the body could not be read"),
+            Err(_) => {
+                return refuse(
+                    Outcome::Timeout,
+                    "the body did not arrive within http.body_read_timeout",
+                );
             }
-            Err(e) => return refuse(Outcome::Unauthorized, &e.to_string()),
-        },
+        };
+    let caller = match &auth.signer {
+        Some(signer) if signed => {
+            match signature::check(signer, headers, &body, signature::now()) {
+                Ok(id) => Caller::Signed { id },
+                Err(refused) => {
+                    let outcome = match refused {
+                        Refused::Stale => Outcome::Stale,
+                        Refused::Unauthorized(_) => Outcome::Unauthorized,
+                        Refused::BadRequest(_) => Outcome::BadRequest,
+                    };
+                    return refuse(outcome, refused.reason());
+                }
+            }
+        }
         _ => Caller::Postmark,
     };
     let bounce = match bounce::parse(&body) {
@@ -228,6 +259,18 @@ async fn handle(
         Caller::Postmark => None,
     };
     record(state, webhook_id, &bounce).await
+}
+
+/// Whether reading a body failed on its size (not on the connection).
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Suppresses the bounce's address (or, for a soft bounce, only logs it

@@ -22,7 +22,9 @@ use crate::locale::parse_locale;
 /// Formatters by locale tag (the render's `locale` as it is written),
 /// built on first use (building one loads its data), and the long dates
 /// already written: a tick formats the same few due dates thousands of
-/// times.
+/// times. Bounded: at most [`MAX_KEPT_LOCALES`] tags and
+/// [`MAX_KEPT_DATES`] dates per tag; a cache that is full starts over, so
+/// a source that sends a new locale on every row costs time, never memory.
 #[derive(Default, Clone)]
 pub struct Formats {
     decimals: Arc<Mutex<HashMap<String, Arc<DecimalFormatter>>>>,
@@ -32,6 +34,33 @@ pub struct Formats {
 
 /// The most long dates kept per locale; the cache starts over beyond it.
 const MAX_KEPT_DATES: usize = 4096;
+
+/// The most locale tags each cache keeps; it starts over beyond it.
+const MAX_KEPT_LOCALES: usize = 64;
+
+/// Makes room for `key` in `cache`: empties it when it is full and
+/// `key` is not in it.
+fn make_room<V>(cache: &mut HashMap<String, V>, key: &str, max: usize) {
+    if cache.len() >= max && !cache.contains_key(key) {
+        cache.clear();
+    }
+}
+
+/// The formatter kept for `tag` in `cache`, or one built now (and kept).
+fn kept<F>(
+    cache: &Mutex<HashMap<String, Arc<F>>>,
+    tag: &str,
+    build: impl FnOnce() -> Result<F, String>,
+) -> Result<Arc<F>, String> {
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(f) = cache.get(tag) {
+        return Ok(f.clone());
+    }
+    let f = Arc::new(build()?);
+    make_room(&mut cache, tag, MAX_KEPT_LOCALES);
+    cache.insert(tag.to_owned(), f.clone());
+    Ok(f)
+}
 
 /// The locale a tag names; an unknown tag formats as the root locale.
 fn locale_of(tag: &str) -> Locale {
@@ -68,20 +97,11 @@ impl Formats {
     /// `123456` minor units of EUR in `de` → `1.234,56 EUR`.
     pub fn money(&self, minor: i64, currency: &str, tag: &str) -> Result<String, String> {
         let exponent = minor_units(currency)?;
-        let formatter = {
-            let mut cache = self.decimals.lock().unwrap_or_else(|p| p.into_inner());
-            match cache.get(tag) {
-                Some(f) => f.clone(),
-                None => {
-                    let locale = locale_of(tag);
-                    let f = DecimalFormatter::try_new((&locale).into(), Default::default())
-                        .map_err(|e| format!("no number format for {locale}: {e}"))?;
-                    let f = Arc::new(f);
-                    cache.insert(tag.to_owned(), f.clone());
-                    f
-                }
-            }
-        };
+        let formatter = kept(&self.decimals, tag, || {
+            let locale = locale_of(tag);
+            DecimalFormatter::try_new((&locale).into(), Default::default())
+                .map_err(|e| format!("no number format for {locale}: {e}"))
+        })?;
         let mut amount = Decimal::from(minor);
         amount.multiply_pow10(-i16::try_from(exponent).unwrap_or(0));
         Ok(format!(
@@ -99,26 +119,18 @@ impl Formats {
                 return Ok(written.clone());
             }
         }
-        let formatter = {
-            let mut cache = self.dates.lock().unwrap_or_else(|p| p.into_inner());
-            match cache.get(tag) {
-                Some(f) => f.clone(),
-                None => {
-                    let locale = locale_of(tag);
-                    let f = DateTimeFormatter::try_new((&locale).into(), YMD::long())
-                        .map_err(|e| format!("no date format for {locale}: {e}"))?;
-                    let f = Arc::new(f);
-                    cache.insert(tag.to_owned(), f.clone());
-                    f
-                }
-            }
-        };
+        let formatter = kept(&self.dates, tag, || {
+            let locale = locale_of(tag);
+            DateTimeFormatter::try_new((&locale).into(), YMD::long())
+                .map_err(|e| format!("no date format for {locale}: {e}"))
+        })?;
         let month = u8::try_from(date.month()).unwrap_or(1);
         let day = u8::try_from(date.day()).unwrap_or(1);
         let iso = icu_calendar::Date::try_new_iso(date.year(), month, day)
             .map_err(|e| format!("date {date} out of range: {e}"))?;
         let written = formatter.format(&iso).to_string();
         let mut kept = self.long_dates.lock().unwrap_or_else(|p| p.into_inner());
+        make_room(&mut kept, tag, MAX_KEPT_LOCALES);
         let dates = kept.entry(tag.to_owned()).or_default();
         if dates.len() >= MAX_KEPT_DATES {
             dates.clear();
@@ -174,5 +186,19 @@ mod tests {
             assert_eq!(en.as_deref(), Ok("November 20, 2026"));
             assert_eq!(de.as_deref(), Ok("20. November 2026"));
         }
+    }
+
+    #[test]
+    fn a_new_locale_on_every_row_never_grows_the_caches_past_their_bound() {
+        let formats = Formats::default();
+        let due = NaiveDate::from_ymd_opt(2026, 11, 20).unwrap();
+        for i in 0..(3 * MAX_KEPT_LOCALES) {
+            let tag = format!("en-x-row{i}");
+            assert_eq!(formats.money(100, "EUR", &tag).unwrap(), "1.00 EUR");
+            assert!(formats.long_date(due, &tag).unwrap().contains("2026"));
+        }
+        assert!(formats.decimals.lock().unwrap().len() <= MAX_KEPT_LOCALES);
+        assert!(formats.dates.lock().unwrap().len() <= MAX_KEPT_LOCALES);
+        assert!(formats.long_dates.lock().unwrap().len() <= MAX_KEPT_LOCALES);
     }
 }

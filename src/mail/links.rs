@@ -2,13 +2,18 @@
 //!
 //! Guarantees: a link reaches a message (the HTML `href` and the text)
 //! only as an absolute `http` or `https` URL, as the `url` crate
-//! normalizes it; anything else (`javascript:`, `data:`, relative,
-//! unparsable) is dropped by the caller, with a warning naming the invoice.
-//! `company.payment_url` is a template of its own, rendered in an
+//! normalizes it, and only with the path it was written with; anything
+//! else (`javascript:`, `data:`, relative, unparsable, or a path with a
+//! `.` or `..` step) is dropped by the caller, with a warning naming the
+//! invoice. `company.payment_url` is a template of its own, rendered in an
 //! environment where every value it interpolates is percent-encoded (all
 //! but `A-Z a-z 0-9 - . _ ~`), so an invoice number with a space, `/`, `?`
-//! or `#` stays one path segment or query value; `urlencode` encodes the
-//! same way, once, and `safe` opts a value out.
+//! or `#` stays one path segment or query value (`../x` is the segment
+//! `..%2Fx`); `urlencode` encodes the same way, once, and `safe` opts a
+//! value out. A value that is a whole segment `.` or `..` cannot be kept:
+//! every URL parser (browsers' too, by the WHATWG URL standard) resolves
+//! it, and `%2E` / `%2E%2E` alike, as a step up or in place, so the link
+//! would point at another page; such a link is dropped instead.
 
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Environment, Error, UndefinedBehavior};
@@ -32,11 +37,36 @@ fn encode(text: &str) -> String {
 }
 
 /// `text` as an absolute `http` or `https` URL with a host, normalized by
-/// the `url` crate (a space becomes `%20`); None for anything else.
+/// the `url` crate (a space becomes `%20`); None for anything else, and
+/// for a path with a dot step, which parsing would resolve away.
 pub(super) fn http_url(text: &str) -> Option<String> {
+    if has_dot_step(text) {
+        return None;
+    }
     let url = url::Url::parse(text.trim()).ok()?;
     let web = matches!(url.scheme(), "http" | "https");
     (web && url.host_str().is_some_and(|h| !h.is_empty())).then(|| url.into())
+}
+
+/// Whether the path of `text` (an absolute URL) has a `.` or `..` segment,
+/// as the WHATWG URL standard reads one: tabs and newlines removed, `\`
+/// as `/`, `%2e` in any case as a dot.
+fn has_dot_step(text: &str) -> bool {
+    let text: String = text
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    let Some((_, rest)) = text.split_once("://") else {
+        return false;
+    };
+    let Some(start) = rest.find(['/', '\\', '?', '#']) else {
+        return false;
+    };
+    let path = rest[start..].split(['?', '#']).next().unwrap_or_default();
+    path.split(['/', '\\']).any(|segment| {
+        let dots = segment.to_ascii_lowercase().replace("%2e", ".");
+        dots == "." || dots == ".."
+    })
 }
 
 /// The `company.payment_url` template.
@@ -140,6 +170,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_path_with_a_dot_step_is_no_link_but_dots_within_a_segment_are() {
+        for stepping in [
+            "https://pay.example.com/i/..",
+            "https://pay.example.com/i/./pay",
+            "https://pay.example.com/i/%2E%2E?x=1",
+            "https://pay.example.com/i/.%2e/pay",
+            "https://pay.example.com/i/%2e",
+            "https://pay.example.com/i\\..\\x",
+            "https://pay.example.com/i/.\t./x",
+        ] {
+            assert_eq!(http_url(stepping), None, "{stepping}");
+        }
+        for kept in [
+            "https://pay.example.com/i/..%2Fx",
+            "https://pay.example.com/i/...",
+            "https://pay.example.com/i/INV.7",
+            "https://pay.example.com/i/7?back=..",
+            "https://pay.example.com/i/7#..",
+        ] {
+            assert!(http_url(kept).is_some(), "{kept}");
+        }
+    }
+
     fn render(template: &str) -> String {
         let number = "INV 7/8?#&%é";
         PaymentUrlTemplate::new(template, Formats::default())
@@ -172,6 +226,30 @@ mod tests {
         assert_eq!(
             render("  https://pay.example.com/{{ invoice.number | lower }}\n"),
             "https://pay.example.com/inv%207%2F8%3F%23%26%25%C3%A9"
+        );
+    }
+
+    #[test]
+    fn invoice_numbers_that_are_dot_steps_make_no_link_and_a_slash_stays_in_its_segment() {
+        let link = |number: &str| {
+            let rendered = PaymentUrlTemplate::new(
+                "https://pay.example.com/i/{{ invoice.number }}/pay",
+                Formats::default(),
+            )
+            .unwrap()
+            .render(minijinja::context! { invoice => minijinja::context! { number } })
+            .unwrap();
+            http_url(&rendered)
+        };
+        assert_eq!(link("."), None);
+        assert_eq!(link(".."), None);
+        assert_eq!(
+            link("../x").as_deref(),
+            Some("https://pay.example.com/i/..%2Fx/pay")
+        );
+        assert_eq!(
+            link("a b?#").as_deref(),
+            Some("https://pay.example.com/i/a%20b%3F%23/pay")
         );
     }
 }

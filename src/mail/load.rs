@@ -194,7 +194,7 @@ impl Templates {
             file: PAYMENT_URL.to_owned(),
             line: None,
             reason: format!(
-                "renders to {:?} for a sample invoice, which is not an absolute http:// or https:// URL",
+                "renders to {:?} for a sample invoice, which is not an absolute http:// or https:// URL without . or .. path steps",
                 links::shown(&link)
             ),
         })

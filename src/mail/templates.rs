@@ -89,7 +89,7 @@ impl Templates {
             tracing::warn!(
                 invoice_id = %invoice.id,
                 link = ?links::shown(&link),
-                "{origin} is not an absolute http or https URL; the reminder is sent without the payment link"
+                "{origin} is not an absolute http or https URL, or its path has a . or .. step (a browser would open another page); the reminder is sent without the payment link"
             );
             String::new()
         }))

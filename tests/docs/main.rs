@@ -48,6 +48,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.lock_acquisition("acquired");
     metrics.source_problems("repeated_key", 1);
     metrics.webhook_request("accepted");
+    metrics.http_listener_full("replaced");
     metrics
         .lock_renewals()
         .get_or_create(&invoice_reminder::metrics::ResultLabel { result: "renewed" })

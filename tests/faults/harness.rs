@@ -33,6 +33,26 @@ pub fn die_with_test(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Starts the child with at most `files` open file descriptors, as
+/// `ulimit -n files` would.
+fn limit_open_files(cmd: &mut Command, files: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls setrlimit, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: files,
+                rlim_max: files,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -172,6 +192,8 @@ pub struct ReplicaOptions {
     pub replica_id: Option<String>,
     /// The subcommand and its arguments (default: `run`).
     pub command: Vec<String>,
+    /// `ulimit -n` (soft and hard) for the process, set before it starts.
+    pub max_open_files: Option<u64>,
 }
 
 impl Replica {
@@ -212,6 +234,9 @@ impl Replica {
                 // only; the runtime's timers keep the real monotonic clock.
                 cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
             }
+        }
+        if let Some(files) = options.max_open_files {
+            limit_open_files(&mut cmd, files);
         }
         let child = die_with_test(&mut cmd)
             .spawn()

@@ -131,7 +131,8 @@ async fn a_tick_stuck_past_max_tick_duration_fails_healthz_and_the_replica_exits
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_fails_while_postgres_is_cut_and_recovers_after() {
+async fn readyz_fails_while_postgres_is_cut_with_a_fixed_reason_and_the_cause_in_the_log_and_recovers_after()
+ {
     let mut world = harness::world_for(Backend::Redis).await;
     let (proxy, via_proxy) = Proxy::for_postgres(&world.db.url).await;
     world.set("database.url", via_proxy);
@@ -144,8 +145,17 @@ async fn readyz_fails_while_postgres_is_cut_and_recovers_after() {
     proxy.come_up().await;
     wait_for_status(port, "/readyz", 200, Duration::from_secs(15)).await;
 
-    assert!(down.contains("database"), "{down}");
-    assert!(!down.contains("lock backend"), "{down}");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&down).unwrap(),
+        serde_json::json!({"status": "fail", "reason": "database: unavailable"}),
+        "{down}"
+    );
+    let log = replica.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("/readyz: unavailable") && l.contains("dependency=\"database\"")),
+        "{log}"
+    );
     assert_eq!(
         live_meanwhile,
         Some(200),

@@ -14,7 +14,7 @@ use crate::harness::{self, Replica, ReplicaOptions};
 use crate::http::{get, wait_for_status};
 
 /// A key of our own for each test, in the scheme's form.
-fn new_secret() -> String {
+pub(crate) fn new_secret() -> String {
     let key: [u8; 24] = rand_bytes();
     format!(
         "whsec_{}",
@@ -34,7 +34,7 @@ fn rand_bytes<const N: usize>() -> [u8; N] {
 const BASIC_AUTH: &str = "postmark:hunter2-basic";
 
 /// A replica serving the webhook on a port of its own.
-async fn spawn_webhook(world: &World, secret: &str) -> (Replica, u16) {
+pub(crate) async fn spawn_webhook(world: &World, secret: &str) -> (Replica, u16) {
     let port = harness::free_port();
     let replica = Replica::spawn(
         world,
@@ -62,7 +62,7 @@ async fn spawn_webhook(world: &World, secret: &str) -> (Replica, u16) {
 }
 
 /// `POST /webhooks/bounces` with `headers` and `body`: (status, body).
-async fn post(port: u16, headers: &[(String, String)], body: &[u8]) -> (u16, String) {
+pub(crate) async fn post(port: u16, headers: &[(String, String)], body: &[u8]) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect to the replica");
@@ -95,7 +95,7 @@ async fn post(port: u16, headers: &[(String, String)], body: &[u8]) -> (u16, Str
 
 /// The Standard Webhooks headers for `body`, signed with `secret` at
 /// `timestamp` (unix seconds) under message id `id`.
-fn signed(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
+pub(crate) fn signed(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
     let signature = standardwebhooks::Webhook::new(secret)
         .unwrap()
         .sign(id, timestamp, body)
@@ -107,11 +107,11 @@ fn signed(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, S
     ]
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-fn bounce(address: &str, kind: &str) -> Vec<u8> {
+pub(crate) fn bounce(address: &str, kind: &str) -> Vec<u8> {
     serde_json::json!({"address": address, "kind": kind, "detail": "550 5.1.1 no such user"})
         .to_string()
         .into_bytes()
@@ -336,7 +336,7 @@ async fn postmarks_documented_bounce_body_with_basic_auth_suppresses_and_a_soft_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webhook_is_off_without_a_secret_even_with_basic_auth_set() {
+async fn basic_auth_without_a_secret_stops_start_up_with_exit_2_naming_it() {
     let world = harness::world_for(Backend::Redis).await;
     let port = harness::free_port();
     let mut replica = Replica::spawn(
@@ -356,13 +356,14 @@ async fn the_webhook_is_off_without_a_secret_even_with_basic_auth_set() {
             ..ReplicaOptions::default()
         },
     );
-    wait_for_status(port, "/healthz", 200, Duration::from_secs(15)).await;
-    let body = bounce("x@example.test", "hard_bounce");
 
-    let (status, _) = post(port, &signed(&new_secret(), "msg", now(), &body), &body).await;
-    replica.stop_gracefully().await;
+    let status = replica.wait_exit(Duration::from_secs(15)).await;
 
-    assert_eq!(status, 404);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{}", replica.log());
+    let log = replica.log();
+    assert!(log.contains("http.webhook_basic_auth"), "{log}");
+    assert!(log.contains("needs http.webhook_secret"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

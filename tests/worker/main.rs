@@ -12,6 +12,7 @@ mod costs;
 mod customer_source;
 mod customers;
 mod delivery;
+mod edges;
 mod explain;
 mod fencing;
 mod limits;

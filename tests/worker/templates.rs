@@ -14,7 +14,7 @@ async fn tick(world: &World) {
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
 }
 
-fn mail_for(world: &World, invoice: i64) -> common::smtp::Received {
+pub(crate) fn mail_for(world: &World, invoice: i64) -> common::smtp::Received {
     world
         .sink
         .received()
@@ -206,7 +206,7 @@ async fn a_templates_dir_overrides_the_built_in_wording_and_company_settings_rea
 }
 
 /// `invoice-reminder run-once` with extra environment: exit code and stderr.
-async fn start_with(world: &World, env: &[(&str, String)]) -> (Option<i32>, String) {
+pub(crate) async fn start_with(world: &World, env: &[(&str, String)]) -> (Option<i32>, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
         .arg("run-once")
         .env_clear()
@@ -434,7 +434,7 @@ fn unescape_html(html: &str) -> String {
 }
 
 /// Every `href="..."` of an HTML part, decoded.
-fn hrefs(html: &str) -> Vec<String> {
+pub(crate) fn hrefs(html: &str) -> Vec<String> {
     unescape_html(html)
         .split("href=\"")
         .skip(1)

@@ -15,7 +15,8 @@
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 
 use super::report::{
-    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
+    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable, count,
+    times,
 };
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::domain::{InvoiceId, Problem, SkipReason};
@@ -345,8 +346,9 @@ impl Day<'_> {
                 Some((first, date, _)) => (
                     Reason::NotDueUntil,
                     format!(
-                        "no step is due yet: the first, {}, falls on {date}",
-                        first.key
+                        "no step is due yet: the first, {}, falls on {date}, {}",
+                        first.key,
+                        in_days(date.signed_duration_since(self.today).num_days())
                     ),
                     Some(Until::Date(date)),
                 ),
@@ -425,8 +427,8 @@ impl Day<'_> {
                     return (
                         Reason::AttemptsExhausted,
                         format!(
-                            "today's due step {key} was discarded after {} attempt(s): {}",
-                            r.row.attempts,
+                            "today's due step {key} was discarded after {}: {}",
+                            count(r.row.attempts, "attempt"),
                             r.row.last_error.as_deref().unwrap_or("no error recorded")
                         ),
                         None,
@@ -436,8 +438,8 @@ impl Day<'_> {
                     return (
                         Reason::AttemptsExhausted,
                         format!(
-                            "today's due step {key} failed {} time(s), reminders.max_attempts = {}: the next tick discards it (last error: {})",
-                            r.row.attempts,
+                            "today's due step {key} failed {}, reminders.max_attempts = {}: the next tick discards it (last error: {})",
+                            times(r.row.attempts),
                             self.rules.max_attempts,
                             r.row.last_error.as_deref().unwrap_or("none recorded")
                         ),
@@ -480,8 +482,9 @@ impl Day<'_> {
             return (
                 Reason::MinGapUntil,
                 format!(
-                    "a reminder was sent (or is being sent) on {last} and reminders.min_days_between = {}: no step is claimed before {ends}",
-                    self.rules.min_days_between
+                    "a reminder was sent (or is being sent) on {last} and reminders.min_days_between = {}: no step is claimed before {ends}, {}",
+                    self.rules.min_days_between,
+                    in_days(ends.signed_duration_since(self.today).num_days())
                 ),
                 Some(Until::Date(ends)),
             );
@@ -494,8 +497,8 @@ impl Day<'_> {
                 )
             }
             Some(r) if Self::retried(r) => format!(
-                "today's due step {key} failed {} time(s) and its backoff is over: the next tick retries it",
-                r.row.attempts
+                "today's due step {key} failed {} and its backoff is over: the next tick retries it",
+                times(r.row.attempts)
             ),
             Some(r) => format!(
                 "today's due step {key} was claimed by {}, which ended before sending it: the next tick returns it and sends it",
@@ -550,6 +553,15 @@ impl Day<'_> {
             }
         }
         None
+    }
+}
+
+/// A day `days` from today, in words: `tomorrow`, `in 3 days`.
+fn in_days(days: i64) -> String {
+    match days {
+        1 => "tomorrow".to_owned(),
+        d if d <= 0 => "today".to_owned(),
+        d => format!("in {}", count(d, "day")),
     }
 }
 

@@ -80,6 +80,33 @@ pub enum Until {
     Time(DateTime<Utc>),
 }
 
+/// How far today is from the due date, in words: `due today`, `due in
+/// 2 days`, `1 day overdue`.
+pub fn due_in_words(days_overdue: i64) -> String {
+    match days_overdue {
+        0 => "due today".to_owned(),
+        d if d < 0 => format!("due in {}", count(d.saturating_neg(), "day")),
+        d => format!("{} overdue", count(d, "day")),
+    }
+}
+
+/// `n` of `what`, singular or plural: `1 day`, `3 days`, `0 attempts`.
+pub fn count(n: impl Into<i64>, what: &str) -> String {
+    match n.into() {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    }
+}
+
+/// How often something happened: `once`, `twice`, `3 times`.
+pub fn times(n: impl Into<i64>) -> String {
+    match n.into() {
+        1 => "once".to_owned(),
+        2 => "twice".to_owned(),
+        n => format!("{n} times"),
+    }
+}
+
 /// Why the source has no row a reminder can be made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unusable {
@@ -235,5 +262,24 @@ impl Explained {
     /// (`explain` exits 0); otherwise nothing is known of it (exit 1).
     pub fn is_known(&self) -> bool {
         self.source_rows > 0 || !self.reminders.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distances_from_the_due_date_read_as_plain_words() {
+        assert_eq!(due_in_words(-2), "due in 2 days");
+        assert_eq!(due_in_words(-1), "due in 1 day");
+        assert_eq!(due_in_words(0), "due today");
+        assert_eq!(due_in_words(1), "1 day overdue");
+        assert_eq!(due_in_words(3), "3 days overdue");
+        assert_eq!(due_in_words(i64::MIN), format!("due in {} days", i64::MAX));
+        assert_eq!(count(0, "attempt"), "0 attempts");
+        assert_eq!(times(1), "once");
+        assert_eq!(times(2), "twice");
+        assert_eq!(times(5), "5 times");
     }
 }
