@@ -140,7 +140,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
             };
             after = Some(last);
             let ids: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
-            let claimed = db::reminders::claim_steps(&db, &ids, &one, run, None)
+            let claimed = db::claims::claim_steps(&db, &ids, &one, run, None)
                 .await
                 .expect("claim")
                 .claimed;

@@ -8,6 +8,7 @@
 
 pub mod archive;
 pub mod audit;
+pub mod claims;
 pub mod conn;
 pub mod customers;
 pub mod deliveries;

@@ -129,10 +129,10 @@ async fn a_claim_refuses_an_invoice_already_claimed_or_paid_since_it_was_listed(
 
     let ids = [InvoiceId::from(owed), InvoiceId::from(paid)];
     let (_, today) = common::window(world.pool(), "overdue").await;
-    let first = db::reminders::claim_steps(&world.database(), &ids, &today, run, None)
+    let first = db::claims::claim_steps(&world.database(), &ids, &today, run, None)
         .await
         .unwrap();
-    let second = db::reminders::claim_steps(&world.database(), &ids, &today, run, None)
+    let second = db::claims::claim_steps(&world.database(), &ids, &today, run, None)
         .await
         .unwrap();
 
@@ -157,7 +157,7 @@ async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() 
     let owed = db::owing::Today::from_settings(&world.settings(), owed.date);
 
     let ids = [InvoiceId::from(overdue), InvoiceId::from(last)];
-    let claim = db::reminders::claim_steps(&world.database(), &ids, &owed, run, None)
+    let claim = db::claims::claim_steps(&world.database(), &ids, &owed, run, None)
         .await
         .unwrap();
 
@@ -183,7 +183,7 @@ async fn results_handed_over_in_any_order_each_settle_their_own_row() {
     let run = common::start_unlocked_run(&world.database()).await;
     let (_, owed) = common::window(world.pool(), "overdue").await;
     let ids: Vec<InvoiceId> = invoices.iter().map(|&i| InvoiceId::from(i)).collect();
-    let mut claimed = db::reminders::claim_steps(&world.database(), &ids, &owed, run, None)
+    let mut claimed = db::claims::claim_steps(&world.database(), &ids, &owed, run, None)
         .await
         .unwrap()
         .claimed;

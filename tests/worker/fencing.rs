@@ -71,7 +71,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         holder: fresh.token(),
     };
     let (_, today) = common::window(world.pool(), "overdue").await;
-    let by_b = db::reminders::claim_steps(
+    let by_b = db::claims::claim_steps(
         &world.database(),
         &ids(&invoices[..5]),
         &today,
@@ -113,7 +113,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
             .unwrap();
     assert_eq!(claimed_by_a, 0);
     // The stale token is refused outright, too.
-    let refused = db::reminders::claim_steps(
+    let refused = db::claims::claim_steps(
         &world.database(),
         &ids(&invoices[5..]),
         &today,

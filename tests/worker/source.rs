@@ -97,7 +97,7 @@ async fn an_invoice_paid_after_the_scan_and_before_the_claim_is_not_mailed() {
         .unwrap();
     let run = common::start_unlocked_run(&ctx.db).await;
     let keys: Vec<InvoiceId> = page.owed.into_iter().filter_map(|k| k.invoice_id).collect();
-    let claimed = db::reminders::claim_steps(&ctx.db, &keys, &owed, run, None)
+    let claimed = db::claims::claim_steps(&ctx.db, &keys, &owed, run, None)
         .await
         .unwrap();
 

@@ -24,8 +24,8 @@ use super::hand_on::{pass_on, screen};
 use super::window::{Customers, customer_page, suppressed_on};
 use crate::config::ReminderSettings;
 use crate::db;
+use crate::db::claims::StatementClaim;
 use crate::db::invoices::SourceRow;
-use crate::db::reminders::StatementClaim;
 use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
 use crate::mail;
 use crate::mail::message::{MAX_RECIPIENTS, parse_recipients};
@@ -177,7 +177,7 @@ impl CustomerStatements {
         let Some(reserved) = c.reserve(claim.keys.len()).await else {
             return Ok(false);
         };
-        let claiming = db::reminders::claim_statements(
+        let claiming = db::claims::claim_statements(
             &c.p().ctx().stages.claims,
             &claim,
             c.today(),

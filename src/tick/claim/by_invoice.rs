@@ -66,7 +66,7 @@ async fn claim_retries(c: &Claiming, batches: &mpsc::Sender<Batch>) -> Result<bo
         else {
             return Ok(false);
         };
-        let reclaimed = db::reminders::reclaim_failed(
+        let reclaimed = db::claims::reclaim_failed(
             &c.p().ctx().stages.claims,
             c.today(),
             c.retries(),
@@ -135,7 +135,7 @@ async fn claim_keys(
     let Some(reserved) = c.reserve(keys.len()).await else {
         return Ok(false);
     };
-    let claiming = db::reminders::claim_steps(
+    let claiming = db::claims::claim_steps(
         &c.p().ctx().stages.claims,
         keys,
         c.today(),

@@ -15,9 +15,9 @@ use std::collections::HashSet;
 
 use chrono::NaiveDate;
 
+use crate::db::claims::Superseded;
 use crate::db::customers::{CustomerRow, Owes};
 use crate::db::invoices::SourceRow;
-use crate::db::reminders::Superseded;
 use crate::domain::{InvoiceId, Problem, ReminderId, SourceProblem};
 use crate::mail::message::parse_recipients;
 use crate::problems;

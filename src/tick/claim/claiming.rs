@@ -9,9 +9,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::db;
+use crate::db::claims::Superseded;
 use crate::db::customers::Retries;
 use crate::db::owing::Today;
-use crate::db::reminders::{Claim, ClaimError, ClaimedRow, Superseded};
+use crate::db::reminders::{Claim, ClaimError, ClaimedRow};
 use crate::domain::{Attempted, Counts, count_of};
 use crate::lock::LostReason;
 use crate::problems;
@@ -159,7 +160,7 @@ impl Claiming {
         if steps.is_empty() {
             return Ok(true);
         }
-        let recording = db::reminders::record_superseded(
+        let recording = db::claims::record_superseded(
             &self.p.ctx().stages.claims,
             steps,
             self.p.run_id(),
