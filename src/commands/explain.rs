@@ -240,8 +240,11 @@ pub(super) async fn explain(
                 outln!("{text}");
             } else {
                 outln!(
-                    "customer {customer}: {} invoice(s) in source.relation",
-                    explained.len()
+                    "customer {customer}: {} in source.relation",
+                    report::count(
+                        i64::try_from(explained.len()).unwrap_or(i64::MAX),
+                        "invoice"
+                    )
                 );
                 for e in &explained {
                     outln!();

@@ -216,7 +216,8 @@ fn customer_verdict(verdict: Verdict, place: Option<CustomerPlace>) -> Verdict {
         Some(CustomerPlace::Later { ahead, per_mail }) => (
             Reason::LaterStatement,
             format!(
-                "the customer's next statement is full (reminders.max_invoices_per_mail = {per_mail}) with {ahead} older invoice(s): this one goes in a later statement today, one a tick"
+                "the customer's next statement is full (reminders.max_invoices_per_mail = {per_mail}) with {}: this one goes in a later statement today, one a tick",
+                count(i64::try_from(ahead).unwrap_or(i64::MAX), "older invoice")
             ),
             None,
         ),
