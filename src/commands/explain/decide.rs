@@ -15,7 +15,7 @@
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 
 use super::report::{
-    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
+    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable, count,
 };
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::domain::{InvoiceId, Problem, SkipReason};
