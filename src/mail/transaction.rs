@@ -207,6 +207,17 @@ pub(super) async fn transact(
         Ok(text) => step(limit, conn.command(Content(text))).await,
         Err(_) => step(limit, conn.message(data)).await,
     };
+    let sent = match sent {
+        // The deadline passed, but the reply may be waiting in the socket:
+        // a process stopped (SIGSTOP, a frozen VM) and resumed sees its
+        // timers fire before its sockets' readiness, and a reply that
+        // arrived meanwhile is read now rather than called unknown.
+        Err(StepError::Timeout(_)) => match step(LAST_LOOK, conn.read_response()).await {
+            Ok(response) => Ok(response),
+            Err(_) => sent,
+        },
+        other => other,
+    };
     match sent {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
@@ -226,6 +237,9 @@ pub(super) async fn transact(
         ),
     }
 }
+
+/// How long a reply that missed its deadline is looked for once more.
+const LAST_LOOK: Duration = Duration::from_millis(200);
 
 /// A message's content after DATA's 354, as one write: every line that
 /// starts with "." gets another (RFC 5321 4.5.2, as lettre's own codec
