@@ -165,8 +165,7 @@ pub async fn run(new: &Worker, settings: &Settings, sink: &Sink, rounds: usize) 
         });
     }
     // The next bar for a pooled sender: the same sink with connections reused.
-    let reused =
-        tokio::task::block_in_place(|| sink.smtp_source(CUSTOMERS as usize, bytes, true));
+    let reused = tokio::task::block_in_place(|| sink.smtp_source(CUSTOMERS as usize, bytes, true));
     let case = CustomerCase {
         rounds: measured,
         invoice_rss_kib: by_invoice.rss_kib,
