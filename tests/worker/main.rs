@@ -4,12 +4,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod bad_dates;
 mod claims;
 mod cli;
 mod config;
 mod costs;
-mod customer_source;
 mod customers;
 mod delivery;
 mod edges;
@@ -21,10 +19,10 @@ mod mail_headers;
 mod operator;
 mod proof;
 mod relays;
-mod reliability;
+mod outages;
+mod retries;
 mod source;
 mod stages;
 mod suppression;
 mod templates;
-mod untrusted;
 mod upgrade;
