@@ -168,7 +168,6 @@ fn ids(invoices: &[i64]) -> Vec<InvoiceId> {
     invoices.iter().copied().map(InvoiceId::from).collect()
 }
 
-
 #[tokio::test]
 async fn a_token_drawn_but_never_used_to_claim_still_raises_the_fencing_floor() {
     let mut world = World::new().await;

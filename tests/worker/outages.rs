@@ -4,10 +4,6 @@
 
 use std::time::Duration;
 
-use invoice_reminder::db;
-use invoice_reminder::db::locks::Fence;
-use invoice_reminder::domain::{Attempted, Delivery, InvoiceId, ReminderId};
-use invoice_reminder::lock::Acquisition;
 use invoice_reminder::tick::{TickOutcome, run_tick};
 use tokio_util::sync::CancellationToken;
 

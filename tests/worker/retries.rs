@@ -108,4 +108,3 @@ async fn recording_one_unknown_result_twice_counts_the_attempt_once() {
         "one earlier attempt plus this one, counted once"
     );
 }
-
