@@ -1,0 +1,149 @@
+# What tests/compose/check.sh reads from outside the containers: the mail
+# catcher's HTTP API (Mailpit's, on the published port), the product's own
+# `audit --json` and `resolve`, and job_runs through psql in the postgres
+# container. Sourced by check.sh, which defines compose, app, fail and say.
+
+# shellcheck shell=bash
+
+probe_http() { # URL: 200 or not
+  python3 - "$1" <<'EOF'
+import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200 else 1)
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+# Every message's Message-ID in the catcher, one a line (without <>), read
+# page by page as Mailpit serves them.
+catcher_ids() {
+  python3 - "$catcher" <<'EOF'
+import json, sys, urllib.request
+start, total = 0, None
+while total is None or start < total:
+    url = f"{sys.argv[1]}/api/v1/messages?start={start}&limit=1000"
+    page = json.load(urllib.request.urlopen(url, timeout=10))
+    total = page.get("messages_count", page["total"])
+    if not page["messages"]:
+        break
+    for m in page["messages"]:
+        print(m["MessageID"].strip("<>"))
+    start += len(page["messages"])
+EOF
+}
+
+catcher_count() {
+  python3 - "$catcher" <<'EOF'
+import json, sys, urllib.request
+page = json.load(urllib.request.urlopen(f"{sys.argv[1]}/api/v1/messages?limit=1", timeout=10))
+print(page.get("messages_count", page["total"]))
+EOF
+}
+
+mail_arrived_since() { # BEFORE N: at least N more messages than BEFORE
+  [ "$(catcher_count)" -ge $(($1 + $2)) ]
+}
+
+check_no_message_id_twice() { # WHEN
+  local twice
+  twice=$(catcher_ids | sort | uniq -d)
+  [ -z "$twice" ] || fail "$1: the catcher received a Message-ID twice: $(echo "$twice" | head -n 5 | tr '\n' ' ')"
+}
+
+sql() { compose exec -T postgres psql -U postgres -d invoice_reminder -Atqc "$1"; }
+
+sent_rows() { sql "SELECT count(*) FROM invoice_reminder.reminders WHERE status = 'sent'"; }
+
+# The open (unfinished) tick: "RUN_ID HOSTNAME" (replica_id is hostname-pid,
+# and a container's hostname is its short id).
+open_run() {
+  sql "SELECT id || ' ' || regexp_replace(replica_id, '-[0-9]+$', '')
+         FROM invoice_reminder.job_runs WHERE finished_at IS NULL ORDER BY id DESC LIMIT 1"
+}
+run_started_after() { # RUN HOSTNAME: a later tick by another replica
+  [ "$(sql "SELECT count(*) FROM invoice_reminder.job_runs
+              WHERE id > $1 AND replica_id NOT LIKE '$2-%'")" -gt 0 ]
+}
+run_finished() { [ "$(sql "SELECT finished_at IS NOT NULL FROM invoice_reminder.job_runs WHERE id = $1")" = t ]; }
+run_outcome() { sql "SELECT coalesce(outcome, 'none') FROM invoice_reminder.job_runs WHERE id = $1"; }
+
+audit_json() { app audit --json 2>/dev/null || true; }
+
+# A field of audit's report: duplicates, unknown, missing, sending, failed.
+audit_field() { # FIELD [JSON]
+  local json=${2:-$(audit_json)}
+  python3 -c '
+import json, sys
+r = json.loads(sys.argv[2])
+print({
+    "duplicates": len(r["duplicates"]),
+    "unknown": len(r["unknown"]),
+    "missing": r["missing_count"],
+    "sending": r["counts"].get("sending", 0),
+    "failed": len(r["failed"]),
+}[sys.argv[1]])' "$1" "$json"
+}
+
+unknown_rows() { audit_field unknown; }
+
+# Quiet: every owed invoice has its reminder, and every row still 'sending'
+# is an unknown one (its run has ended), waiting for an operator.
+settled_and_owed_none() {
+  local json
+  json=$(audit_json)
+  [ -n "$json" ] || return 1
+  [ "$(audit_field missing "$json")" = 0 ] &&
+    [ "$(audit_field sending "$json")" = "$(audit_field unknown "$json")" ]
+}
+
+# Settles every unknown row as the operator would: each stored Message-ID
+# looked up in the catcher; found: resolve --sent, not found: --resend.
+# Sets settled_sent and settled_resend (rows).
+settle_unknown() { # WHEN
+  local plan sent_ids resend_ids
+  plan=$(python3 -c '
+import json, sys
+report = json.loads(sys.argv[1])
+caught = set(open(sys.argv[2]).read().split())
+sent, resend, rows_sent, rows_resend = [], [], 0, 0
+for mail in report["unknown_mails"]:
+    if mail["message_id"] is None:
+        sys.exit("an unknown row without a stored Message-ID: reminders %s" % mail["reminder_ids"])
+    first = str(mail["reminder_ids"][0])
+    if mail["message_id"].strip("<>") in caught:
+        sent.append(first); rows_sent += len(mail["reminder_ids"])
+    else:
+        resend.append(first); rows_resend += len(mail["reminder_ids"])
+print(rows_sent, rows_resend)
+print(" ".join(sent))
+print(" ".join(resend))' "$(audit_json)" <(catcher_ids)) || fail "$1: cannot settle the unknown rows"
+  settled_sent=$(sed -n 1p <<<"$plan" | cut -d' ' -f1)
+  settled_resend=$(sed -n 1p <<<"$plan" | cut -d' ' -f2)
+  sent_ids=$(sed -n 2p <<<"$plan")
+  resend_ids=$(sed -n 3p <<<"$plan")
+  local args=()
+  # shellcheck disable=SC2206 # ids are numbers
+  [ -z "$sent_ids" ] || args+=(--sent $sent_ids)
+  # shellcheck disable=SC2206
+  [ -z "$resend_ids" ] || args+=(--resend $resend_ids)
+  [ ${#args[@]} -eq 0 ] || app resolve "${args[@]}" >/dev/null || fail "$1: resolve ${args[*]} failed"
+}
+
+# Every owed invoice mailed exactly once: nothing missing or unknown or
+# failed, audit finds no duplicate, the catcher holds as many messages as
+# there are sent rows, and no Message-ID twice.
+check_exactly_once() { # WHEN
+  local json n
+  json=$(audit_json)
+  [ -n "$json" ] || fail "$1: audit failed"
+  for field in duplicates unknown missing failed; do
+    n=$(audit_field "$field" "$json")
+    [ "$n" = 0 ] || fail "$1: audit reports $n $field"
+  done
+  check_no_message_id_twice "$1"
+  local sent mailed
+  sent=$(sent_rows)
+  mailed=$(catcher_count)
+  [ "$sent" = "$mailed" ] || fail "$1: $sent sent rows but $mailed messages in the catcher"
+}
