@@ -156,7 +156,9 @@ official() {
 base=invoice-reminder-check/debian:bookworm
 if ! docker image inspect "$base" >/dev/null 2>&1; then
   command -v debootstrap >/dev/null || { say "installing debootstrap"; apt_install debootstrap; }
-  mirror=$(grep -rhoE 'https?://[^ ]+/debian/?' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null | head -n 1 || true)
+  # The mirror this machine's apt uses for bookworm itself.
+  mirror=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
+    awk '$2 == "bookworm" { print $1; exit }' || true)
   mirror=${mirror:-http://deb.debian.org/debian}
   say "debootstrap bookworm from $mirror"
   root=$state/bookworm
@@ -172,7 +174,7 @@ standin() { # NAME FILE...
   shift
   tag=invoice-reminder-check/$name:$(cd "$standins" && cat "$@" | sha256sum | cut -c1-12)
   if ! docker image inspect "$tag" >/dev/null 2>&1; then
-    say "building stand-in $tag"
+    say "building stand-in $tag" >&2
     "${build_cmd[@]}" -q --network host --build-arg "BASE=$base" \
       -f "$standins/$name.Dockerfile" -t "$tag" "$standins" >/dev/null ||
       fail "building the $name stand-in failed"
@@ -196,7 +198,7 @@ else
   key=$( (rustc -vV; cat Cargo.lock "$standins/rust.Dockerfile") | sha256sum | cut -c1-12)
   RUST_IMAGE=invoice-reminder-check/rust:$key
   if ! docker image inspect "$RUST_IMAGE" >/dev/null 2>&1; then
-    say "building stand-in $RUST_IMAGE ($(rustc --version), crates vendored)"
+    say "building stand-in $RUST_IMAGE ($(rustc --version), crates vendored)" >&2
     context=$state/rust-context
     rm -rf "$context"
     mkdir -p "$context/toolchain"
