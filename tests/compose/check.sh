@@ -85,7 +85,7 @@ cleanup() {
     compose --profile monitoring down --volumes --remove-orphans --timeout 5 >/dev/null 2>&1
   fi
   if [ -n "$our_dockerd" ]; then
-    kill "$our_dockerd" 2>/dev/null
+    as_root kill "$our_dockerd" 2>/dev/null
     for _ in $(seq 1 40); do kill -0 "$our_dockerd" 2>/dev/null || break; sleep 0.5; done
   fi
   exit "$status"
@@ -114,9 +114,9 @@ if ! docker info >/dev/null 2>&1; then
       --host "$DOCKER_HOST" --pidfile "$run_dir/dockerd.pid" \
       --exec-root "$run_dir/exec" --data-root "$state/docker" \
       >"$run_dir/dockerd.log" 2>&1 &
-    our_dockerd=$!
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
     docker info >/dev/null 2>&1 || fail "dockerd did not start ($run_dir/dockerd.log)"
+    our_dockerd=$(cat "$run_dir/dockerd.pid")
     say "started dockerd (pid $our_dockerd, $DOCKER_HOST)"
   fi
 fi
