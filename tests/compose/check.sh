@@ -79,7 +79,9 @@ cleanup() {
   set +e
   if [ "$status" -ne 0 ] && [ -n "$stack_up" ]; then
     say "last worker logs:"
-    compose logs --no-color --tail 15 worker 2>&1 | sed 's/^/  /' | tail -n 45
+    compose logs --no-color --tail 10 worker 2>&1 | sed 's/^/  /' | tail -n 30
+    say "audit:"
+    app audit 2>&1 | sed 's/^/  /' | head -n 40
   fi
   if [ -n "$stack_up" ]; then
     compose --profile monitoring down --volumes --remove-orphans --timeout 5 >/dev/null 2>&1
@@ -254,10 +256,10 @@ source "$repo/tests/compose/probes.sh"
 worker_ids() { compose ps -q worker; }
 running_workers() { compose ps -q --status running worker; }
 await() { # SECONDS WHAT COMMAND...: until COMMAND succeeds
-  local deadline=$((SECONDS + $1)) what=$2
+  local limit=$1 deadline=$((SECONDS + $1)) what=$2
   shift 2
   until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${deadline}s waiting for: $what"
+    [ "$SECONDS" -lt "$deadline" ] || fail "timed out after ${limit}s waiting for: $what"
     sleep 1
   done
 }
