@@ -74,6 +74,7 @@ part_done() {
 # --- teardown, whatever happens ---------------------------------------------
 stack_up=""
 our_dockerd=""
+scratch=$(mktemp -d)
 cleanup() {
   local status=$?
   set +e
@@ -86,6 +87,7 @@ cleanup() {
   if [ -n "$stack_up" ]; then
     compose --profile monitoring down --volumes --remove-orphans --timeout 5 >/dev/null 2>&1
   fi
+  rm -rf "$scratch"
   if [ -n "$our_dockerd" ]; then
     as_root kill "$our_dockerd" 2>/dev/null
     for _ in $(seq 1 40); do kill -0 "$our_dockerd" 2>/dev/null || break; sleep 0.5; done

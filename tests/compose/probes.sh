@@ -80,21 +80,29 @@ run_started_after() { # RUN HOSTNAME: a later tick by another replica
 run_finished() { [ "$(sql "SELECT finished_at IS NOT NULL FROM invoice_reminder.job_runs WHERE id = $1")" = t ]; }
 run_outcome() { sql "SELECT coalesce(outcome, 'none') FROM invoice_reminder.job_runs WHERE id = $1"; }
 
-audit_json() { app audit --json 2>/dev/null || true; }
+# audit's report (--json) in a file; its path on stdout. Empty when audit
+# could not run (it exits 1 on duplicates, with the report).
+audit_report() {
+  local file
+  file=$(mktemp -p "$scratch" audit.XXXXXX)
+  app audit --json >"$file" 2>/dev/null || true
+  echo "$file"
+}
 
 # A field of audit's report: duplicates, unknown, missing, sending, failed.
-audit_field() { # FIELD [JSON]
-  local json=${2:-$(audit_json)}
-  python3 -c '
+audit_field() { # FIELD [REPORT_FILE]
+  local file=${2:-$(audit_report)}
+  python3 - "$1" "$file" <<'EOF'
 import json, sys
-r = json.loads(sys.argv[2])
+r = json.load(open(sys.argv[2]))
 print({
     "duplicates": len(r["duplicates"]),
     "unknown": len(r["unknown"]),
     "missing": r["missing_count"],
     "sending": r["counts"].get("sending", 0),
     "failed": len(r["failed"]),
-}[sys.argv[1]])' "$1" "$json"
+}[sys.argv[1]])
+EOF
 }
 
 unknown_rows() { audit_field unknown; }
@@ -103,8 +111,8 @@ unknown_rows() { audit_field unknown; }
 # is an unknown one (its run has ended), waiting for an operator.
 settled_and_owed_none() {
   local json
-  json=$(audit_json)
-  [ -n "$json" ] || return 1
+  json=$(audit_report)
+  [ -s "$json" ] || return 1
   [ "$(audit_field missing "$json")" = 0 ] &&
     [ "$(audit_field sending "$json")" = "$(audit_field unknown "$json")" ]
 }
@@ -113,8 +121,8 @@ settled_and_owed_none() {
 # unknown or waiting for a retry).
 all_mailed() {
   local json
-  json=$(audit_json)
-  [ -n "$json" ] || return 1
+  json=$(audit_report)
+  [ -s "$json" ] || return 1
   [ "$(audit_field missing "$json")" = 0 ] &&
     [ "$(audit_field sending "$json")" = 0 ] &&
     [ "$(audit_field failed "$json")" = 0 ]
@@ -124,10 +132,13 @@ all_mailed() {
 # looked up in the catcher; found: resolve --sent, not found: --resend.
 # Sets settled_sent and settled_resend (rows).
 settle_unknown() { # WHEN
-  local plan sent_ids resend_ids
+  local plan sent_ids resend_ids report caught
+  report=$(audit_report)
+  caught=$(mktemp -p "$scratch" caught.XXXXXX)
+  catcher_ids >"$caught"
   plan=$(python3 -c '
 import json, sys
-report = json.loads(sys.argv[1])
+report = json.load(open(sys.argv[1]))
 caught = set(open(sys.argv[2]).read().split())
 sent, resend, rows_sent, rows_resend = [], [], 0, 0
 for mail in report["unknown_mails"]:
@@ -140,7 +151,7 @@ for mail in report["unknown_mails"]:
         resend.append(first); rows_resend += len(mail["reminder_ids"])
 print(rows_sent, rows_resend)
 print(" ".join(sent))
-print(" ".join(resend))' "$(audit_json)" <(catcher_ids)) || fail "$1: cannot settle the unknown rows"
+print(" ".join(resend))' "$report" "$caught") || fail "$1: cannot settle the unknown rows"
   settled_sent=$(sed -n 1p <<<"$plan" | cut -d' ' -f1)
   settled_resend=$(sed -n 1p <<<"$plan" | cut -d' ' -f2)
   sent_ids=$(sed -n 2p <<<"$plan")
@@ -160,8 +171,8 @@ print(" ".join(resend))' "$(audit_json)" <(catcher_ids)) || fail "$1: cannot set
 check_exactly_once() { # WHEN [handed-back]
   local json n fields=(duplicates unknown missing failed)
   [ "${2:-}" != handed-back ] || fields=(duplicates unknown failed)
-  json=$(audit_json)
-  [ -n "$json" ] || fail "$1: audit failed"
+  json=$(audit_report)
+  [ -s "$json" ] || fail "$1: audit failed"
   for field in "${fields[@]}"; do
     n=$(audit_field "$field" "$json")
     [ "$n" = 0 ] || fail "$1: audit reports $n $field"
