@@ -232,8 +232,8 @@ part build
   --build-arg "RUST_IMAGE=$RUST_IMAGE" --build-arg "RUNTIME_IMAGE=$RUNTIME_IMAGE" \
   -t invoice-reminder:local . >"$state/build.log" 2>&1 ||
   { tail -n 40 "$state/build.log"; fail "docker build failed ($state/build.log)"; }
-docker run --rm invoice-reminder:local --version >/dev/null || fail "the built image does not run"
-say "built invoice-reminder:local ($(docker run --rm invoice-reminder:local --version))"
+version=$(docker run --rm invoice-reminder:local --version 2>/dev/null) || fail "the built image does not run"
+say "built invoice-reminder:local ($version)"
 
 # --- 4. up ------------------------------------------------------------------
 part up

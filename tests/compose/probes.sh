@@ -156,12 +156,11 @@ print(" ".join(resend))' "$report" "$caught") || fail "$1: cannot settle the unk
   settled_resend=$(sed -n 1p <<<"$plan" | cut -d' ' -f2)
   sent_ids=$(sed -n 2p <<<"$plan")
   resend_ids=$(sed -n 3p <<<"$plan")
-  local args=()
-  # shellcheck disable=SC2206 # ids are numbers
-  [ -z "$sent_ids" ] || args+=(--sent $sent_ids)
-  # shellcheck disable=SC2206
-  [ -z "$resend_ids" ] || args+=(--resend $resend_ids)
-  [ ${#args[@]} -eq 0 ] || app resolve "${args[@]}" >/dev/null || fail "$1: resolve ${args[*]} failed"
+  # One call each: resolve takes --sent or --resend, not both.
+  # shellcheck disable=SC2086 # ids are numbers
+  [ -z "$sent_ids" ] || app resolve --sent $sent_ids >/dev/null || fail "$1: resolve --sent failed"
+  # shellcheck disable=SC2086
+  [ -z "$resend_ids" ] || app resolve --resend $resend_ids >/dev/null || fail "$1: resolve --resend failed"
 }
 
 # Every owed invoice mailed exactly once: nothing missing or unknown or
