@@ -36,7 +36,9 @@ pub fn in_a_clean_shell(text: &str) -> String {
             .map(|(_, default)| default)
             .filter(|default| !default.is_empty())
             .unwrap_or_else(|| {
-                panic!("{COMPOSE_FILE}: ${{{expression}}} has no default, so it comes from the shell")
+                panic!(
+                    "{COMPOSE_FILE}: ${{{expression}}} has no default, so it comes from the shell"
+                )
             });
         out.push_str(default);
         rest = tail;
@@ -84,7 +86,9 @@ fn every_published_port_is_bound_to_loopback() {
             continue;
         };
         for port in ports {
-            let spec = port.as_str().unwrap_or_else(|| panic!("{name:?}: {port:?}"));
+            let spec = port
+                .as_str()
+                .unwrap_or_else(|| panic!("{name:?}: {port:?}"));
             assert!(
                 spec.starts_with("127.0.0.1:"),
                 "{name:?} publishes {spec:?} beyond this machine"
