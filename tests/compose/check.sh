@@ -315,6 +315,7 @@ takeover=$((SECONDS - kill_at))
 [ "$takeover" -le $((ttl + tick + 3)) ] ||
   fail "takeover took ${takeover}s, more than the lease (${ttl}s) and one tick (${tick}s)"
 say "another replica took over ${takeover}s after the kill (lease ${ttl}s, tick every ${tick}s)"
+run_finished "$run" && fail "the killed tick (run $run) had ended by itself: the kill was not mid-tick"
 [ "$(docker inspect -f '{{.State.Running}}' "$holder")" = false ] ||
   fail "the killed worker is running again (restart: unless-stopped should leave it stopped)"
 await 120 "the rest mailed, only the killed tick's unknown rows left" settled_and_owed_none
