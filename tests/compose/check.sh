@@ -255,7 +255,7 @@ tick=$(sed -n 's|^cron = "\*/\([0-9]*\) .*|\1|p' config/docker.toml)
 [ -n "$ttl" ] && [ -n "$tick" ] || fail "cannot read lock.ttl and schedule.cron from config/docker.toml"
 source "$repo/tests/compose/probes.sh"
 
-worker_ids() { compose ps -q worker; }
+worker_ids() { compose ps -a -q worker; }
 running_workers() { compose ps -q --status running worker; }
 await() { # SECONDS WHAT COMMAND...: until COMMAND succeeds
   local limit=$1 deadline=$((SECONDS + $1)) what=$2
