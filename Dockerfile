@@ -1,7 +1,6 @@
-# syntax=docker/dockerfile:1
 # invoice-reminder as a container image.
 #
-#   docker build -t invoice-reminder:local .
+#   docker build -t invoice-reminder:local .      # BuildKit: DOCKER_BUILDKIT=1 with older clients
 #   docker run --rm invoice-reminder:local --help
 #
 # Two stages: the builder compiles a release binary from the whole build
@@ -12,12 +11,17 @@
 # is Debian slim with the binary only: migrations and the default settings
 # are compiled in, TLS is rustls, so it needs no files and no OpenSSL.
 #
-# scripts/check-image-build.sh replays the builder stage without Docker (CI
-# runs it); keep RUN commands relative to WORKDIR so it can.
+# RUN --mount needs BuildKit, whose built-in frontend reads this file (no
+# `# syntax=` line: that would fetch a frontend image from a registry).
+#
+# The bases are build args defaulting to the official images. On a machine
+# without a registry, tests/compose/check.sh builds this file unchanged with
+# local stand-ins: --build-arg RUST_IMAGE=... --build-arg RUNTIME_IMAGE=...
 
-ARG RUST_VERSION=1.95
+ARG RUST_IMAGE=rust:1.95-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
 
-FROM rust:${RUST_VERSION}-bookworm AS builder
+FROM ${RUST_IMAGE} AS builder
 WORKDIR /build
 COPY . .
 # The binary is copied out of the cache-mounted target directory, which is
@@ -28,7 +32,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/invoice-reminder invoice-reminder
 
 
-FROM debian:bookworm-slim AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
