@@ -10,10 +10,9 @@ use invoice_reminder::commands::{self, exit};
 use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::{causes, telemetry};
 
-// jemalloc: the worker allocates per message (rendering, MIME encoding, rows);
-// with glibc's allocator malloc and free were about a seventh of its CPU
-// samples. Measured interleaved, 100k reminders: ticks 8.7-8.9 s against
-// 9.6-9.8 s, 15 % less CPU, peak RSS 24.7 against 22.0 MiB (BENCHMARKS.md).
+// jemalloc: the worker allocates per message (rendering, MIME encoding, rows),
+// and with glibc's allocator malloc and free took a large share of its CPU
+// (BENCHMARKS.md, "jemalloc").
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -57,8 +57,8 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
     let shutdown = crate::shutdown::listen();
     // The tick runs as a task on the runtime's worker threads, as it does
     // under `run`. Awaited directly it would run on block_on's thread, which
-    // is not a worker: every socket wakeup would cross threads, and a large
-    // tick measured about 25 % slower that way (BENCHMARKS.md).
+    // is not a worker: every socket wakeup would cross threads (BENCHMARKS.md,
+    // "The tick on a worker thread").
     let ctx = Arc::new(ctx);
     let outcome = {
         let (ctx, shutdown) = (ctx.clone(), shutdown.clone());

@@ -200,7 +200,8 @@ impl Claim {
     /// Pairs each claimed row with its key's one source row. The pairing
     /// is done here, by key, not in SQL: joined in the statement,
     /// PostgreSQL (estimating each side at one row) compared every claimed
-    /// row with every owed one (BENCHMARKS.md, "Where the time goes").
+    /// row with every owed one (BENCHMARKS.md, "Where a customer-mode tick's
+    /// time goes").
     pub(super) fn from_results(results: Vec<ClaimResult>) -> Self {
         let mut claim = Self::default();
         let mut claimed = Vec::new();

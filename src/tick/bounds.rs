@@ -49,7 +49,7 @@ impl ClaimBound {
     /// letters of at most `rows_per_letter` rows each: one per row in
     /// invoice mode, none counted twice). Without them a window of
     /// five-invoice statements took most of the rows, and the claimer
-    /// waited for room (BENCHMARKS.md, "Where the time goes").
+    /// waited for room (BENCHMARKS.md, "Where a customer-mode tick's time goes").
     pub fn for_settings(reminders: &ReminderSettings, rows_per_letter: usize) -> Self {
         let window_rows = match rows_per_letter {
             0 | 1 => 0,
@@ -151,7 +151,7 @@ impl MarkWindow {
     /// through one, the next is marked. A group marked only once all but
     /// half a round of sends had left the window (28 of 32 at 8) kept the
     /// senders waiting out every mark's round trip and WAL flush, with a
-    /// fifth of the machine idle (BENCHMARKS.md, "Tenth session"). Marks
+    /// machine partly idle (BENCHMARKS.md, "The mark window in two groups"). Marks
     /// cost one commit per group. A group takes more rows when more room
     /// has freed by the time it is marked.
     pub fn new(send_concurrency: u32) -> Self {

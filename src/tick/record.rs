@@ -30,10 +30,9 @@ pub(super) const RECORD_EVERY: Duration = Duration::from_secs(1);
 /// Claim room comes back only once results are written, and the claimer
 /// needs a whole page of it: written per `batch_size`, the results waiting
 /// took most of the `2 × batch_size` bound and the senders idled while the
-/// next page was claimed (BENCHMARKS.md, "Fifth session"); written per
-/// quarter, they were 16 of a tick's ~80 transactions per 1,000 reminders.
-/// Half a batch keeps room coming back while the next page is claimed, at
-/// 4 statements per 1,000 reminders.
+/// next page was claimed. Half a batch keeps room coming back while the
+/// next page is claimed, for few statements (BENCHMARKS.md, "Results
+/// written per half batch").
 const RECORD_CHUNKS_PER_BATCH: usize = 2;
 
 /// The record stage of one tick.
@@ -134,7 +133,7 @@ impl Recorder {
 /// customer mode a message holds up to `max_invoices_per_mail` rows, and
 /// counted by messages a chunk could need more rows than the claim bound
 /// lets in, so it never filled and each one waited out the deadline
-/// (BENCHMARKS.md: 153 statements/s against 1,101 once counted by rows).
+/// (BENCHMARKS.md, "Results written per half batch").
 async fn next_chunk(
     results: &mut mpsc::Receiver<Vec<Attempted>>,
     rows: usize,
