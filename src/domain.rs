@@ -7,6 +7,9 @@ use std::fmt;
 
 use chrono::NaiveDate;
 
+mod step_key;
+pub use step_key::StepKey;
+
 /// The source's `invoice_id`: the billing system's own key, as text
 /// (`"42"`, a UUID, `"INV-2026-0042"`). Never interchangeable with a
 /// [`ReminderId`].
@@ -113,7 +116,7 @@ pub struct Claimed {
     /// Delivery attempts finished before this claim (0 for a first claim).
     pub attempts: i32,
     /// The step claimed (`reminders.period`): `overdue`, `final-2`, ...
-    pub period: String,
+    pub step: StepKey,
     pub invoice: Invoice,
     pub customer: Customer,
     /// Message-IDs of the reminders already sent for this invoice, oldest
@@ -238,7 +241,7 @@ pub struct Attempted {
     pub id: ReminderId,
     pub invoice: InvoiceId,
     /// The step (`reminders.period`).
-    pub period: String,
+    pub step: StepKey,
     /// `attempts` as claimed, before this attempt.
     pub attempts_before: i32,
     /// The Message-ID the attempt's mail carried (stored on the row).

@@ -16,6 +16,8 @@
 use chrono::{Days, NaiveDate};
 use serde::Deserialize;
 
+use crate::domain::StepKey;
+
 /// One `[[reminders.stages]]` entry, as written.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,7 +36,7 @@ pub struct Stage {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Step {
     /// `overdue`, `final`, `final-2`: stored in `reminders.period`.
-    pub key: String,
+    pub key: StepKey,
     /// Index into the stage list.
     #[serde(skip)]
     pub stage: usize,
@@ -69,7 +71,7 @@ impl Stages {
         for (i, stage) in stages.iter().enumerate() {
             let first = i64::from(stage.days);
             steps.push(Step {
-                key: stage.name.clone(),
+                key: StepKey(stage.name.clone()),
                 stage: i,
                 occurrence: 1,
                 offset: first,
@@ -77,7 +79,7 @@ impl Stages {
             if let (Some(every), Some(max)) = (stage.repeat_every_days, stage.max_repeats) {
                 for k in 1..=max {
                     steps.push(Step {
-                        key: format!("{}-{}", stage.name, k + 1),
+                        key: StepKey(format!("{}-{}", stage.name, k + 1)),
                         stage: i,
                         occurrence: k + 1,
                         offset: first + i64::from(k) * i64::from(every),
@@ -262,7 +264,7 @@ mod tests {
     }
 
     fn key(stages: &Stages, age: i64) -> Option<String> {
-        stages.due_step(age).map(|s| s.key.clone())
+        stages.due_step(age).map(|s| s.key.to_string())
     }
 
     #[test]

@@ -164,7 +164,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                     let message_id = mail::message_id(&invoice, &c.period, "bench.test");
                     Attempted {
                         id: c.id,
-                        period: c.period.clone(),
+                        step: c.period.clone(),
                         attempts_before: c.attempts,
                         message_id: message_id.clone(),
                         delivery: Delivery::Sent {

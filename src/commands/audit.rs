@@ -63,7 +63,7 @@ pub struct UnknownMail {
     pub message_id: Option<String>,
     pub reminder_ids: Vec<i64>,
     pub invoice_ids: Vec<crate::domain::InvoiceId>,
-    pub periods: Vec<String>,
+    pub periods: Vec<crate::domain::StepKey>,
     pub run_id: Option<i64>,
     pub replica_id: Option<String>,
     pub claimed_at: chrono::DateTime<chrono::Utc>,

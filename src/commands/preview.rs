@@ -196,7 +196,7 @@ async fn preview_statement(
         let Some(owed) = by_key.get(&Some(pick.key.clone())) else {
             continue;
         };
-        let Some(step) = stages.step(&owed.step) else {
+        let Some(step) = stages.step(owed.step.as_str()) else {
             continue;
         };
         if let Ok((invoice, customer)) = crate::problems::check(owed.row.clone()) {

@@ -109,7 +109,7 @@ pub struct DryRun {
     /// problems among the listed rows left out.
     pub total: i64,
     /// How many would get each step, in stage order (listed ones only).
-    pub per_step: Vec<(String, usize)>,
+    pub per_step: Vec<(crate::domain::StepKey, usize)>,
     /// Listed rows that would be skipped as source problems.
     pub source_problems: usize,
 }

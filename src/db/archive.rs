@@ -16,6 +16,7 @@ use sha2::Digest as _;
 
 use super::Db;
 use super::conn::on_db;
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
 /// How many archived messages one cleanup deletes at most: a first run
@@ -72,7 +73,7 @@ pub enum ArchiveError {
 pub async fn proof_of(
     db: &Db,
     invoice_id: &InvoiceId,
-    period: &str,
+    period: &StepKey,
 ) -> Result<Option<SentProof>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT id AS reminder_id, status, message_id, sent_at, smtp_reply, message_sha256

@@ -10,11 +10,12 @@ use super::Db;
 use super::conn::on_db;
 use super::runs::run_ended;
 use crate::domain::InvoiceId;
+use crate::domain::StepKey;
 
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct DuplicateGroup {
     pub invoice_id: InvoiceId,
-    pub period: String,
+    pub period: StepKey,
     pub copies: i64,
 }
 
@@ -36,7 +37,7 @@ pub async fn duplicates(db: &Db) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
 pub struct UnknownRow {
     pub reminder_id: i64,
     pub invoice_id: InvoiceId,
-    pub period: String,
+    pub period: StepKey,
     pub attempts: i32,
     pub run_id: Option<i64>,
     pub replica_id: Option<String>,
@@ -73,7 +74,7 @@ pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, s
 pub struct FailedRow {
     pub reminder_id: i64,
     pub invoice_id: InvoiceId,
-    pub period: String,
+    pub period: StepKey,
     pub status: String,
     pub attempts: i32,
     pub last_error: Option<String>,

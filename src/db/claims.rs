@@ -15,6 +15,7 @@ use super::owing::{
 use super::reminders::{
     Claim, ClaimError, ClaimResult, ClaimedRow, check_fence, claim_results, keyed, thread_of,
 };
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
 /// Claims, for run `run_id`, the due step of each of `keys` (distinct
@@ -245,7 +246,7 @@ pub async fn reclaim_failed(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superseded {
     pub invoice_id: InvoiceId,
-    pub step: String,
+    pub step: StepKey,
     /// Customer mode: the invoice's customer.
     pub customer_id: Option<String>,
     /// Why, in words (`last_error` of the row).

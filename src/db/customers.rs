@@ -24,6 +24,7 @@ use super::owing::{
 };
 use super::params::Params;
 use crate::domain::ReminderId;
+use crate::domain::StepKey;
 
 /// What a run's reads need to know of itself: rows it already tried this
 /// tick are not retried again, nor rows out of attempts, nor rows whose
@@ -84,7 +85,7 @@ pub enum Owes {
 #[derive(Debug, Clone)]
 pub struct CustomerRow {
     /// The step it owes.
-    pub step: String,
+    pub step: StepKey,
     /// The step's window's `due_from` today (None: the last step, which
     /// never ends): the step stays due while the invoice is in it.
     pub step_from: Option<NaiveDate>,
@@ -96,7 +97,7 @@ pub struct CustomerRow {
 
 #[derive(FromRow)]
 struct ReadRow {
-    step: Option<String>,
+    step: Option<StepKey>,
     step_from: Option<NaiveDate>,
     state: Option<String>,
     retry_id: Option<ReminderId>,

@@ -19,6 +19,7 @@ use super::owing::{backoff_over, backoff_wait, date_value, owes_flags};
 use super::params::Params;
 use super::reminders::Backoff;
 use super::runs::{run_ended, run_gone};
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
 /// How many source rows of one key are read (all are counted).
@@ -48,7 +49,7 @@ pub struct SourceFacts {
 pub struct ReminderFacts {
     pub id: ReminderId,
     /// The step (`reminders.period`).
-    pub step: String,
+    pub step: StepKey,
     pub status: String,
     pub attempts: i32,
     pub last_error: Option<String>,

@@ -12,6 +12,7 @@ use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
 use super::owing::{Today, in_window, invoice_gap_clear, owes_flags, sane_date, windows};
 use crate::domain::InvoiceId;
+use crate::domain::StepKey;
 
 /// A source row that owes its due step today, as a listing reads it.
 #[derive(Debug, Clone, FromRow)]
@@ -19,7 +20,7 @@ pub struct OwedRow {
     #[sqlx(flatten)]
     pub row: SourceRow,
     /// The step it owes.
-    pub step: String,
+    pub step: StepKey,
     /// `new`, or `retry` for a `failed` row of that step with attempts left.
     pub kind: String,
     /// How many rows of the source carry its key (1 when all is well; 0
@@ -36,7 +37,7 @@ pub struct OwedReminder {
     pub customer_email: String,
     pub due_date: NaiveDate,
     /// The step it owes.
-    pub step: String,
+    pub step: StepKey,
     /// `new`, or `retry` for a `failed` row of that step with attempts left.
     pub kind: String,
 }

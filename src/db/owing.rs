@@ -234,7 +234,7 @@ impl Today {
             date,
             timezone: timezone.to_owned(),
             gap_days: i64::from(min_days_between),
-            keys: windows.iter().map(|w| w.step.key.clone()).collect(),
+            keys: windows.iter().map(|w| w.step.key.to_string()).collect(),
             froms: windows.iter().map(|w| w.due_from).collect(),
             tos: windows.iter().map(|w| w.due_to).collect(),
         }

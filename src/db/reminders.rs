@@ -50,6 +50,7 @@ use sqlx::{FromRow, PgConnection};
 use super::Db;
 use super::invoices::SourceRow;
 use super::locks::{Fence, advance_fence};
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
 /// Why a claim claimed nothing.
@@ -162,7 +163,7 @@ pub struct ClaimedRow {
     /// Delivery attempts finished before this claim (0 for a first claim).
     pub attempts: i32,
     /// The step claimed.
-    pub period: String,
+    pub period: StepKey,
     /// The Message-ID its last attempt carried (a retry), stored before
     /// that attempt's send.
     pub message_id: Option<String>,
@@ -188,7 +189,7 @@ pub struct Claim {
 pub(super) struct ClaimResult {
     reminder_id: Option<ReminderId>,
     attempts: Option<i32>,
-    period: Option<String>,
+    period: Option<StepKey>,
     stored_message_id: Option<String>,
     thread: Option<Vec<String>>,
     repeated: bool,

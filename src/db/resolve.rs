@@ -13,6 +13,7 @@ use super::Db;
 use super::conn::on_db;
 use super::owing::{Today, date_value, in_window, windows};
 use super::runs::run_ended;
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
 /// A row named on the command line, or one that shares a Message-ID with
@@ -21,7 +22,7 @@ use crate::domain::{InvoiceId, ReminderId};
 pub struct NamedRow {
     pub id: ReminderId,
     pub invoice_id: InvoiceId,
-    pub period: String,
+    pub period: StepKey,
     pub status: String,
     /// The Message-ID its mail carried, stored before the send (None: a
     /// row started by a version that did not store it).

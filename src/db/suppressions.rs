@@ -15,6 +15,8 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 
+use crate::domain::StepKey;
+
 /// How long a webhook message id is remembered. Timestamps more than 5
 /// minutes off are refused before this is asked, so an id older than this
 /// can only come with a timestamp that is refused anyway.
@@ -201,7 +203,7 @@ async fn remember_id(c: &mut sqlx::PgConnection, db: &Db, id: &str) -> Result<bo
 pub struct SkippedRow {
     pub reminder_id: i64,
     pub invoice_id: crate::domain::InvoiceId,
-    pub period: String,
+    pub period: StepKey,
     /// Why (`suppressed`).
     pub reason: Option<String>,
     pub claimed_at: DateTime<Utc>,
@@ -214,7 +216,7 @@ pub async fn skipped(db: &Db, limit: i64) -> Result<(i64, Vec<SkippedRow>), sqlx
         i64,
         i64,
         crate::domain::InvoiceId,
-        String,
+        StepKey,
         Option<String>,
         DateTime<Utc>,
     );

@@ -17,6 +17,7 @@ use super::statement::{Line, STATEMENT};
 use super::templates::{RenderError, TemplateError, Templates};
 use super::vars::{Vars, sample};
 use crate::config::{CompanySettings, TemplateSettings};
+use crate::domain::StepKey;
 use crate::domain::{Customer, Invoice};
 use crate::stages::{Stages, Step};
 
@@ -151,7 +152,7 @@ impl Templates {
                 .find(|s| stages.stage(s).template == template)
                 .cloned()
                 .unwrap_or(Step {
-                    key: template.clone(),
+                    key: StepKey(template.clone()),
                     stage: 0,
                     occurrence: 1,
                     offset: 0,

@@ -26,6 +26,7 @@ use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart};
 
 use super::text::{MAX_NAME_CHARS, Rendered, sanitize};
 use crate::config::SmtpSettings;
+use crate::domain::StepKey;
 use crate::domain::{Customer, Invoice, InvoiceId};
 
 /// A reminder that cannot become a message; final, never retried.
@@ -72,7 +73,7 @@ impl OutgoingMail {
 
 /// `invoice-{id}.{period}@{domain}`, the id as [`id_token`] writes it:
 /// the same reminder, the same Message-ID.
-pub fn message_id(invoice_id: &InvoiceId, period: &str, domain: &str) -> String {
+pub fn message_id(invoice_id: &InvoiceId, period: &StepKey, domain: &str) -> String {
     format!("invoice-{}.{period}@{domain}", id_token(invoice_id))
 }
 
@@ -232,7 +233,7 @@ pub fn build_message(
     reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
-    period: &str,
+    period: &StepKey,
     message_id: String,
     earlier: &[String],
     rendered: Rendered,
@@ -241,7 +242,7 @@ pub fn build_message(
         invoice_id: &invoice.id,
         message_id,
         invoice_header: id_token(&invoice.id),
-        period_header: period.to_owned(),
+        period_header: period.to_string(),
         earlier,
     };
     build(smtp, reply_to, customer, keys, rendered)

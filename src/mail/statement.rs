@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use super::templates::{RenderError, Templates};
 use super::vars::{CompanyVars, CustomerVars, Vars};
+use crate::domain::StepKey;
 use crate::domain::{Customer, Invoice};
 use crate::stages::{Stages, Step};
 
@@ -58,7 +59,7 @@ struct LineVars {
 #[derive(Serialize, Clone)]
 struct StepVars {
     name: String,
-    key: String,
+    key: StepKey,
     occurrence: u32,
     /// The stage's place in `reminders.stages`, from 1.
     position: usize,

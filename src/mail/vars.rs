@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::text::{MAX_NAME_CHARS, MAX_NUMBER_CHARS, sanitize};
 use crate::config::CompanySettings;
+use crate::domain::StepKey;
 use crate::domain::{Amount, Customer, Invoice, InvoiceId};
 use crate::stages::Step;
 
@@ -44,7 +45,7 @@ pub(super) struct InvoiceVars {
 #[derive(Serialize)]
 pub(super) struct StageVars<'a> {
     pub(super) name: &'a str,
-    pub(super) key: &'a str,
+    pub(super) key: &'a StepKey,
     pub(super) occurrence: u32,
 }
 

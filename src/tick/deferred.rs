@@ -241,7 +241,7 @@ impl Deferred {
                     run_id = d.run_id,
                     reminder_id = %row.id,
                     invoice_id = %row.invoice,
-                    period = %row.period,
+                    period = %row.step,
                     outcome = row.delivery.kind(),
                     message_id = %message_id,
                     "result not written: the database did not come back before exit; the row stays 'sending' (settle it with `invoice-reminder resolve`)"
@@ -263,7 +263,7 @@ fn log_unwritten(run_id: i64, row: &Attempted, why: &str) {
         run_id,
         reminder_id = %row.id,
         invoice_id = %row.invoice,
-        period = %row.period,
+        period = %row.step,
         outcome = row.delivery.kind(),
         "result dropped: {why}; the row stays as it is (audit shows it)"
     );

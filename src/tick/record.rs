@@ -181,7 +181,7 @@ mod tests {
             .map(|n| Attempted {
                 id: ReminderId(i64::try_from(n).unwrap_or_default()),
                 invoice: InvoiceId(n.to_string()),
-                period: "overdue".into(),
+                step: "overdue".into(),
                 attempts_before: 0,
                 message_id: format!("m{n}@test"),
                 delivery: Delivery::Failed {

@@ -77,7 +77,7 @@ impl Sender {
                     .map(|row| Attempted {
                         id: row.id,
                         invoice: row.invoice.id.clone(),
-                        period: row.period.clone(),
+                        step: row.step.clone(),
                         attempts_before: row.attempts,
                         message_id: letter.message_id.clone(),
                         delivery: delivery.clone(),
@@ -196,12 +196,12 @@ fn step_of<'s>(
     row: &Claimed,
 ) -> Result<&'s crate::stages::Step, mail::MessageError> {
     stages
-        .step(&row.period)
+        .step(row.step.as_str())
         .ok_or_else(|| mail::MessageError::Render {
             invoice_id: row.invoice.id.clone(),
             reason: format!(
                 "step {:?} is not one of reminders.stages (was the configuration changed?)",
-                row.period
+                row.step
             ),
         })
 }

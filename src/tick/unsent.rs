@@ -95,7 +95,7 @@ mod tests {
         let row = |id: i64| crate::domain::Claimed {
             id: ReminderId(id),
             attempts: 0,
-            period: "overdue".into(),
+            step: "overdue".into(),
             invoice: crate::domain::Invoice {
                 id: id.into(),
                 number: String::new(),

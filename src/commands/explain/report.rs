@@ -7,7 +7,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Serialize, Serializer};
 
 use crate::db::explain::{ReminderFacts, SourceFacts};
-use crate::domain::{InvoiceId, Problem};
+use crate::domain::{InvoiceId, Problem, StepKey};
 
 /// Why an invoice gets, or does not get, a reminder today: the first that
 /// applies, in this order. Serialized as the JSON `reason`.
@@ -209,7 +209,7 @@ impl From<&SourceFacts> for SourceView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Occurrence {
     /// The step key (`final-2`).
-    pub name: String,
+    pub name: StepKey,
     /// The stage it is an occurrence of (`final`).
     pub stage: String,
     pub date: NaiveDate,
@@ -235,7 +235,7 @@ pub struct Explained {
     /// The reason as a sentence.
     pub reason_detail: String,
     pub until: Option<Until>,
-    pub next_step: Option<String>,
+    pub next_step: Option<StepKey>,
     pub next_date: Option<NaiveDate>,
     /// The one source row (None when there is none, or several).
     pub source: Option<SourceView>,
@@ -250,7 +250,7 @@ pub struct Explained {
     pub due_date: Option<NaiveDate>,
     /// Days from the due date to today (negative: not yet due).
     pub days_overdue: Option<i64>,
-    pub due_step_today: Option<String>,
+    pub due_step_today: Option<StepKey>,
     pub stages: Vec<Occurrence>,
     pub reminders: Vec<ReminderView>,
     /// The invoice's recipients that are on the suppression list.

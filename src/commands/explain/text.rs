@@ -36,7 +36,7 @@ pub(super) fn print_text(e: &Explained) -> std::io::Result<()> {
         outln!(
             "  due date {due}, {}; due step today: {}",
             report::due_in_words(days),
-            e.due_step_today.as_deref().unwrap_or("none")
+            e.due_step_today.as_ref().map_or("none", |k| k.as_str())
         );
         let steps: Vec<String> = e
             .stages

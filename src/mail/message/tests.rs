@@ -48,8 +48,8 @@ fn build(name: &str, email: &str, html: Option<&str>) -> Result<OutgoingMail, Me
         None,
         &invoice(),
         &customer(name, email),
-        "overdue",
-        message_id(&invoice().id, "overdue", "mail.test"),
+        &"overdue".into(),
+        message_id(&invoice().id, &"overdue".into(), "mail.test"),
         &[],
         rendered(html),
     )

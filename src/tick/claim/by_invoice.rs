@@ -168,7 +168,7 @@ async fn hand_on(
 
 /// A reminder's letter, under its Message-ID.
 fn letter(row: Claimed, domain: &str) -> Letter {
-    let message_id = mail::message_id(&row.invoice.id, &row.period, domain);
+    let message_id = mail::message_id(&row.invoice.id, &row.step, domain);
     let fresh_message_id = row.stored_message_id.as_deref() != Some(message_id.as_str());
     Letter {
         rows: vec![row],

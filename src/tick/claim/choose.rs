@@ -18,6 +18,7 @@ use chrono::NaiveDate;
 use crate::db::claims::Superseded;
 use crate::db::customers::{CustomerRow, Owes};
 use crate::db::invoices::SourceRow;
+use crate::domain::StepKey;
 use crate::domain::{InvoiceId, Problem, ReminderId, SourceProblem};
 use crate::mail::message::parse_recipients;
 use crate::problems;
@@ -79,7 +80,7 @@ pub(super) fn last_day(
 /// superseded; a held row with a problem is reported instead.
 pub(super) fn superseded_of_page(
     held: &[(SourceRow, NaiveDate)],
-    step: &str,
+    step: &StepKey,
     window_from: Option<NaiveDate>,
     today: NaiveDate,
     problem: &mut impl FnMut(SourceProblem),
@@ -102,7 +103,7 @@ pub(super) fn superseded_of_page(
 /// after the last day of its window.
 pub(super) fn superseded(
     row: &SourceRow,
-    step: &str,
+    step: &StepKey,
     last: Option<NaiveDate>,
     gap_until: NaiveDate,
 ) -> Option<Superseded> {
@@ -110,7 +111,7 @@ pub(super) fn superseded(
     let invoice_id = row.invoice_id.clone()?;
     (gap_until > last).then(|| Superseded {
         invoice_id,
-        step: step.to_owned(),
+        step: step.clone(),
         customer_id: row.customer_id.clone(),
         reason: format!(
             "superseded: reminders.min_days_between holds this step back until {gap_until}, after its last day, {last}"

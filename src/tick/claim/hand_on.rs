@@ -50,7 +50,7 @@ pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Cl
             Ok((invoice, customer)) => batch.push(Claimed {
                 id: row.id,
                 attempts: row.attempts,
-                period: row.period,
+                step: row.period,
                 invoice,
                 customer,
                 thread: row.thread,
@@ -111,11 +111,11 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
         if kept.len() == addresses.len() {
             to_send.push(row);
         } else if kept.is_empty() {
-            tracing::info!(invoice_id = %row.invoice.id, period = %row.period, "every recipient is suppressed; reminder skipped");
+            tracing::info!(invoice_id = %row.invoice.id, period = %row.step, "every recipient is suppressed; reminder skipped");
             let skipped = Attempted {
                 id: row.id,
                 invoice: row.invoice.id,
-                period: row.period,
+                step: row.step,
                 attempts_before: row.attempts,
                 message_id: row.stored_message_id.unwrap_or_default(),
                 delivery: Delivery::Skipped {

@@ -247,7 +247,7 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings, by_custome
             .due_step(age)
             .unwrap_or_else(|| panic!("age {age} owes no step"))
             .key
-            .clone();
+            .to_string();
         if let Some(customers) = &customers {
             if g.rng().chance(5) {
                 // No customer: customer mode reports it, never mails it.
@@ -263,7 +263,11 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings, by_custome
                 continue;
             }
         }
-        let id = invoice_reminder::mail::message_id(&InvoiceId(key.clone()), &step, domain);
+        let id = invoice_reminder::mail::message_id(
+            &InvoiceId(key.clone()),
+            &step.as_str().into(),
+            domain,
+        );
         expected.owed.insert((key.clone(), step.clone()));
         expected.mails.insert(id, (key, step));
         rows.push(row);

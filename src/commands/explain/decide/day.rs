@@ -6,6 +6,7 @@ use chrono::NaiveDate;
 use super::{Rules, Verdict, instant};
 use crate::commands::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::db::explain::{ReminderFacts, SourceFacts};
+use crate::domain::StepKey;
 use crate::stages::{Step, shift};
 
 /// One invoice's facts, read for one day.
@@ -19,8 +20,8 @@ pub(super) struct Day<'a> {
 }
 
 impl Day<'_> {
-    fn row(&self, key: &str) -> Option<&ReminderView> {
-        self.rows.iter().find(|r| r.row.step == key)
+    fn row(&self, key: &StepKey) -> Option<&ReminderView> {
+        self.rows.iter().find(|r| &r.row.step == key)
     }
 
     /// A `failed` row, or one the next tick turns back into `failed` (a
@@ -36,14 +37,14 @@ impl Day<'_> {
     /// The first day the `min_days_between` gap allows a claim, counting
     /// the rows `sent` or `sending` (but not those the next tick returns)
     /// of every step but `except`; None: no gap.
-    fn gap_ends(&self, except: Option<&str>) -> Option<(NaiveDate, NaiveDate)> {
+    fn gap_ends(&self, except: Option<&StepKey>) -> Option<(NaiveDate, NaiveDate)> {
         if self.rules.min_days_between == 0 {
             return None;
         }
         let last = self
             .rows
             .iter()
-            .filter(|r| Some(r.row.step.as_str()) != except)
+            .filter(|r| Some(&r.row.step) != except)
             .filter(|r| {
                 matches!(
                     r.state,

@@ -123,7 +123,7 @@ fn decided_in(
 }
 
 fn next(e: &Explained) -> Option<(&str, NaiveDate)> {
-    Some((e.next_step.as_deref()?, e.next_date?))
+    Some((e.next_step.as_ref()?.as_str(), e.next_date?))
 }
 
 #[test]
