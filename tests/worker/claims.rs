@@ -161,7 +161,7 @@ async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() 
         .await
         .unwrap();
 
-    let mut steps: Vec<(Option<InvoiceId>, String)> = claim
+    let mut steps: Vec<(Option<InvoiceId>, invoice_reminder::domain::StepKey)> = claim
         .claimed
         .iter()
         .map(|c| (c.source.invoice_id.clone(), c.period.clone()))
@@ -170,8 +170,8 @@ async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() 
     assert_eq!(
         steps,
         vec![
-            (Some(InvoiceId::from(overdue)), "overdue".to_owned()),
-            (Some(InvoiceId::from(last)), "final".to_owned()),
+            (Some(InvoiceId::from(overdue)), "overdue".into()),
+            (Some(InvoiceId::from(last)), "final".into()),
         ]
     );
 }
@@ -224,7 +224,7 @@ async fn results_handed_over_in_any_order_each_settle_their_own_row() {
         .map(|(c, delivery)| Attempted {
             id: c.id,
             invoice: c.source.invoice_id.clone().unwrap_or_default(),
-            period: c.period.clone(),
+            step: c.period.clone(),
             attempts_before: c.attempts,
             message_id: format!("m{}@test", c.id),
             delivery,

@@ -34,7 +34,7 @@ async fn each_sent_row_keeps_the_servers_reply_and_the_sha256_of_the_bytes_the_s
     for mail in &mails {
         let invoice = InvoiceId::from(mail.invoice_id().unwrap());
         assert!(ids.contains(&mail.invoice_id().unwrap()));
-        let proof = archive::proof_of(&world.database(), &invoice, "overdue")
+        let proof = archive::proof_of(&world.database(), &invoice, &"overdue".into())
             .await
             .unwrap()
             .expect("the reminder row");

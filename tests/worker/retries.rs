@@ -80,7 +80,7 @@ async fn recording_one_unknown_result_twice_counts_the_attempt_once() {
     let unknown = Attempted {
         id: ReminderId(id),
         invoice: InvoiceId::from(invoice),
-        period,
+        step: period.into(),
         attempts_before: 1,
         message_id: "m@test".into(),
         delivery: Delivery::Unknown {

@@ -613,7 +613,7 @@ async fn lines_of_a_template_that_start_with_a_dot_arrive_as_written() {
     let proof = invoice_reminder::db::archive::proof_of(
         &world.database(),
         &invoice_reminder::domain::InvoiceId::from(id),
-        "overdue",
+        &"overdue".into(),
     )
     .await
     .unwrap()
