@@ -5,9 +5,17 @@
 //! * connecting, EHLO, STARTTLS, AUTH, MAIL, RCPT or DATA failing (network
 //!   error, timeout or a 4xx/5xx reply) means nothing was delivered:
 //!   [`SendError::NotDelivered`] (a retry is safe);
+//! * so does a connection cut while the message data was going out: RFC
+//!   5321 gives the message to the server only with its reply to the final
+//!   dot, and a server that never read the final dot has nothing. A failed
+//!   write, or a reset (RST) instead of a reply, says the dot was never
+//!   read: a reset is what a server's end sends when it closes with our data
+//!   still unread (a relay restarting mid-message, a process killed), and a
+//!   write fails only before all of it, dot included, left us;
 //! * a 4xx/5xx reply to the end of the message means it was refused:
 //!   [`SendError::Refused`], transient or permanent;
-//! * a network error or timeout *after* the message body was handed over is
+//! * a reply lost or late *after* the whole message was handed over (the
+//!   connection closed in order, or no reply within the deadline) is
 //!   [`SendError::Unknown`]: the server may have accepted it. We never retry
 //!   those (at-most-once); the row stays `sending` and `audit` lists it.
 //!
@@ -93,13 +101,20 @@ impl SendError {
 }
 
 /// What a failed send means for its row: retried later, dropped for good,
-/// or unknown. An unreachable server is `Deferred` (no attempt used).
+/// or unknown. A send the server never answered before the end of the
+/// message (unreachable, the connection broken or silent before the final
+/// dot) is `Deferred`: no attempt used, as the server never had the
+/// message to judge.
 pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
     let error = e.to_string();
     match e {
         SendError::NotDelivered { connect: true, .. }
         | SendError::LoginRefused { .. }
         | SendError::NotStarted => Delivery::Deferred { error },
+        SendError::NotDelivered { replied: false, .. } => {
+            tracing::warn!(%invoice_id, %error, "reminder not sent; it goes back unattempted");
+            Delivery::Deferred { error }
+        }
         SendError::NotDelivered {
             permanent: true, ..
         }
@@ -220,6 +235,15 @@ pub(super) async fn transact(
     };
     match sent {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
+        Err(StepError::Smtp(e)) if cut_before_the_end(&e) => (
+            Err(SendError::NotDelivered {
+                reason: format!("the connection was cut before the end of the message: {e}"),
+                connect: false,
+                permanent: false,
+                replied: false,
+            }),
+            false,
+        ),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
                 reason: e.to_string(),
@@ -236,6 +260,25 @@ pub(super) async fn transact(
             false,
         ),
     }
+}
+
+/// Whether the connection failed in a way that says the server never read
+/// the end of the message: a write that failed (the final dot never left
+/// us), or a reset (its end closed with our data unread). A connection
+/// closed in order, or a timeout, says nothing of the kind.
+fn cut_before_the_end(e: &LettreSmtpError) -> bool {
+    use std::io::ErrorKind;
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            );
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// How long a reply that missed its deadline is looked for once more.
