@@ -251,12 +251,18 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
         r.failed.len()
     );
     for f in &r.failed {
+        // A row handed back unattempted (the relay down, throttling, or a
+        // connection cut before the end of the message) waits for no
+        // backoff: it goes out on the next tick the relay answers.
+        let tried = match f.attempts {
+            0 => "not attempted yet, goes out on the next tick".to_owned(),
+            n => format!("after {n} attempt(s)"),
+        };
         outln!(
-            "  invoice {} {} {} after {} attempt(s): {}",
+            "  invoice {} {} {} {tried}: {}",
             f.invoice_id,
             f.period,
             f.status,
-            f.attempts,
             f.last_error.as_deref().unwrap_or("")
         );
     }
