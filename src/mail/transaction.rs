@@ -85,6 +85,10 @@ pub enum SendError {
     /// was ours (the lease was lost, shutdown began).
     #[error("not started")]
     NotStarted,
+    /// The server refused a recipient for good as an address that does not
+    /// exist (5.1.x at RCPT, or words to that effect): `reason` is its reply.
+    #[error("the SMTP server rejected the address {address}: {reason}")]
+    AddressRejected { address: String, reason: String },
     /// The server answered the message with a negative reply.
     #[error("refused by the SMTP server: {reason}")]
     Refused { reason: String, permanent: bool },
@@ -118,6 +122,7 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
         SendError::NotDelivered {
             permanent: true, ..
         }
+        | SendError::AddressRejected { .. }
         | SendError::Refused {
             permanent: true, ..
         } => {
@@ -196,19 +201,34 @@ pub(super) async fn transact(
     } else {
         stepwise_envelope(conn, mail_from, &rcpts, limit).await
     };
+    let rejected = |f: &Failure| {
+        let to = mail.envelope.to().get(f.rcpt?)?;
+        match &f.error {
+            StepError::Smtp(e) if rejects_the_address(e) => Some(SendError::AddressRejected {
+                address: to.to_string(),
+                reason: e.to_string(),
+            }),
+            _ => None,
+        }
+    };
     match envelope {
         Ok(()) => {}
-        Err(Envelope::Refused(e)) => {
-            let e = before_data(e);
+        Err(Envelope::Refused(f)) => {
+            let e = rejected(&f).unwrap_or_else(|| before_data(f.error));
             // After a refused MAIL/RCPT the server expects a reset; a
             // connection that answered is still good once it is reset.
-            let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
+            let reusable = matches!(
+                e,
+                SendError::NotDelivered { replied: true, .. } | SendError::AddressRejected { .. }
+            )
                 && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
                     .await
                     .is_ok();
             return (Err(e), reusable);
         }
-        Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
+        Err(Envelope::InData(f)) => {
+            return (Err(rejected(&f).unwrap_or_else(|| before_data(f.error))), false);
+        }
     }
 
     // From here on the server has (part of) the message: its content,
@@ -260,6 +280,38 @@ pub(super) async fn transact(
             false,
         ),
     }
+}
+
+/// Whether a reply to RCPT says the address does not exist (so no later
+/// mail to it can go either): a permanent reply with an enhanced status
+/// code of class 5.1 about the recipient (5.1.1 no such mailbox, 5.1.2 no
+/// such domain, 5.1.3 bad syntax, 5.1.6 moved, 5.1.10 null MX; 5.1.7 and
+/// 5.1.8 are about the sender), or the words relays use for those without
+/// one.
+fn rejects_the_address(e: &LettreSmtpError) -> bool {
+    e.is_permanent() && says_the_address_is_gone(&e.to_string())
+}
+
+/// The words of a permanent reply that say the address does not exist.
+fn says_the_address_is_gone(reply: &str) -> bool {
+    let text = reply.to_ascii_lowercase();
+    let coded = text.split(|c: char| !(c.is_ascii_digit() || c == '.')).any(|word| {
+        word.strip_prefix("5.1.")
+            .is_some_and(|detail| !detail.is_empty() && !matches!(detail, "7" | "8"))
+    });
+    const WORDS: [&str; 10] = [
+        "user unknown",
+        "unknown user",
+        "no such user",
+        "no such recipient",
+        "no such mailbox",
+        "mailbox not found",
+        "mailbox does not exist",
+        "address does not exist",
+        "recipient not found",
+        "unknown recipient",
+    ];
+    coded || WORDS.iter().any(|w| text.contains(w))
 }
 
 /// Whether the connection failed in a way that says the server never read
@@ -314,11 +366,18 @@ impl std::fmt::Display for Content<'_> {
 /// Why the envelope (MAIL, RCPT, DATA) was not accepted.
 enum Envelope {
     /// A command failed; the session can be reset.
-    Refused(StepError),
+    Refused(Failure),
     /// DATA was accepted although a command before it failed (pipelined):
     /// the server waits for a body that must not come, so the connection
     /// is dropped.
-    InData(StepError),
+    InData(Failure),
+}
+
+/// A command of the envelope that failed, and which recipient's RCPT it
+/// was (None: MAIL or DATA).
+struct Failure {
+    error: StepError,
+    rcpt: Option<usize>,
 }
 
 /// MAIL, RCPT and DATA one at a time, each waiting for its reply.
@@ -328,18 +387,19 @@ async fn stepwise_envelope(
     rcpts: &[Rcpt],
     limit: Duration,
 ) -> Result<(), Envelope> {
+    let refused = |rcpt: Option<usize>| move |error| Envelope::Refused(Failure { error, rcpt });
     step(limit, conn.command(mail_from))
         .await
-        .map_err(Envelope::Refused)?;
-    for rcpt in rcpts {
+        .map_err(refused(None))?;
+    for (n, rcpt) in rcpts.iter().enumerate() {
         step(limit, conn.command(rcpt))
             .await
-            .map_err(Envelope::Refused)?;
+            .map_err(refused(Some(n)))?;
     }
     step(limit, conn.command(Data))
         .await
         .map(|_| ())
-        .map_err(Envelope::Refused)
+        .map_err(refused(None))
 }
 
 /// MAIL, every RCPT and DATA in one write (RFC 2920), then their replies
@@ -357,30 +417,30 @@ async fn pipelined_envelope(
             .chain(std::iter::once(Data.to_string()))
             .collect(),
     );
-    let mut first_error: Option<StepError> = None;
-    let mut note = |result: Result<(), StepError>| -> Result<(), StepError> {
+    let mut first_error: Option<Failure> = None;
+    let mut note = |result: Result<(), StepError>, rcpt: Option<usize>| -> Result<(), Envelope> {
         match result {
-            Err(e @ StepError::Smtp(_)) if is_reply(&e) => {
-                first_error.get_or_insert(e);
+            Err(error @ StepError::Smtp(_)) if is_reply(&error) => {
+                first_error.get_or_insert(Failure { error, rcpt });
                 Ok(())
             }
             // A broken connection or a timeout: nothing more will come.
-            Err(e) => Err(e),
+            Err(error) => Err(Envelope::Refused(Failure { error, rcpt })),
             Ok(()) => Ok(()),
         }
     };
     // The group's write, and the reply to MAIL.
-    note(step(limit, conn.command(group)).await.map(|_| ())).map_err(Envelope::Refused)?;
-    for _ in rcpts {
-        note(step(limit, conn.read_response()).await.map(|_| ())).map_err(Envelope::Refused)?;
+    note(step(limit, conn.command(group)).await.map(|_| ()), None)?;
+    for n in 0..rcpts.len() {
+        note(step(limit, conn.read_response()).await.map(|_| ()), Some(n))?;
     }
     let data = step(limit, conn.read_response()).await;
     match (data, first_error) {
         (Ok(_), None) => Ok(()),
-        (Ok(_), Some(e)) => Err(Envelope::InData(e)),
-        (Err(e), None) => Err(Envelope::Refused(e)),
+        (Ok(_), Some(first)) => Err(Envelope::InData(first)),
+        (Err(error), None) => Err(Envelope::Refused(Failure { error, rcpt: None })),
         (Err(e), Some(first)) if is_reply(&e) => Err(Envelope::Refused(first)),
-        (Err(e), Some(_)) => Err(Envelope::Refused(e)),
+        (Err(error), Some(_)) => Err(Envelope::Refused(Failure { error, rcpt: None })),
     }
 }
 
@@ -428,7 +488,29 @@ pub(super) async fn step<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::Content;
+    use super::{Content, says_the_address_is_gone};
+
+    #[test]
+    fn replies_that_say_the_address_is_gone_are_told_from_others() {
+        for gone in [
+            "permanent error (550): 5.1.2 <gone.test>: Recipient address rejected: domain does not exist",
+            "permanent error (550): 5.1.1 <ada@x.test>: Recipient address rejected",
+            "permanent error (550): 5.1.10 null MX",
+            "permanent error (550): User unknown in virtual mailbox table",
+            "permanent error (550): No such user here",
+        ] {
+            assert!(says_the_address_is_gone(gone), "{gone}");
+        }
+        for other in [
+            "permanent error (554): 5.7.1 <ada@x.test>: Relay access denied",
+            "permanent error (553): 5.1.8 <we@us.test>: Sender address rejected",
+            "permanent error (550): 5.1.7 bad sender mailbox",
+            "permanent error (552): 5.3.4 message too big",
+            "permanent error (550): 5.10.1 something else",
+        ] {
+            assert!(!says_the_address_is_gone(other), "{other}");
+        }
+    }
 
     #[test]
     fn content_lines_starting_with_a_dot_get_another_and_the_end_marker_follows() {
