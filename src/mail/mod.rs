@@ -11,6 +11,7 @@ pub mod format;
 mod links;
 mod load;
 pub mod message;
+pub mod pace;
 mod pool;
 pub mod smtp;
 pub mod statement;

@@ -89,6 +89,11 @@ pub enum SendError {
     /// exist (5.1.x at RCPT, or words to that effect): `reason` is its reply.
     #[error("the SMTP server rejected the address {address}: {reason}")]
     AddressRejected { address: String, reason: String },
+    /// The server refuses us for now because we send too much or too fast
+    /// (4.7.x, `421` on connect, "too many connections", "too much mail"):
+    /// nothing was delivered, and the relay is up. See `pace`.
+    #[error("throttled by the SMTP server: {reason}")]
+    Throttled { reason: String },
     /// The server answered the message with a negative reply.
     #[error("refused by the SMTP server: {reason}")]
     Refused { reason: String, permanent: bool },
@@ -114,6 +119,7 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
     match e {
         SendError::NotDelivered { connect: true, .. }
         | SendError::LoginRefused { .. }
+        | SendError::Throttled { .. }
         | SendError::NotStarted => Delivery::Deferred { error },
         SendError::NotDelivered { replied: false, .. } => {
             tracing::warn!(%invoice_id, %error, "reminder not sent; it goes back unattempted");
@@ -150,6 +156,9 @@ pub(super) async fn transact(
     limit: Duration,
 ) -> (Result<Accepted, SendError>, bool) {
     let before_data = |e: StepError| match e {
+        StepError::Smtp(e) if throttles(&e) => SendError::Throttled {
+            reason: e.to_string(),
+        },
         StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
             reason: e.to_string(),
             connect: false,
@@ -264,6 +273,13 @@ pub(super) async fn transact(
             }),
             false,
         ),
+        // Refused for now because we send too much: nothing was accepted.
+        Err(StepError::Smtp(e)) if throttles(&e) => (
+            Err(SendError::Throttled {
+                reason: e.to_string(),
+            }),
+            false,
+        ),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
                 reason: e.to_string(),
@@ -280,6 +296,31 @@ pub(super) async fn transact(
             false,
         ),
     }
+}
+
+/// Whether a transient reply says we send too much or too fast: an
+/// enhanced status code of class 4.7 (Postfix's rate limits, 4.7.0 and
+/// 4.7.1; Office 365's concurrency cap), `421` (the server closes the
+/// session on us), or the words relays use for it.
+pub(super) fn throttles(e: &LettreSmtpError) -> bool {
+    e.is_transient() && says_throttled(&e.to_string())
+}
+
+/// The words of a transient reply that say we are throttled.
+fn says_throttled(reply: &str) -> bool {
+    let text = reply.to_ascii_lowercase();
+    let coded = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .any(|word| word == "421" || word.strip_prefix("4.7.").is_some_and(|d| !d.is_empty()));
+    const WORDS: [&str; 6] = [
+        "too many connections",
+        "too many concurrent",
+        "too much mail",
+        "too many messages",
+        "rate limit",
+        "throttl",
+    ];
+    coded || WORDS.iter().any(|w| text.contains(w))
 }
 
 /// Whether a reply to RCPT says the address does not exist (so no later
@@ -488,7 +529,27 @@ pub(super) async fn step<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::{Content, says_the_address_is_gone};
+    use super::{Content, says_the_address_is_gone, says_throttled};
+
+    #[test]
+    fn replies_that_say_we_send_too_much_are_throttling() {
+        for throttled in [
+            "transient error (450): 4.7.1 Error: too much mail from 127.0.0.1",
+            "transient error (421): 4.7.0 relay.test Error: too many connections from 127.0.0.1",
+            "transient error (421): Service not available, closing channel",
+            "transient error (452): Too many messages this hour",
+            "transient error (451): Rate limit exceeded",
+        ] {
+            assert!(says_throttled(throttled), "{throttled}");
+        }
+        for other in [
+            "transient error (450): 4.2.1 mailbox busy",
+            "transient error (451): 4.3.0 temporary failure",
+            "transient error (452): 4.3.1 insufficient system storage",
+        ] {
+            assert!(!says_throttled(other), "{other}");
+        }
+    }
 
     #[test]
     fn replies_that_say_the_address_is_gone_are_told_from_others() {

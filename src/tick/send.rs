@@ -118,6 +118,12 @@ impl Sender {
                 }
                 self.not_sent(&letter)
             }
+            Err(e @ SendError::Throttled { .. }) => {
+                if self.p.stop(Stop::Throttled) {
+                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay throttles us; no more mail is started this tick, and the next one sends slower");
+                }
+                finished(mail::classify(&invoice_id, e))
+            }
             Err(e) => {
                 if let SendError::AddressRejected { address, reason } = &e {
                     self.suppress(address, reason, first).await;

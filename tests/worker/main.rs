@@ -26,5 +26,6 @@ mod source;
 mod stages;
 mod suppression;
 mod templates;
+mod throttling;
 mod untrusted;
 mod upgrade;
