@@ -14,9 +14,9 @@ pub struct StoredPace {
 
 /// The pace stored for `relay`, if any.
 pub async fn read(db: &Db, relay: &str) -> Result<Option<StoredPace>, sqlx::Error> {
-    let row: Option<(Option<f64>, i32)> = on_db!(db, |c| sqlx::query_as(db.sql(
-        "SELECT per_second, connections FROM {ir}.relay_pace WHERE relay = $1"
-    ))
+    let row: Option<(Option<f64>, i32)> = on_db!(db, |c| sqlx::query_as(
+        db.sql("SELECT per_second, connections FROM {ir}.relay_pace WHERE relay = $1")
+    )
     .persistent(db.named())
     .bind(relay)
     .fetch_optional(&mut *c)

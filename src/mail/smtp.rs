@@ -10,8 +10,9 @@
 //! when the next tick starts) and the message waits for a free connection.
 //! Only when no connection at all can be made is the server down, and a
 //! refusal at connect never costs the message an attempt (see
-//! `transaction::classify`). A refusal at connect with nothing open is the
-//! relay throttling us (it answered): [`SendError::Throttled`], and the
+//! `transaction::classify`). A refusal at connect with nothing open that
+//! says we send too much (4.7.x, "too many connections") is the relay
+//! throttling us, not down: [`SendError::Throttled`], and the
 //! pace (`pace`) is what the relay last let us do, set by each tick. A login refusal is reported as such (a
 //! configuration problem). A transient reply on a pooled connection is this
 //! message's answer, not a broken connection: it is not retried on a fresh
@@ -31,7 +32,7 @@ use tokio::time::{Instant, timeout};
 use super::OutgoingMail;
 use super::pace::{Pace, Seen, Watch};
 use super::pool::{Pool, Pooled};
-use super::transaction::{Accepted, SendError, transact};
+use super::transaction::{Accepted, SendError, says_throttled, transact};
 use crate::config::{SmtpSettings, SmtpTls};
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
@@ -82,7 +83,9 @@ impl Mailer {
                 extra_root,
                 durations,
                 pacer: tokio::sync::Mutex::new((
-                    settings.max_per_second.map(|rate| Duration::from_secs(1) / rate),
+                    settings
+                        .max_per_second
+                        .map(|rate| Duration::from_secs(1) / rate),
                     Instant::now(),
                 )),
                 pace: std::sync::Mutex::new(Pace::configured(
@@ -209,7 +212,8 @@ impl Mailer {
                     return Err(SendError::LoginRefused { reason });
                 }
                 Err(refused @ (ConnectError::Busy(_) | ConnectError::Failed(_))) => {
-                    let (ConnectError::Busy(reason) | ConnectError::Failed(reason)
+                    let (ConnectError::Busy(reason)
+                    | ConnectError::Failed(reason)
                     | ConnectError::LoginRefused(reason)) = &refused;
                     let reason = reason.clone();
                     drop(connecting);
@@ -222,8 +226,11 @@ impl Mailer {
                         .await;
                     if settled.open == 0 {
                         return Err(match refused {
-                            // It answered: up, but not for us now.
-                            ConnectError::Busy(_) => SendError::Throttled { reason },
+                            // It answered that we send too much: up, but
+                            // not for us now.
+                            ConnectError::Busy(_) if says_throttled(&reason) => {
+                                SendError::Throttled { reason }
+                            }
                             _ => SendError::NotDelivered {
                                 reason,
                                 connect: true,

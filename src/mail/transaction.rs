@@ -229,14 +229,16 @@ pub(super) async fn transact(
             let reusable = matches!(
                 e,
                 SendError::NotDelivered { replied: true, .. } | SendError::AddressRejected { .. }
-            )
-                && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
-                    .await
-                    .is_ok();
+            ) && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
+                .await
+                .is_ok();
             return (Err(e), reusable);
         }
         Err(Envelope::InData(f)) => {
-            return (Err(rejected(&f).unwrap_or_else(|| before_data(f.error))), false);
+            return (
+                Err(rejected(&f).unwrap_or_else(|| before_data(f.error))),
+                false,
+            );
         }
     }
 
@@ -300,18 +302,19 @@ pub(super) async fn transact(
 
 /// Whether a transient reply says we send too much or too fast: an
 /// enhanced status code of class 4.7 (Postfix's rate limits, 4.7.0 and
-/// 4.7.1; Office 365's concurrency cap), `421` (the server closes the
-/// session on us), or the words relays use for it.
+/// 4.7.1; Office 365's concurrency cap), or the words relays use for it.
+/// A bare `421` is not enough: "421 4.3.2 Service not available" is a
+/// relay going down, not one that wants less from us.
 pub(super) fn throttles(e: &LettreSmtpError) -> bool {
     e.is_transient() && says_throttled(&e.to_string())
 }
 
 /// The words of a transient reply that say we are throttled.
-fn says_throttled(reply: &str) -> bool {
+pub(super) fn says_throttled(reply: &str) -> bool {
     let text = reply.to_ascii_lowercase();
     let coded = text
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .any(|word| word == "421" || word.strip_prefix("4.7.").is_some_and(|d| !d.is_empty()));
+        .any(|word| word.strip_prefix("4.7.").is_some_and(|d| !d.is_empty()));
     const WORDS: [&str; 6] = [
         "too many connections",
         "too many concurrent",
@@ -336,10 +339,12 @@ fn rejects_the_address(e: &LettreSmtpError) -> bool {
 /// The words of a permanent reply that say the address does not exist.
 fn says_the_address_is_gone(reply: &str) -> bool {
     let text = reply.to_ascii_lowercase();
-    let coded = text.split(|c: char| !(c.is_ascii_digit() || c == '.')).any(|word| {
-        word.strip_prefix("5.1.")
-            .is_some_and(|detail| !detail.is_empty() && !matches!(detail, "7" | "8"))
-    });
+    let coded = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .any(|word| {
+            word.strip_prefix("5.1.")
+                .is_some_and(|detail| !detail.is_empty() && !matches!(detail, "7" | "8"))
+        });
     const WORDS: [&str; 10] = [
         "user unknown",
         "unknown user",
@@ -536,7 +541,6 @@ mod tests {
         for throttled in [
             "transient error (450): 4.7.1 Error: too much mail from 127.0.0.1",
             "transient error (421): 4.7.0 relay.test Error: too many connections from 127.0.0.1",
-            "transient error (421): Service not available, closing channel",
             "transient error (452): Too many messages this hour",
             "transient error (451): Rate limit exceeded",
         ] {
@@ -544,6 +548,7 @@ mod tests {
         }
         for other in [
             "transient error (450): 4.2.1 mailbox busy",
+            "transient error (421): 4.3.2 Service not available",
             "transient error (451): 4.3.0 temporary failure",
             "transient error (452): 4.3.1 insufficient system storage",
         ] {

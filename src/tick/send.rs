@@ -195,7 +195,11 @@ impl Sender {
         };
         match db::suppressions::add(&self.p.ctx().db, entry).await {
             Ok(_) => {
-                tracing::warn!(address, reply, "the SMTP relay rejected the address for good; it is on the suppression list now (`suppress remove` undoes it)");
+                tracing::warn!(
+                    address,
+                    reply,
+                    "the SMTP relay rejected the address for good; it is on the suppression list now (`suppress remove` undoes it)"
+                );
             }
             Err(e) => {
                 tracing::warn!(address, reply, error = %e, "the SMTP relay rejected the address for good, but it could not be put on the suppression list");

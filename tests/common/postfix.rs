@@ -59,7 +59,11 @@ impl Postfix {
             &access,
             options
                 .reject_domain
-                .map(|d| format!("{d} 550 5.1.2 <{d}>: Recipient address rejected: domain does not exist\n"))
+                .map(|d| {
+                    format!(
+                        "{d} 550 5.1.2 <{d}>: Recipient address rejected: domain does not exist\n"
+                    )
+                })
                 .unwrap_or_default(),
         )
         .expect("access map");

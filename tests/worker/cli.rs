@@ -293,5 +293,9 @@ async fn no_command_prints_rust_debug_formatting() {
             }
         }
     }
-    assert!(leaks.is_empty(), "debug formatting in output:\n{}", leaks.join("\n"));
+    assert!(
+        leaks.is_empty(),
+        "debug formatting in output:\n{}",
+        leaks.join("\n")
+    );
 }

@@ -40,9 +40,9 @@ async fn a_throttling_postfix_gets_every_reminder_once_over_ticks_that_all_exit_
 
     let outcomes: Vec<String> =
         sqlx::query_scalar("SELECT COALESCE(outcome, 'none') FROM job_runs ORDER BY id")
-        .fetch_all(world.pool())
-        .await
-        .unwrap();
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
     assert!(
         outcomes.iter().any(|o| o == "throttled"),
         "the relay did throttle: {outcomes:?}"
