@@ -288,7 +288,7 @@ async fn no_command_prints_rust_debug_formatting() {
         for leak in ["Some(", "None"] {
             if let Some(at) = text.find(leak) {
                 let line = text[..at].rsplit('\n').next().unwrap_or("").to_owned()
-                    + &text[at..].lines().next().unwrap_or("").to_owned();
+                    + text[at..].lines().next().unwrap_or("");
                 leaks.push(format!("{}: {line}", args.join(" ")));
             }
         }
