@@ -28,7 +28,8 @@ pub async fn read(db: &Db, relay: &str) -> Result<Option<StoredPace>, sqlx::Erro
 }
 
 /// Stores `pace` for `relay`; `throttled`: the relay throttled the tick
-/// after accepting this many messages a second (None: not measured).
+/// after accepting this many messages a second (None: too few to measure,
+/// and the last measured rate is kept).
 pub async fn write(
     db: &Db,
     relay: &str,
@@ -45,8 +46,8 @@ pub async fn write(
          VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN now() END)
          ON CONFLICT (relay) DO UPDATE
             SET per_second = EXCLUDED.per_second, connections = EXCLUDED.connections,
-                accepted_per_second = CASE WHEN $5 THEN EXCLUDED.accepted_per_second
-                                           ELSE p.accepted_per_second END,
+                accepted_per_second = COALESCE(EXCLUDED.accepted_per_second,
+                                               p.accepted_per_second),
                 throttled_at = CASE WHEN $5 THEN now() ELSE p.throttled_at END,
                 updated_at = now()"
     ))
