@@ -10,7 +10,7 @@
 //! when the next tick starts) and the message waits for a free connection.
 //! Only when no connection at all can be made is the server down, and a
 //! refusal at connect never costs the message an attempt (see
-//! `transaction::classify`). A refusal at connect with nothing open that
+//! `replies::classify`). A refusal at connect with nothing open that
 //! says we send too much (4.7.x, "too many connections") is the relay
 //! throttling us, not down: [`SendError::Throttled`], and the
 //! pace (`pace`) is what the relay last let us do, set by each tick. A login refusal is reported as such (a
@@ -32,7 +32,9 @@ use tokio::time::{Instant, timeout};
 use super::OutgoingMail;
 use super::pace::{Pace, Seen, Watch};
 use super::pool::{Pool, Pooled};
-use super::transaction::{Accepted, SendError, says_throttled, transact};
+use super::replies::SendError;
+use super::replies::says_throttled;
+use super::transaction::{Accepted, transact};
 use crate::config::{SmtpSettings, SmtpTls};
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
