@@ -202,13 +202,9 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     };
     outln!("reminders by status: {}", counts(&r.counts));
     outln!("sent by step: {}", counts(&r.sent_by_step));
-    let stored = r
-        .unknown_mails
-        .iter()
-        .filter(|m| m.message_id.is_some())
-        .count();
+    let stored = r.unknown.iter().filter(|u| u.message_id.is_some()).count();
     outln!(
-        "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} with a stored Message-ID to look up",
+        "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} row(s) with a stored Message-ID to look up",
         humantime::format_duration(unknown_after),
         r.unknown.len(),
         r.unknown_mails.len()
