@@ -16,6 +16,8 @@ use invoice_reminder::config::{ConfigSource, Settings};
 use invoice_reminder::domain::Counts;
 use invoice_reminder::metrics::Metrics;
 
+mod layout;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

@@ -1,4 +1,4 @@
-//! Scenario 11: bad rows on a live system.
+//! Bad rows on a live system.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Scenario 9: a replica whose clock runs behind fires every cron tick
+//! A replica whose clock runs behind fires every cron tick
 //! late; `min_hold` keeps it from working the same tick again.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Scenario 13: watching a replica from outside: `/healthz`, `/readyz`,
+//! Watching a replica from outside: `/healthz`, `/readyz`,
 //! `/metrics`, the `health` command, and `run` exiting when its scheduler
 //! dies or a tick hangs.
 

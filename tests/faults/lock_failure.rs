@@ -1,4 +1,4 @@
-//! Scenario 2: the lock fails completely and the database alone prevents
+//! The lock fails completely and the database alone prevents
 //! duplicates. This is the core claim of the project.
 
 use std::time::Duration;

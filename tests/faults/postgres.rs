@@ -1,4 +1,4 @@
-//! Scenario 7: PostgreSQL unreachable mid-tick.
+//! PostgreSQL unreachable mid-tick.
 
 use std::time::Duration;
 

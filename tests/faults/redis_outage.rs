@@ -1,10 +1,10 @@
-//! Scenario 6: the lock lost mid-tick (Redis restarted empty; for the
+//! The lock lost mid-tick (Redis restarted empty; for the
 //! PostgreSQL backend, the session holding the advisory lock terminated with
 //! pg_terminate_backend), Redis down during and between ticks (skip), and
 //! the database-only mode.
 //!
 //! The last two are Redis-only: with the PostgreSQL backend the lock
-//! service *is* the database, so "the lock backend is down" is scenario 7.
+//! service *is* the database, so "the lock backend is down" is tests/faults/postgres.rs.
 
 use std::time::Duration;
 

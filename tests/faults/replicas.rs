@@ -1,4 +1,4 @@
-//! Replicas racing, dying and freezing: scenarios 1, 3, 4 and 5.
+//! Replicas racing, dying and freezing.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Scenario 10: SIGTERM during a tick.
+//! SIGTERM during a tick.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Scenario 8: the SMTP server refusing (4xx), rejecting (5xx) or down.
+//! The SMTP server refusing (4xx), rejecting (5xx) or down.
 
 use std::time::Duration;
 

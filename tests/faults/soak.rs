@@ -1,4 +1,4 @@
-//! Scenario 12: the soak. Off by default (it takes minutes):
+//! The soak. Off by default (it takes minutes):
 //!
 //! ```text
 //! cargo nextest run --test faults --run-ignored only soak

@@ -1,6 +1,7 @@
 //! Fencing tokens: a holder whose lock was taken over cannot claim a single
 //! row, even if nothing in the process noticed the loss (the pause fell
-//! between its last lease check and its claim). Both backends.
+//! between its last lease check and its claim); a token drawn and never used
+//! still raises the floor; two holders with one number cannot both write.
 
 use std::time::Duration;
 
@@ -165,4 +166,83 @@ async fn fencing_tokens_grow_with_every_acquisition(backend: Backend) {
 
 fn ids(invoices: &[i64]) -> Vec<InvoiceId> {
     invoices.iter().copied().map(InvoiceId::from).collect()
+}
+
+#[tokio::test]
+async fn a_token_drawn_but_never_used_to_claim_still_raises_the_fencing_floor() {
+    let mut world = World::new().await;
+    Backend::Redis.configure(&mut world);
+    let ctx = world.context().await;
+    let key = world.lock_key();
+    let mut drawn = 0;
+    for _ in 0..3 {
+        let Acquisition::Acquired(lease) = ctx
+            .lock
+            .try_acquire(common::fence_floor(&world).await)
+            .await
+            .unwrap()
+        else {
+            panic!("lock should be free");
+        };
+        drawn = lease.fence();
+        // A run records its token before its first claim; this one never claims.
+        db::runs::start_run(
+            &world.database(),
+            db::runs::NewRun {
+                replica_id: "quiet",
+                lock: Some((lease.token(), lease.fence(), &key)),
+                run_date: "2026-11-30",
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+        lease.release().await.unwrap();
+    }
+    // Redis loses its counter (restarted empty, or the key was evicted).
+    let mut redis = common::redis_conn().await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{key}:fence"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let floor = common::fence_floor(&world).await;
+    let Acquisition::Acquired(lease) = ctx.lock.try_acquire(floor).await.unwrap() else {
+        panic!("lock should be free");
+    };
+
+    assert!(
+        lease.fence() > drawn,
+        "new token {} must exceed every token drawn ({drawn})",
+        lease.fence()
+    );
+}
+
+#[tokio::test]
+async fn two_holders_carrying_one_fencing_number_cannot_both_write() {
+    let world = World::new().await;
+    let database = world.database();
+    let key = world.lock_key();
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let mut conn = world.pool().acquire().await.unwrap();
+    let write = |holder| Fence {
+        lock_key: &key,
+        token: 7,
+        holder,
+    };
+
+    let first = db::locks::advance_fence(&mut conn, &database, write(a))
+        .await
+        .unwrap();
+    let other = db::locks::advance_fence(&mut conn, &database, write(b))
+        .await
+        .unwrap();
+    let again = db::locks::advance_fence(&mut conn, &database, write(a))
+        .await
+        .unwrap();
+
+    assert!(first, "the first holder of 7 writes");
+    assert!(!other, "a second holder of the same number is refused");
+    assert!(again, "the first holder may keep writing");
 }

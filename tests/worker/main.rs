@@ -4,12 +4,10 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod bad_dates;
 mod claims;
 mod cli;
 mod config;
 mod costs;
-mod customer_source;
 mod customers;
 mod delivery;
 mod edges;
@@ -19,13 +17,13 @@ mod limits;
 mod locking;
 mod mail_headers;
 mod operator;
+mod outages;
 mod proof;
 mod relays;
-mod reliability;
+mod retries;
 mod source;
 mod stages;
 mod suppression;
 mod templates;
 mod throttling;
-mod untrusted;
 mod upgrade;

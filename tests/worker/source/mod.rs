@@ -1,5 +1,11 @@
-//! Reminding from the user's own billing tables through a view (the source
-//! contract), and our tables in a schema of their own.
+//! The source: reminding from the user's own billing tables through a view
+//! (the source contract), and our tables in a schema of their own. The
+//! modules below treat every row as untrusted input: bad rows (`untrusted`),
+//! bad dates (`dates`), and customer mode's scan (`customer_order`).
+
+mod customer_order;
+mod dates;
+mod untrusted;
 
 use invoice_reminder::db;
 use invoice_reminder::domain::InvoiceId;
