@@ -15,6 +15,8 @@
 #   docker-compose  tests and CI lint docker-compose.yml (`config`; no engine)
 #   prometheus    for promtool (alert rules and the scrape configuration)
 #   curl, openssl the docs tests run the bounce webhook examples
+#   postfix       tests start Postfix instances of their own (own config, queue
+#                 and port on loopback; the system's Postfix is never started)
 #   a C compiler  (gcc, libc6-dev) to link Rust code
 #   cargo-nextest with `cargo install --locked`
 # Rust itself (cargo) must be there already: https://rustup.rs
@@ -97,6 +99,13 @@ ensure_tools() {
   # tests/docs runs the bounce webhook examples (curl; openssl signs).
   command -v curl >/dev/null || { log "installing curl"; apt_install --no-install-recommends curl; }
   command -v openssl >/dev/null || { log "installing openssl"; apt_install --no-install-recommends openssl; }
+  # Tests run Postfix instances of their own (tests/common/postfix.rs); the
+  # package's own instance stays unconfigured and stopped.
+  if [ ! -x /usr/sbin/postfix ]; then
+    log "installing postfix"
+    echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
+    apt_install --no-install-recommends postfix
+  fi
   command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 }
 

@@ -69,6 +69,8 @@ struct Inner {
     suppressed: Counter,
     webhook_requests: Family<OutcomeLabel, Counter>,
     http_listener_full: Family<ActionLabel, Counter>,
+    smtp_accepted_rate: Gauge<f64, AtomicU64>,
+    smtp_pace: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -158,6 +160,18 @@ impl Default for Metrics {
             "New connections that found an HTTP listener at http.max_connections: replaced (a stalled connection gave way) or waited (none had stalled)",
             http_listener_full.clone(),
         );
+        let smtp_accepted_rate = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "smtp_accepted_per_second",
+            "Messages a second the SMTP relay accepted in this replica's last tick that it throttled (set smtp.max_per_second a little below it)",
+            smtp_accepted_rate.clone(),
+        );
+        let smtp_pace = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "smtp_pace_per_second",
+            "Messages a second this replica sends at after its last tick (0: no limit); lower than smtp.max_per_second while the relay throttles",
+            smtp_pace.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -175,6 +189,8 @@ impl Default for Metrics {
                 suppressed,
                 webhook_requests,
                 http_listener_full,
+                smtp_accepted_rate,
+                smtp_pace,
             }),
         }
     }
@@ -221,6 +237,19 @@ impl Metrics {
         }
         // Last: a scraper that sees this tick counted sees its counts too.
         m.tick_duration.observe(took.as_secs_f64());
+    }
+
+    /// The relay throttled a tick after accepting `accepted` messages a
+    /// second (None: too few to measure).
+    pub fn smtp_throttled(&self, accepted: Option<f64>) {
+        if let Some(rate) = accepted {
+            self.inner.smtp_accepted_rate.set(rate);
+        }
+    }
+
+    /// The pace the next tick sends at (None: no limit).
+    pub fn smtp_pace(&self, per_second: Option<f64>) {
+        self.inner.smtp_pace.set(per_second.unwrap_or(0.0));
     }
 
     /// A tick skipped `n` source rows for `problem`.

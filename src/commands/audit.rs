@@ -202,13 +202,9 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     };
     outln!("reminders by status: {}", counts(&r.counts));
     outln!("sent by step: {}", counts(&r.sent_by_step));
-    let stored = r
-        .unknown_mails
-        .iter()
-        .filter(|m| m.message_id.is_some())
-        .count();
+    let stored = r.unknown.iter().filter(|u| u.message_id.is_some()).count();
     outln!(
-        "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} with a stored Message-ID to look up",
+        "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} row(s) with a stored Message-ID to look up",
         humantime::format_duration(unknown_after),
         r.unknown.len(),
         r.unknown_mails.len()
@@ -251,12 +247,18 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
         r.failed.len()
     );
     for f in &r.failed {
+        // A row handed back unattempted (the relay down, throttling, or a
+        // connection cut before the end of the message) waits for no
+        // backoff: it goes out on the next tick the relay answers.
+        let tried = match f.attempts {
+            0 => "not attempted yet, goes out on the next tick".to_owned(),
+            n => format!("after {n} attempt(s)"),
+        };
         outln!(
-            "  invoice {} {} {} after {} attempt(s): {}",
+            "  invoice {} {} {} {tried}: {}",
             f.invoice_id,
             f.period,
             f.status,
-            f.attempts,
             f.last_error.as_deref().unwrap_or("")
         );
     }

@@ -86,9 +86,12 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
         Ok(outcome) => outcome,
     };
     Ok(match outcome {
-        TickOutcome::Done(_) | TickOutcome::LockHeld | TickOutcome::Shutdown(_) => {
-            ExitCode::SUCCESS
-        }
+        // Throttled: the relay is up and took what it would; the rest goes
+        // on the next tick, slower.
+        TickOutcome::Done(_)
+        | TickOutcome::LockHeld
+        | TickOutcome::Shutdown(_)
+        | TickOutcome::Throttled(_) => ExitCode::SUCCESS,
         TickOutcome::LockUnknown
         | TickOutcome::LockLost(_)
         | TickOutcome::SmtpUnavailable(_)

@@ -83,7 +83,8 @@ pub struct ReminderFacts {
     /// (`owing::backoff_over!`).
     #[serde(skip)]
     pub backoff_over: bool,
-    /// When its backoff ends (None: never attempted).
+    /// When its backoff ends (None: it never used an attempt, so it has
+    /// none).
     #[serde(skip)]
     pub retry_at: Option<DateTime<Utc>>,
     /// `retry_at`'s date in `schedule.timezone`.
@@ -145,12 +146,12 @@ pub async fn reminder_rows(
         " AS run_gone, ",
         backoff_over!(),
         " AS backoff_over,",
-        " r.last_attempt_at + ",
+        " CASE WHEN r.attempts > 0 THEN r.last_attempt_at + ",
         backoff_wait!(),
-        " AS retry_at,",
-        " ((r.last_attempt_at + ",
+        " END AS retry_at,",
+        " CASE WHEN r.attempts > 0 THEN ((r.last_attempt_at + ",
         backoff_wait!(),
-        ") AT TIME ZONE $tz)::date AS retry_on",
+        ") AT TIME ZONE $tz)::date END AS retry_on",
         " FROM {ir}.reminders r LEFT JOIN {ir}.job_runs j ON j.id = r.run_id",
         " WHERE r.invoice_id = $key ORDER BY r.created_at, r.id"
     ));

@@ -19,6 +19,7 @@ pub mod migrate;
 pub mod owed;
 pub mod owing;
 pub mod params;
+pub mod relay_pace;
 pub mod reminders;
 pub mod resolve;
 pub mod runs;

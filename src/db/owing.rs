@@ -184,15 +184,20 @@ macro_rules! gap_until {
 }
 pub(crate) use gap_until;
 
-/// SQL: the `failed` row `r` may be tried again now: it was never
-/// attempted, or its backoff (`$backoff_first` seconds, doubling per
-/// attempt made, at most `$backoff_max`) is over, by the database clock.
-/// The doubling and the wait are capped before an interval is made, so no
-/// attempt count can overflow it.
+/// SQL: the `failed` row `r` may be tried again now: it never used an
+/// attempt (never tried, or handed back unattempted: the relay was down,
+/// throttling, or cut the connection before the end of the message, so the
+/// next tick tries it as soon as the relay answers), or its backoff
+/// (`$backoff_first` seconds, doubling per attempt made, at most
+/// `$backoff_max`) is over, by the database clock. The doubling and the
+/// wait are capped before an interval is made, so no attempt count can
+/// overflow it. A run never re-claims a row it already tried
+/// (`run_id IS DISTINCT FROM $run_id` beside this), so a row handed back
+/// waits for the next tick.
 macro_rules! backoff_over {
     () => {
         concat!(
-            "(r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - ",
+            "(r.attempts = 0 OR r.last_attempt_at IS NULL OR r.last_attempt_at <= now() - ",
             $crate::db::owing::backoff_wait!(),
             ")"
         )

@@ -68,6 +68,8 @@ pub enum RunOutcome {
     SmtpUnavailable,
     /// The SMTP server refused our login: a configuration problem.
     SmtpAuthFailed,
+    /// The SMTP relay throttled us; the rest goes on the next tick.
+    Throttled,
     /// Results could not be recorded; sending stopped.
     RecordFailed,
     Error,
@@ -81,6 +83,7 @@ impl RunOutcome {
             Self::Shutdown => "shutdown",
             Self::SmtpUnavailable => "smtp_unavailable",
             Self::SmtpAuthFailed => "smtp_auth_failed",
+            Self::Throttled => "throttled",
             Self::RecordFailed => "record_failed",
             Self::Error => "error",
         }

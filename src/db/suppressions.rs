@@ -29,7 +29,8 @@ pub struct Suppression {
     /// The operator's words, or the webhook's kind (`hard_bounce`,
     /// `complaint`, `unsubscribe`).
     pub reason: String,
-    /// Who added it: `cli`, `webhook`, `postmark`.
+    /// Who added it: `cli`, `webhook`, `postmark`, or `relay` (the SMTP
+    /// relay rejected the address for good).
     pub source: String,
     /// What the webhook said about it, if anything.
     pub detail: Option<String>,

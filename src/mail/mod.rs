@@ -11,7 +11,9 @@ pub mod format;
 mod links;
 mod load;
 pub mod message;
+pub mod pace;
 mod pool;
+mod replies;
 pub mod smtp;
 pub mod statement;
 pub mod templates;
@@ -28,10 +30,11 @@ use crate::stages::{Stages, Step};
 pub use message::{
     MessageError, OutgoingMail, build_message, build_statement, message_id, statement_message_id,
 };
+pub use replies::{SendError, classify};
 pub use smtp::Mailer;
 pub use templates::{TemplateError, Templates};
 pub use text::Rendered;
-pub use transaction::{Accepted, SendError, classify};
+pub use transaction::Accepted;
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
 /// built under `message_id` ([`message_id`] makes it): what the tick sends

@@ -40,7 +40,9 @@ pub(super) struct Conns {
 type Counts = Arc<watch::Sender<Conns>>;
 
 pub(super) struct Pool {
-    full: usize,
+    /// The size [`Pool::restore`] gives back: `smtp.pool_size`, or the
+    /// connections a throttling relay lets us use ([`Pool::resize`]).
+    full: std::sync::atomic::AtomicUsize,
     counts: Counts,
     /// One permit per transaction that may run at once: `full`, fewer after
     /// the server refused extra connections.
@@ -104,7 +106,7 @@ impl Drop for Connecting {
 impl Pool {
     pub fn new(size: usize) -> Self {
         Self {
-            full: size,
+            full: std::sync::atomic::AtomicUsize::new(size),
             counts: Arc::new(watch::Sender::new(Conns::default())),
             slots: Semaphore::new(size),
             capacity: Mutex::new(size),
@@ -193,12 +195,29 @@ impl Pool {
     /// Gives back every permit `use_fewer` took. Returns how many.
     pub fn restore(&self) -> usize {
         let mut capacity = self.capacity();
-        let missing = self.full.saturating_sub(*capacity);
+        let full = self.full.load(std::sync::atomic::Ordering::SeqCst);
+        let missing = full.saturating_sub(*capacity);
         if missing > 0 {
             self.slots.add_permits(missing);
-            *capacity = self.full;
+            *capacity = full;
         }
         missing
+    }
+
+    /// Makes `size` (at least one) the full size from now on, and the
+    /// capacity too, as far as free permits allow (called between ticks,
+    /// when every permit is free).
+    pub fn resize(&self, size: usize) {
+        let size = size.max(1);
+        let mut capacity = self.capacity();
+        self.full.store(size, std::sync::atomic::Ordering::SeqCst);
+        if *capacity < size {
+            self.slots.add_permits(size.saturating_sub(*capacity));
+            *capacity = size;
+        } else {
+            let forgotten = self.slots.forget_permits(capacity.saturating_sub(size));
+            *capacity = capacity.saturating_sub(forgotten);
+        }
     }
 
     fn publish_idle(&self, idle: &[(Pooled, Instant)]) {
@@ -240,6 +259,18 @@ mod tests {
         assert_eq!(pool.restore(), 5);
         assert_eq!(pool.restore(), 0);
         assert_eq!(pool.slots.available_permits(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_resized_pool_has_the_new_size_and_restores_to_it() {
+        let pool = Pool::new(8);
+        pool.resize(2);
+        assert_eq!(pool.slots.available_permits(), 2);
+        let slot = pool.acquire().await.unwrap();
+        assert_eq!(pool.use_fewer(slot), Some(1));
+        assert_eq!(pool.restore(), 1);
+        pool.resize(5);
+        assert_eq!(pool.slots.available_permits(), 5);
     }
 
     #[tokio::test]

@@ -10,7 +10,10 @@
 //! when the next tick starts) and the message waits for a free connection.
 //! Only when no connection at all can be made is the server down, and a
 //! refusal at connect never costs the message an attempt (see
-//! `transaction::classify`). A login refusal is reported as such (a
+//! `replies::classify`). A refusal at connect with nothing open that
+//! says we send too much (4.7.x, "too many connections") is the relay
+//! throttling us, not down: [`SendError::Throttled`], and the
+//! pace (`pace`) is what the relay last let us do, set by each tick. A login refusal is reported as such (a
 //! configuration problem). A transient reply on a pooled connection is this
 //! message's answer, not a broken connection: it is not retried on a fresh
 //! one. The counting itself lives in [`super::pool`].
@@ -27,8 +30,11 @@ use secrecy::ExposeSecret;
 use tokio::time::{Instant, timeout};
 
 use super::OutgoingMail;
+use super::pace::{Pace, Seen, Watch};
 use super::pool::{Pool, Pooled};
-use super::transaction::{Accepted, SendError, transact};
+use super::replies::SendError;
+use super::replies::says_throttled;
+use super::transaction::{Accepted, transact};
 use crate::config::{SmtpSettings, SmtpTls};
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
@@ -43,8 +49,14 @@ struct MailerInner {
     extra_root: Option<Certificate>,
     /// `invoice_reminder_smtp_transaction_duration_seconds`.
     durations: Histogram,
-    /// `smtp.max_per_second`: the earliest instant the next message may start.
-    pacer: Option<(Duration, tokio::sync::Mutex<Instant>)>,
+    /// The interval between message starts (None: no limit), and the
+    /// earliest instant the next message may start: `smtp.max_per_second`,
+    /// or slower while the relay throttles ([`Mailer::set_pace`]).
+    pacer: tokio::sync::Mutex<(Option<Duration>, Instant)>,
+    /// The pace now.
+    pace: std::sync::Mutex<Pace>,
+    /// What the relay did with this tick's mail.
+    watch: Watch,
     /// `smtp.pool_size` connections and transaction slots, fewer while
     /// the server refuses extra connections.
     pool: Pool,
@@ -72,12 +84,17 @@ impl Mailer {
                 settings: settings.clone(),
                 extra_root,
                 durations,
-                pacer: settings.max_per_second.map(|rate| {
-                    (
-                        Duration::from_secs(1) / rate,
-                        tokio::sync::Mutex::new(Instant::now()),
-                    )
-                }),
+                pacer: tokio::sync::Mutex::new((
+                    settings
+                        .max_per_second
+                        .map(|rate| Duration::from_secs(1) / rate),
+                    Instant::now(),
+                )),
+                pace: std::sync::Mutex::new(Pace::configured(
+                    settings.max_per_second,
+                    settings.pool_size,
+                )),
+                watch: Watch::default(),
                 pool: Pool::new(settings.pool_size as usize),
                 hello: ClientId::default(),
             }),
@@ -88,16 +105,43 @@ impl Mailer {
     /// without a limit). Slots are spaced evenly, shared by every concurrent
     /// send of this replica.
     pub async fn pace(&self) {
-        let Some((interval, next)) = &self.inner.pacer else {
-            return;
-        };
         let slot = {
-            let mut next = next.lock().await;
+            let mut pacer = self.inner.pacer.lock().await;
+            let (Some(interval), next) = &mut *pacer else {
+                return;
+            };
             let slot = (*next).max(Instant::now());
             *next = slot + *interval;
             slot
         };
         tokio::time::sleep_until(slot).await;
+    }
+
+    /// The configured pace: `smtp.max_per_second` and `smtp.pool_size`.
+    pub fn configured_pace(&self) -> Pace {
+        let s = &self.inner.settings;
+        Pace::configured(s.max_per_second, s.pool_size)
+    }
+
+    /// The pace now.
+    pub fn current_pace(&self) -> Pace {
+        *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends at `pace` from now on (called as a tick starts, with what the
+    /// relay was last found to take).
+    pub async fn set_pace(&self, pace: Pace) {
+        *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner()) = pace;
+        let interval = pace
+            .per_second
+            .and_then(|rate| Duration::try_from_secs_f64(1.0 / rate).ok());
+        self.inner.pacer.lock().await.0 = interval;
+        self.inner.pool.resize(pace.connections as usize);
+    }
+
+    /// What the relay did with the mail since the last call (the tick's).
+    pub fn take_seen(&self) -> Seen {
+        self.inner.watch.take()
     }
 
     /// Gives the pool its full size back: called as a tick starts, so a
@@ -122,10 +166,16 @@ impl Mailer {
         may_start: &(dyn Fn() -> bool + Sync),
     ) -> Result<Accepted, SendError> {
         let started = Instant::now();
+        self.inner.watch.started();
         let result = self.send_once(mail, may_start).await;
         self.inner
             .durations
             .observe(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => self.inner.watch.accepted(),
+            Err(SendError::Throttled { .. }) => self.inner.watch.throttled(),
+            Err(_) => {}
+        }
         result
     }
 
@@ -163,7 +213,11 @@ impl Mailer {
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
                 }
-                Err(ConnectError::Busy(reason) | ConnectError::Failed(reason)) => {
+                Err(refused @ (ConnectError::Busy(_) | ConnectError::Failed(_))) => {
+                    let (ConnectError::Busy(reason)
+                    | ConnectError::Failed(reason)
+                    | ConnectError::LoginRefused(reason)) = &refused;
+                    let reason = reason.clone();
                     drop(connecting);
                     // Others exist if a connection that may still work is
                     // open, or one is still being set up: then wait for those
@@ -173,11 +227,18 @@ impl Mailer {
                         .wait_until(limit, |c| c.open > 0 || c.connecting == 0)
                         .await;
                     if settled.open == 0 {
-                        return Err(SendError::NotDelivered {
-                            reason,
-                            connect: true,
-                            permanent: false,
-                            replied: false,
+                        return Err(match refused {
+                            // It answered that we send too much: up, but
+                            // not for us now.
+                            ConnectError::Busy(_) if says_throttled(&reason) => {
+                                SendError::Throttled { reason }
+                            }
+                            _ => SendError::NotDelivered {
+                                reason,
+                                connect: true,
+                                permanent: false,
+                                replied: false,
+                            },
                         });
                     }
                     self.use_fewer(slot, &reason);

@@ -5,9 +5,17 @@
 //! * connecting, EHLO, STARTTLS, AUTH, MAIL, RCPT or DATA failing (network
 //!   error, timeout or a 4xx/5xx reply) means nothing was delivered:
 //!   [`SendError::NotDelivered`] (a retry is safe);
+//! * so does a connection cut while the message data was going out: RFC
+//!   5321 gives the message to the server only with its reply to the final
+//!   dot, and a server that never read the final dot has nothing. A failed
+//!   write, or a reset (RST) instead of a reply, says the dot was never
+//!   read: a reset is what a server's end sends when it closes with our data
+//!   still unread (a relay restarting mid-message, a process killed), and a
+//!   write fails only before all of it, dot included, left us;
 //! * a 4xx/5xx reply to the end of the message means it was refused:
 //!   [`SendError::Refused`], transient or permanent;
-//! * a network error or timeout *after* the message body was handed over is
+//! * a reply lost or late *after* the whole message was handed over (the
+//!   connection closed in order, or no reply within the deadline) is
 //!   [`SendError::Unknown`]: the server may have accepted it. We never retry
 //!   those (at-most-once); the row stays `sending` and `audit` lists it.
 //!
@@ -22,7 +30,8 @@
 //! queued as 4F3X2`) is kept as [`Accepted::reply`]: the proof of
 //! acceptance stored on the row.
 //!
-//! [`classify`] turns each of these into the [`Delivery`] that is recorded.
+//! [`classify`](super::replies::classify) turns each of these into the
+//! [`Delivery`](crate::domain::Delivery) that is recorded.
 
 use std::time::Duration;
 
@@ -32,7 +41,7 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 use tokio::time::timeout;
 
 use super::OutgoingMail;
-use crate::domain::{Delivery, InvoiceId};
+use super::replies::{SendError, cut_before_the_end, rejects_the_address, throttles};
 
 /// The server took the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,70 +65,6 @@ impl Accepted {
     }
 }
 
-/// What happened to a message the server may or may not have.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// Nothing was delivered (connection, greeting, MAIL, RCPT or DATA
-    /// failed). `connect`: no connection could be made at all. `replied`:
-    /// the server answered (a 4xx/5xx), so the connection itself is fine.
-    #[error("not delivered: {reason}")]
-    NotDelivered {
-        reason: String,
-        connect: bool,
-        permanent: bool,
-        replied: bool,
-    },
-    /// The server refused our login (AUTH): a configuration problem, not
-    /// this message's.
-    #[error("the SMTP server refused our login: {reason}")]
-    LoginRefused { reason: String },
-    /// Nothing was sent: the send was no longer allowed once a connection
-    /// was ours (the lease was lost, shutdown began).
-    #[error("not started")]
-    NotStarted,
-    /// The server answered the message with a negative reply.
-    #[error("refused by the SMTP server: {reason}")]
-    Refused { reason: String, permanent: bool },
-    /// The message was handed over but no reply came: it may be delivered.
-    #[error("delivery unknown: {reason}")]
-    Unknown { reason: String },
-}
-
-impl SendError {
-    /// No connection to the SMTP server could be made at all.
-    pub fn is_unreachable(&self) -> bool {
-        matches!(self, Self::NotDelivered { connect: true, .. })
-    }
-}
-
-/// What a failed send means for its row: retried later, dropped for good,
-/// or unknown. An unreachable server is `Deferred` (no attempt used).
-pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
-    let error = e.to_string();
-    match e {
-        SendError::NotDelivered { connect: true, .. }
-        | SendError::LoginRefused { .. }
-        | SendError::NotStarted => Delivery::Deferred { error },
-        SendError::NotDelivered {
-            permanent: true, ..
-        }
-        | SendError::Refused {
-            permanent: true, ..
-        } => {
-            tracing::warn!(%invoice_id, %error, "reminder rejected permanently");
-            Delivery::Discarded { error }
-        }
-        SendError::NotDelivered { .. } | SendError::Refused { .. } => {
-            tracing::warn!(%invoice_id, %error, "reminder failed; will retry on a later tick");
-            Delivery::Failed { error }
-        }
-        SendError::Unknown { .. } => {
-            tracing::error!(%invoice_id, %error, "delivery unknown; the reminder stays 'sending' and is not retried");
-            Delivery::Unknown { error }
-        }
-    }
-}
-
 /// One SMTP transaction on `conn`, each step within `limit`. Says whether
 /// the connection can be reused (success, or MAIL/RCPT refused and the
 /// session reset).
@@ -130,6 +75,9 @@ pub(super) async fn transact(
     limit: Duration,
 ) -> (Result<Accepted, SendError>, bool) {
     let before_data = |e: StepError| match e {
+        StepError::Smtp(e) if throttles(&e) => SendError::Throttled {
+            reason: e.to_string(),
+        },
         StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
             reason: e.to_string(),
             connect: false,
@@ -181,19 +129,36 @@ pub(super) async fn transact(
     } else {
         stepwise_envelope(conn, mail_from, &rcpts, limit).await
     };
+    let rejected = |f: &Failure| {
+        let to = mail.envelope.to().get(f.rcpt?)?;
+        match &f.error {
+            StepError::Smtp(e) if rejects_the_address(e) => Some(SendError::AddressRejected {
+                address: to.to_string(),
+                reason: e.to_string(),
+            }),
+            _ => None,
+        }
+    };
     match envelope {
         Ok(()) => {}
-        Err(Envelope::Refused(e)) => {
-            let e = before_data(e);
+        Err(Envelope::Refused(f)) => {
+            let e = rejected(&f).unwrap_or_else(|| before_data(f.error));
             // After a refused MAIL/RCPT the server expects a reset; a
             // connection that answered is still good once it is reset.
-            let reusable = matches!(e, SendError::NotDelivered { replied: true, .. })
-                && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
-                    .await
-                    .is_ok();
+            let reusable = matches!(
+                e,
+                SendError::NotDelivered { replied: true, .. } | SendError::AddressRejected { .. }
+            ) && step(limit, conn.command(lettre::transport::smtp::commands::Rset))
+                .await
+                .is_ok();
             return (Err(e), reusable);
         }
-        Err(Envelope::InData(e)) => return (Err(before_data(e)), false),
+        Err(Envelope::InData(f)) => {
+            return (
+                Err(rejected(&f).unwrap_or_else(|| before_data(f.error))),
+                false,
+            );
+        }
     }
 
     // From here on the server has (part of) the message: its content,
@@ -220,6 +185,22 @@ pub(super) async fn transact(
     };
     match sent {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
+        Err(StepError::Smtp(e)) if cut_before_the_end(&e) => (
+            Err(SendError::NotDelivered {
+                reason: format!("the connection was cut before the end of the message: {e}"),
+                connect: false,
+                permanent: false,
+                replied: false,
+            }),
+            false,
+        ),
+        // Refused for now because we send too much: nothing was accepted.
+        Err(StepError::Smtp(e)) if throttles(&e) => (
+            Err(SendError::Throttled {
+                reason: e.to_string(),
+            }),
+            false,
+        ),
         Err(StepError::Smtp(e)) if e.is_permanent() || e.is_transient() => {
             let refused = SendError::Refused {
                 reason: e.to_string(),
@@ -271,11 +252,18 @@ impl std::fmt::Display for Content<'_> {
 /// Why the envelope (MAIL, RCPT, DATA) was not accepted.
 enum Envelope {
     /// A command failed; the session can be reset.
-    Refused(StepError),
+    Refused(Failure),
     /// DATA was accepted although a command before it failed (pipelined):
     /// the server waits for a body that must not come, so the connection
     /// is dropped.
-    InData(StepError),
+    InData(Failure),
+}
+
+/// A command of the envelope that failed, and which recipient's RCPT it
+/// was (None: MAIL or DATA).
+struct Failure {
+    error: StepError,
+    rcpt: Option<usize>,
 }
 
 /// MAIL, RCPT and DATA one at a time, each waiting for its reply.
@@ -285,18 +273,19 @@ async fn stepwise_envelope(
     rcpts: &[Rcpt],
     limit: Duration,
 ) -> Result<(), Envelope> {
+    let refused = |rcpt: Option<usize>| move |error| Envelope::Refused(Failure { error, rcpt });
     step(limit, conn.command(mail_from))
         .await
-        .map_err(Envelope::Refused)?;
-    for rcpt in rcpts {
+        .map_err(refused(None))?;
+    for (n, rcpt) in rcpts.iter().enumerate() {
         step(limit, conn.command(rcpt))
             .await
-            .map_err(Envelope::Refused)?;
+            .map_err(refused(Some(n)))?;
     }
     step(limit, conn.command(Data))
         .await
         .map(|_| ())
-        .map_err(Envelope::Refused)
+        .map_err(refused(None))
 }
 
 /// MAIL, every RCPT and DATA in one write (RFC 2920), then their replies
@@ -314,30 +303,30 @@ async fn pipelined_envelope(
             .chain(std::iter::once(Data.to_string()))
             .collect(),
     );
-    let mut first_error: Option<StepError> = None;
-    let mut note = |result: Result<(), StepError>| -> Result<(), StepError> {
+    let mut first_error: Option<Failure> = None;
+    let mut note = |result: Result<(), StepError>, rcpt: Option<usize>| -> Result<(), Envelope> {
         match result {
-            Err(e @ StepError::Smtp(_)) if is_reply(&e) => {
-                first_error.get_or_insert(e);
+            Err(error @ StepError::Smtp(_)) if is_reply(&error) => {
+                first_error.get_or_insert(Failure { error, rcpt });
                 Ok(())
             }
             // A broken connection or a timeout: nothing more will come.
-            Err(e) => Err(e),
+            Err(error) => Err(Envelope::Refused(Failure { error, rcpt })),
             Ok(()) => Ok(()),
         }
     };
     // The group's write, and the reply to MAIL.
-    note(step(limit, conn.command(group)).await.map(|_| ())).map_err(Envelope::Refused)?;
-    for _ in rcpts {
-        note(step(limit, conn.read_response()).await.map(|_| ())).map_err(Envelope::Refused)?;
+    note(step(limit, conn.command(group)).await.map(|_| ()), None)?;
+    for n in 0..rcpts.len() {
+        note(step(limit, conn.read_response()).await.map(|_| ()), Some(n))?;
     }
     let data = step(limit, conn.read_response()).await;
     match (data, first_error) {
         (Ok(_), None) => Ok(()),
-        (Ok(_), Some(e)) => Err(Envelope::InData(e)),
-        (Err(e), None) => Err(Envelope::Refused(e)),
+        (Ok(_), Some(first)) => Err(Envelope::InData(first)),
+        (Err(error), None) => Err(Envelope::Refused(Failure { error, rcpt: None })),
         (Err(e), Some(first)) if is_reply(&e) => Err(Envelope::Refused(first)),
-        (Err(e), Some(_)) => Err(Envelope::Refused(e)),
+        (Err(error), Some(_)) => Err(Envelope::Refused(Failure { error, rcpt: None })),
     }
 }
 

@@ -28,6 +28,7 @@ mod flow;
 mod mark;
 mod pipeline;
 mod record;
+mod relay;
 mod send;
 mod timings;
 mod unsent;
@@ -73,6 +74,9 @@ pub enum TickOutcome {
     SmtpUnavailable(Summary),
     /// The SMTP server refused our login; the rest was handed back.
     SmtpAuthFailed(Summary),
+    /// The SMTP relay throttled us; the rest was handed back unattempted
+    /// and the next tick sends slower. Not a failure: the relay is up.
+    Throttled(Summary),
     /// Results could not be written; no mail was started after that.
     RecordFailed(Summary),
 }
@@ -88,6 +92,7 @@ impl TickOutcome {
             Self::Shutdown(_) => "shutdown",
             Self::SmtpUnavailable(_) => "smtp_unavailable",
             Self::SmtpAuthFailed(_) => "smtp_auth_failed",
+            Self::Throttled(_) => "throttled",
             Self::RecordFailed(_) => "record_failed",
         }
     }
@@ -99,6 +104,7 @@ impl TickOutcome {
             | Self::Shutdown(s)
             | Self::SmtpUnavailable(s)
             | Self::SmtpAuthFailed(s)
+            | Self::Throttled(s)
             | Self::RecordFailed(s) => Some(s),
             Self::LockHeld | Self::LockUnknown => None,
         }
@@ -246,6 +252,7 @@ async fn work(
 ) -> Result<TickOutcome, TickError> {
     let started = Instant::now();
     ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
+    relay::before_tick(ctx).await;
     let settings = &ctx.settings;
     let today = today_at(ctx, slot).await?;
     // job_runs.run_date is the tick's "today"; each claim's period is its step.
@@ -341,6 +348,7 @@ async fn finish(
         (Ok(()), Some(Stop::Shutdown)) => (RunOutcome::Shutdown, None),
         (Ok(()), Some(Stop::SmtpDown)) => (RunOutcome::SmtpUnavailable, None),
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
+        (Ok(()), Some(Stop::Throttled)) => (RunOutcome::Throttled, None),
         (Ok(()), None) => (RunOutcome::Done, None),
     };
     let end = db::runs::RunEnd {
@@ -360,8 +368,10 @@ async fn finish(
         refresh_statistics(p, counts.claimed).await;
     }
     let took = started.elapsed();
-    ctx.metrics
-        .tick_worked(&counts, took, outcome == RunOutcome::Done);
+    relay::after_tick(ctx).await;
+    // A throttled tick did its work as far as the relay let it: a success.
+    let succeeded = matches!(outcome, RunOutcome::Done | RunOutcome::Throttled);
+    ctx.metrics.tick_worked(&counts, took, succeeded);
     let summary = Summary {
         run_id,
         run_date: p.run_date().to_owned(),
@@ -393,6 +403,7 @@ async fn finish(
                 RunOutcome::Shutdown => TickOutcome::Shutdown(summary),
                 RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
                 RunOutcome::SmtpAuthFailed => TickOutcome::SmtpAuthFailed(summary),
+                RunOutcome::Throttled => TickOutcome::Throttled(summary),
                 _ => TickOutcome::Done(summary),
             }
         }

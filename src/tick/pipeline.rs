@@ -40,6 +40,9 @@ pub(super) enum Stop {
     SmtpDown,
     /// The SMTP server refused our login: a configuration problem.
     SmtpAuth,
+    /// The SMTP relay throttles us: no more mail this tick, the next one
+    /// sends slower (`mail::pace`).
+    Throttled,
     /// Results could not be written: sending more would pile up rows whose
     /// fate only this process knows.
     RecordFailed,
@@ -51,6 +54,7 @@ const NO_STOP: u8 = 0;
 const SMTP_DOWN: u8 = 1;
 const SMTP_AUTH: u8 = 2;
 const RECORD_FAILED: u8 = 3;
+const THROTTLED: u8 = 4;
 
 /// The fencing token a tick's claims present, owned (see [`Fence`]).
 #[derive(Debug, Clone)]
@@ -160,6 +164,7 @@ impl Pipeline {
             SMTP_DOWN => Some(Stop::SmtpDown),
             SMTP_AUTH => Some(Stop::SmtpAuth),
             RECORD_FAILED => Some(Stop::RecordFailed),
+            THROTTLED => Some(Stop::Throttled),
             _ => None,
         }
     }
@@ -170,6 +175,7 @@ impl Pipeline {
             Stop::SmtpDown => SMTP_DOWN,
             Stop::SmtpAuth => SMTP_AUTH,
             Stop::RecordFailed => RECORD_FAILED,
+            Stop::Throttled => THROTTLED,
             Stop::Lost(_) | Stop::Shutdown => return false,
         };
         self.stopped

@@ -19,6 +19,7 @@ use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
 use crate::config::ArchiveStore;
+use crate::db;
 use crate::domain::{Attempted, Claimed, Delivery, Letter, LetterKind};
 use crate::mail::{self, SendError};
 
@@ -117,7 +118,16 @@ impl Sender {
                 }
                 self.not_sent(&letter)
             }
+            Err(e @ SendError::Throttled { .. }) => {
+                if self.p.stop(Stop::Throttled) {
+                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay throttles us; no more mail is started this tick, and the next one sends slower");
+                }
+                finished(mail::classify(&invoice_id, e))
+            }
             Err(e) => {
+                if let SendError::AddressRejected { address, reason } = &e {
+                    self.suppress(address, reason, first).await;
+                }
                 if e.is_unreachable() && self.p.stop(Stop::SmtpDown) {
                     tracing::error!(%invoice_id, error = %e, "SMTP server unreachable; handing back the rest of this tick");
                 }
@@ -167,6 +177,33 @@ impl Sender {
                 &customer_thread(letter),
                 self.p.today(),
             ),
+        }
+    }
+
+    /// The relay rejected `address` for good: it goes on the suppression
+    /// list (source `relay`, the relay's reply as the reason), so the
+    /// customer's later steps are recorded `skipped` as after a hard
+    /// bounce; `suppress remove` undoes it. Not written: logged, and the
+    /// relay rejects the next mail again.
+    async fn suppress(&self, address: &str, reply: &str, row: &Claimed) {
+        let detail = format!("invoice {} step {}", row.invoice.id, row.period);
+        let entry = db::suppressions::NewSuppression {
+            address,
+            reason: reply,
+            source: "relay",
+            detail: Some(&detail),
+        };
+        match db::suppressions::add(&self.p.ctx().db, entry).await {
+            Ok(_) => {
+                tracing::warn!(
+                    address,
+                    reply,
+                    "the SMTP relay rejected the address for good; it is on the suppression list now (`suppress remove` undoes it)"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(address, reply, error = %e, "the SMTP relay rejected the address for good, but it could not be put on the suppression list");
+            }
         }
     }
 

@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod billing;
 pub mod pgbouncer;
+pub mod postfix;
 pub mod proxy;
 pub mod relay;
 pub mod smtp;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Makes the child die with this process even if it is killed before the
 /// handle's Drop can run.
-fn die_with_parent(cmd: &mut Command) -> &mut Command {
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only
     // calls prctl, which is async-signal-safe.

@@ -2,8 +2,8 @@
 //! limit concurrent connections (421 at once beyond N, as Office 365 and
 //! connection-limiting fronts do, optionally before the accepted ones have
 //! greeted), reply to RCPT with 4xx or 5xx, require AUTH and refuse bad
-//! credentials, and offer STARTTLS with a certificate from a CA of the
-//! test's own.
+//! credentials, offer STARTTLS with a certificate from a CA of the
+//! test's own, and cut connections half-way through a message's data.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +34,11 @@ pub struct RelayOptions {
     /// Offer PIPELINING (RFC 2920). Without it, a client must wait for
     /// each reply; the relay counts commands that arrive behind another.
     pub pipelining: bool,
+    /// The first this many messages are cut half-way through their data:
+    /// the relay reads their headers, then drops the connection with a
+    /// reset, as a relay restarting mid-message does (a server's end that
+    /// closes with data unread sends a reset).
+    pub cut_messages: usize,
 }
 
 /// What a connection beyond the limit is told before it is closed.
@@ -52,6 +57,9 @@ struct State {
     /// Commands that arrived while another was still unanswered (pipelined).
     pipelined: AtomicUsize,
     auth_failures: AtomicUsize,
+    /// Messages still to cut half-way (see [`RelayOptions::cut_messages`]).
+    to_cut: AtomicUsize,
+    cut: AtomicUsize,
     messages: Mutex<Vec<String>>,
 }
 
@@ -78,6 +86,7 @@ impl Relay {
         state
             .limit
             .store(options.max_connections.unwrap_or(0), Ordering::SeqCst);
+        state.to_cut.store(options.cut_messages, Ordering::SeqCst);
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -85,6 +94,10 @@ impl Relay {
                     (shared.clone(), options.clone(), acceptor.clone());
                 tokio::spawn(async move {
                     let _ = stream.set_nodelay(true);
+                    if options.cut_messages > 0 {
+                        // Closed with a reset, as with data left unread.
+                        let _ = stream.set_zero_linger();
+                    }
                     serve(stream, state, options, acceptor).await;
                 });
             }
@@ -178,6 +191,11 @@ impl Relay {
 
     pub fn rcpt_commands(&self) -> usize {
         self.state.rcpt_commands.load(Ordering::SeqCst)
+    }
+
+    /// Messages cut half-way through their data.
+    pub fn cut_messages(&self) -> usize {
+        self.state.cut.load(Ordering::SeqCst)
     }
 
     pub fn auth_failures(&self) -> usize {
@@ -348,6 +366,10 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
             "DATA" => {
                 conn.get_mut().write_all(b"354 go ahead\r\n").await.ok()?;
                 let mut message = String::new();
+                let cut = state
+                    .to_cut
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
                 loop {
                     line.clear();
                     if conn.read_line(&mut line).await.ok()? == 0 {
@@ -355,6 +377,12 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                     }
                     if line == ".\r\n" {
                         break;
+                    }
+                    if cut && line == "\r\n" {
+                        // The headers read, the body not: the connection
+                        // goes, with a reset.
+                        state.cut.fetch_add(1, Ordering::SeqCst);
+                        return None;
                     }
                     message.push_str(&line);
                 }

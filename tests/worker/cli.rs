@@ -228,3 +228,83 @@ async fn a_command_against_a_missing_database_prints_the_cause_once_without_post
         "{printed}"
     );
 }
+
+#[tokio::test]
+async fn no_command_prints_rust_debug_formatting() {
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 6).await;
+    let ctx = world.context().await;
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    // One row in each state a command reports on.
+    let states = [
+        "UPDATE reminders SET status = 'failed', attempts = 0, last_error = 'not delivered: cut' WHERE invoice_id = $1::text",
+        "UPDATE reminders SET status = 'failed', attempts = 2, last_error = 'refused: 451' WHERE invoice_id = $1::text",
+        "UPDATE reminders SET status = 'sending', started_at = now(), claimed_at = now() - interval '1 hour',
+                last_error = 'delivery unknown' WHERE invoice_id = $1::text",
+        "UPDATE reminders SET status = 'sending', started_at = now(), claimed_at = now() - interval '1 hour',
+                message_id = NULL, run_id = NULL WHERE invoice_id = $1::text",
+        "UPDATE reminders SET status = 'discarded', last_error = 'rejected' WHERE invoice_id = $1::text",
+        "UPDATE reminders SET status = 'skipped', last_error = 'suppressed' WHERE invoice_id = $1::text",
+    ];
+    for (statement, id) in states.into_iter().zip(&ids) {
+        sqlx::query(statement)
+            .bind(id)
+            .execute(world.pool())
+            .await
+            .unwrap();
+    }
+    let invoice = ids[2].to_string();
+    let customer: i64 = sqlx::query_scalar("SELECT customer_id FROM invoices WHERE id = $1")
+        .bind(ids[2])
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+    let customer = customer.to_string();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["migrate"],
+        vec!["audit"],
+        vec!["status"],
+        vec!["next"],
+        vec!["check-source"],
+        vec!["explain", "--invoice", &invoice],
+        vec!["explain", "--invoice", &invoice, "--raw"],
+        vec!["explain", "--customer", &customer],
+        vec!["preview", "--invoice", &invoice],
+        vec!["run-once", "--dry-run"],
+        vec!["suppress", "add", "gone@example.test", "--reason", "left"],
+        vec!["suppress", "list"],
+        vec!["suppress", "remove", "gone@example.test"],
+        vec!["health"],
+        vec!["dkim-record"],
+        vec!["resolve", "--resend", &invoice],
+        vec!["run-once"],
+        vec!["audit"],
+        vec!["seed", "--customers", "2", "--invoices", "4"],
+    ];
+    let mut leaks = Vec::new();
+    let mut audited = false;
+    for args in &commands {
+        let out = cli(&world, args).await;
+        let text = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+        if args == &["audit"] && !audited {
+            audited = true;
+            assert!(
+                text.contains("2 row(s) in 2 mail(s), 1 row(s) with a stored Message-ID"),
+                "{text}"
+            );
+            assert!(text.contains("not attempted yet"), "{text}");
+        }
+        for leak in ["Some(", "None"] {
+            if let Some(at) = text.find(leak) {
+                let line = text[..at].rsplit('\n').next().unwrap_or("").to_owned()
+                    + text[at..].lines().next().unwrap_or("");
+                leaks.push(format!("{}: {line}", args.join(" ")));
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "debug formatting in output:\n{}",
+        leaks.join("\n")
+    );
+}

@@ -213,6 +213,32 @@ async fn an_unreachable_smtp_server_fails_what_was_tried_hands_back_the_rest_and
 }
 
 #[tokio::test]
+async fn a_reminder_that_never_used_an_attempt_goes_out_on_the_next_tick_whatever_the_backoff() {
+    let mut world = World::new().await;
+    let proxy = Proxy::start(world.sink.addr).await;
+    world
+        .set("smtp.port", proxy.port())
+        .set("reminders.send_concurrency", 1)
+        .set("reminders.retry_backoff", "1h");
+    common::insert_overdue(world.pool(), 3).await;
+    let ctx = world.context().await;
+    proxy.go_down();
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    let waiting: Vec<(String, i32)> = sqlx::query_as("SELECT status, attempts FROM reminders")
+        .fetch_all(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(waiting, [("failed".to_owned(), 0)], "tried, never reached");
+
+    proxy.come_up().await;
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(outcome.summary().map(|s| s.counts.sent), Some(3));
+    assert_eq!(world.sink.count(), 3);
+    assert_eq!(common::count_status(world.pool(), "sent").await, 3);
+}
+
+#[tokio::test]
 async fn a_send_cut_off_after_the_message_was_handed_over_stays_sending_and_is_never_resent() {
     let mut world = World::new().await;
     world.set("smtp.timeout", "300ms");

@@ -25,4 +25,5 @@ mod source;
 mod stages;
 mod suppression;
 mod templates;
+mod throttling;
 mod upgrade;

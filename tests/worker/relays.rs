@@ -314,3 +314,35 @@ async fn a_refused_rcpt_in_a_pipelined_envelope_delivers_nothing_and_is_retried_
     assert_eq!(statuses(&world).await, vec![("failed".to_owned(), 5, 1)]);
     assert!(relay.pipelined_commands() > 0);
 }
+
+#[tokio::test]
+async fn a_connection_cut_half_way_through_the_data_costs_no_attempt_and_the_next_tick_mails_the_reminder_once()
+ {
+    let relay = Relay::start(RelayOptions {
+        cut_messages: 1,
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world.set("reminders.send_concurrency", 1);
+    common::insert_overdue(world.pool(), 1).await;
+
+    let ctx = world.context().await;
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    ctx.mailer.shutdown().await;
+
+    assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
+    assert_eq!((relay.cut_messages(), relay.messages()), (1, 0));
+    assert_eq!(
+        statuses(&world).await,
+        vec![("failed".to_owned(), 1, 0)],
+        "not unknown, and no attempt used: the relay never had the message"
+    );
+
+    let ctx = world.context().await;
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    ctx.mailer.shutdown().await;
+
+    assert_eq!(relay.messages(), 1, "mailed once");
+    assert_eq!(statuses(&world).await, vec![("sent".to_owned(), 1, 1)]);
+}

@@ -1,12 +1,14 @@
 //! The suppression list: the `suppress` commands, a tick that records a
 //! reminder to suppressed recipients `skipped` (never sent, counted in the
 //! summary and `/metrics`, listed by `audit`), and a cell of several
-//! addresses whose suppressed ones are left out of `To`.
+//! addresses whose suppressed ones are left out of `To`, and a real
+//! Postfix rejecting an address for good (which puts it on the list).
 
 use invoice_reminder::tick::{Summary, TickOutcome, run_tick};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::common::postfix::{Postfix, PostfixOptions};
 use crate::common::{self, World, cli, stdout};
 
 async fn tick(world: &World) -> (Summary, String) {
@@ -214,4 +216,66 @@ async fn audit_lists_skipped_reminders_and_counts_them_neither_missing_nor_dupli
         "{}",
         stdout(&text)
     );
+}
+
+#[tokio::test]
+async fn an_address_postfix_rejects_for_good_goes_on_the_suppression_list_and_its_later_steps_are_skipped()
+ {
+    let mut world = World::new().await;
+    let postfix = Postfix::start(
+        world.sink.port(),
+        PostfixOptions {
+            reject_domain: Some("gone.test"),
+            ..PostfixOptions::default()
+        },
+    )
+    .await;
+    world
+        .set("smtp.port", postfix.port)
+        .set("reminders.min_days_between", 0);
+    let gone = common::insert_invoice(world.pool(), "Gone", "ada@gone.test", 10, false).await;
+    common::insert_invoice(world.pool(), "Here", "bob@example.test", 10, false).await;
+    let steps = async |world: &World| -> Vec<(String, String)> {
+        sqlx::query_as(
+            "SELECT period, status FROM reminders WHERE invoice_id = $1::text ORDER BY id",
+        )
+        .bind(gone)
+        .fetch_all(world.pool())
+        .await
+        .unwrap()
+    };
+
+    let (first, _) = tick(&world).await;
+    world.wait_for_mails(1).await;
+    let listed = cli(&world, &["suppress", "list", "--json"]).await;
+
+    assert_eq!((first.counts.sent, first.counts.discarded), (1, 1));
+    assert_eq!(
+        steps(&world).await,
+        [("overdue".to_owned(), "discarded".to_owned())]
+    );
+    let list: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let entry = &list[0];
+    assert_eq!(entry["address"], "ada@gone.test", "{list}");
+    assert_eq!(entry["source"], "relay", "{list}");
+    assert!(
+        entry["reason"].as_str().unwrap_or("").contains("5.1.2"),
+        "the relay's reply is the reason: {list}"
+    );
+
+    common::age_invoices(world.pool(), 15).await;
+    let (second, _) = tick(&world).await;
+
+    assert_eq!(second.counts.suppressed, 1, "{second:?}");
+    assert_eq!(
+        steps(&world).await,
+        [
+            ("overdue".to_owned(), "discarded".to_owned()),
+            ("final".to_owned(), "skipped".to_owned())
+        ]
+    );
+    let removed = cli(&world, &["suppress", "remove", "ada@gone.test"]).await;
+    assert_eq!(removed.status.code(), Some(0), "{removed:?}");
+    let after = cli(&world, &["suppress", "list", "--json"]).await;
+    assert_eq!(stdout(&after).trim(), "[]");
 }
