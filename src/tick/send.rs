@@ -186,7 +186,7 @@ impl Sender {
     /// bounce; `suppress remove` undoes it. Not written: logged, and the
     /// relay rejects the next mail again.
     async fn suppress(&self, address: &str, reply: &str, row: &Claimed) {
-        let detail = format!("invoice {} step {}", row.invoice.id, row.period);
+        let detail = format!("invoice {} step {}", row.invoice.id, row.step);
         let entry = db::suppressions::NewSuppression {
             address,
             reason: reply,
