@@ -9,6 +9,7 @@
 pub mod archive;
 pub mod audit;
 pub mod claims;
+pub mod console;
 pub mod conn;
 pub mod customers;
 pub mod deliveries;
