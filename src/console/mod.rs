@@ -25,6 +25,8 @@ mod pages;
 mod session;
 mod unknown;
 
+pub use auth::hash as password_phc;
+
 use std::io::Read as _;
 use std::process::ExitCode;
 use std::sync::Arc;
