@@ -148,11 +148,39 @@ impl Browser {
             .unwrap();
     }
 
+    /// Clicks `css` (a submit button) and waits for the page at `path`.
+    pub async fn submit(&self, css: &str, path: &str) {
+        self.click(css).await;
+        self.wait_for_page(path).await;
+    }
+
+    /// Waits until the browser shows a loaded page at `path`.
+    pub async fn wait_for_page(&self, path: &str) {
+        common::wait_until(path, Duration::from_secs(10), || async {
+            self.path().await == path
+                && self
+                    .client
+                    .execute("return document.readyState", vec![])
+                    .await
+                    .is_ok_and(|v| v == "complete")
+        })
+        .await;
+    }
+
     pub async fn sign_in(&self, console: &Console, (name, password): (&str, &str)) {
         self.goto(&format!("{}/login", console.url)).await;
         self.fill("input[name=username]", name).await;
         self.fill("input[name=password]", password).await;
         self.click("form.login button").await;
+        common::wait_until("the answer to signing in", Duration::from_secs(10), || async {
+            self.client
+                .execute("return document.readyState", vec![])
+                .await
+                .is_ok_and(|v| v == "complete")
+                && (self.path().await == "/"
+                    || self.client.find(Locator::Css("#login-error")).await.is_ok())
+        })
+        .await;
     }
 
     pub async fn path(&self) -> String {

@@ -22,7 +22,7 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
         .execute("document.querySelector('form.settle input[name=csrf]').remove()", vec![])
         .await
         .unwrap();
-    operator.click("form.settle button[value=sent]").await;
+    operator.submit("form.settle button[value=sent]", "/unknown/resolve").await;
     assert!(operator.text("main").await.contains("security token"));
     assert_eq!(status_of(&world, row).await, "sending", "no token: unchanged");
     operator.close().await;
@@ -42,10 +42,7 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
          document.body.appendChild(f); f.submit();"
     );
     viewer.client.execute(&post, vec![]).await.unwrap();
-    common::wait_until("the answer to the viewer's post", std::time::Duration::from_secs(10), || async {
-        viewer.path().await == "/unknown/resolve"
-    })
-    .await;
+    viewer.wait_for_page("/unknown/resolve").await;
     assert!(viewer.text("main").await.contains("Your role is viewer"));
     assert_eq!(status_of(&world, row).await, "sending", "a viewer: unchanged");
     let cookie = format!("ir_console={}", viewer.client.get_named_cookie("ir_console").await.unwrap().value());
@@ -78,7 +75,7 @@ async fn a_script_in_a_text_shows_as_text_and_never_runs() {
     browser
         .fill(&format!("form.settle:has(input[value=\"{message_id}\"]) input[name=reason]"), SCRIPT)
         .await;
-    browser.click("form.settle button[value=sent]").await;
+    browser.submit("form.settle button[value=sent]", "/unknown/resolve").await;
     browser.goto(&format!("{}/activity", console.url)).await;
     assert!(browser.text("table.activity").await.contains(SCRIPT));
     assert!(browser.client.get_alert_text().await.is_err(), "no alert opened");

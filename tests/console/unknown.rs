@@ -26,18 +26,18 @@ async fn a_mail_settled_as_sent_is_closed_and_one_resent_goes_out_once_more_with
     browser.screenshot("unknown").await;
 
     browser.fill(&format!("{} input[name=reason]", form(&went_out_id)), "in the relay's log").await;
-    browser.click(&format!("{} button[value=sent]", form(&went_out_id))).await;
+    browser.submit(&format!("{} button[value=sent]", form(&went_out_id)), "/unknown/resolve").await;
     assert_eq!(browser.text("h1").await, "Settled");
     assert_eq!(status_of(&world, went_out).await, "sent");
     assert_eq!(status_of(&world, lost).await, "sending", "the other mail is untouched");
 
     browser.goto(&format!("{}/unknown", console.url)).await;
-    browser.click(&format!("{} button[value=resend]", form(&lost_id))).await;
+    browser.submit(&format!("{} button[value=resend]", form(&lost_id)), "/unknown/resolve").await;
     assert_eq!(browser.text("h1").await, "Not done", "resend needs the box ticked");
     assert_eq!(status_of(&world, lost).await, "sending");
     browser.goto(&format!("{}/unknown", console.url)).await;
     browser.click(&format!("{} input[name=confirm]", form(&lost_id))).await;
-    browser.click(&format!("{} button[value=resend]", form(&lost_id))).await;
+    browser.submit(&format!("{} button[value=resend]", form(&lost_id)), "/unknown/resolve").await;
     assert_eq!(browser.text("h1").await, "Settled");
     assert_eq!(status_of(&world, lost).await, "failed");
 
