@@ -27,7 +27,7 @@ mod run_once;
 mod seed;
 mod source_problems;
 mod status;
-mod suppress;
+pub mod suppress;
 
 use std::process::ExitCode;
 

@@ -10,7 +10,8 @@
 //!   CSRF token, or refused 403 with nothing changed.
 //! * Every change is written in one transaction with its activity record
 //!   (`db::console`), and is made by the same statements and decisions as
-//!   the CLI's (`commands::resolve::plan`, `db::resolve`, `db::suppressions`).
+//!   the CLI's (`commands::resolve::plan`, `commands::suppress::checked`,
+//!   `db::resolve`, `db::suppressions`).
 //! * HTML is server-rendered from autoescaped templates, with a CSP that
 //!   allows no inline script; no page needs JavaScript.
 //! * The listener is the worker's (`http::listener`): connection cap and
@@ -23,6 +24,7 @@ mod login;
 mod overview;
 mod pages;
 mod session;
+mod suppressions;
 mod unknown;
 
 pub use auth::hash as password_phc;
@@ -140,6 +142,8 @@ fn router(app: App) -> Router {
         .route("/unknown", get(unknown::list))
         .route("/unknown/resolve", post(unknown::resolve))
         .route("/activity", get(activity::activity))
+        .route("/suppressions", get(suppressions::list).post(suppressions::add))
+        .route("/suppressions/remove", post(suppressions::remove))
         .route("/logout", post(login::logout))
         .route_layer(from_fn_with_state(app.clone(), session::gate));
     let routes = Router::new()

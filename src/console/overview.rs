@@ -48,7 +48,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Count { key: "unknown", label: "unknown deliveries", value: wide(report.unknown.len()), link: Some("/unknown") },
         Count { key: "failed", label: "failed, attempts left", value: status("failed"), link: None },
         Count { key: "given_up", label: "given up", value: status("discarded"), link: None },
-        Count { key: "suppressed", label: "suppressed addresses", value: suppressed, link: None },
+        Count { key: "suppressed", label: "suppressed addresses", value: suppressed, link: Some("/suppressions") },
         Count { key: "problems", label: "source problems", value: wide(report.source_problems_count), link: None },
     ];
     render(

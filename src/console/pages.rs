@@ -26,6 +26,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("overview.html", include_str!("templates/overview.html")),
     ("unknown.html", include_str!("templates/unknown.html")),
     ("activity.html", include_str!("templates/activity.html")),
+    ("suppressions.html", include_str!("templates/suppressions.html")),
 ];
 
 /// The console's stylesheet, served at `/static/console.css`.

@@ -154,6 +154,14 @@ impl Browser {
         self.wait_for_page(path).await;
     }
 
+    /// Waits until the page has an element matching `css`.
+    pub async fn wait_for(&self, css: &str) {
+        common::wait_until(css, Duration::from_secs(10), || async {
+            self.client.find(Locator::Css(css)).await.is_ok()
+        })
+        .await;
+    }
+
     /// Waits until the browser shows a loaded page at `path`.
     pub async fn wait_for_page(&self, path: &str) {
         common::wait_until(path, Duration::from_secs(10), || async {

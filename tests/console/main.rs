@@ -12,4 +12,5 @@ mod common;
 mod browser;
 mod guards;
 mod pages;
+mod suppressions;
 mod unknown;
