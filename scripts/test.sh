@@ -15,6 +15,7 @@
 #   docker-compose  tests and CI lint docker-compose.yml (`config`; no engine)
 #   prometheus    for promtool (alert rules and the scrape configuration)
 #   curl, openssl the docs tests run the bounce webhook examples
+#   chromium, chromium-driver  tests/console drives the console in headless Chromium
 #   a C compiler  (gcc, libc6-dev) to link Rust code
 #   cargo-nextest with `cargo install --locked`
 # Rust itself (cargo) must be there already: https://rustup.rs
@@ -97,6 +98,8 @@ ensure_tools() {
   # tests/docs runs the bounce webhook examples (curl; openssl signs).
   command -v curl >/dev/null || { log "installing curl"; apt_install --no-install-recommends curl; }
   command -v openssl >/dev/null || { log "installing openssl"; apt_install --no-install-recommends openssl; }
+  # tests/console drives the operator console in headless Chromium over WebDriver.
+  command -v chromedriver >/dev/null || { log "installing chromium and chromium-driver"; apt_install --no-install-recommends chromium chromium-driver; }
   command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 }
 

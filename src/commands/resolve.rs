@@ -135,7 +135,8 @@ pub fn settled(rows: &[NamedRow], plan: &Plan, changed: &[ReminderId], resending
             .map(|m| format!(", Message-ID <{m}>"))
             .unwrap_or_default();
         if !changed.contains(&row.id) {
-            done.notes.push(format!("{}: changed meanwhile; unchanged", what(row)));
+            done.notes
+                .push(format!("{}: changed meanwhile; unchanged", what(row)));
             done.refused += 1;
         } else if resending {
             done.eligible.insert(row.id);
@@ -145,7 +146,8 @@ pub fn settled(rows: &[NamedRow], plan: &Plan, changed: &[ReminderId], resending
             ));
         } else {
             done.eligible.insert(row.id);
-            done.notes.push(format!("{}{message_id}: unknown -> sent", what(row)));
+            done.notes
+                .push(format!("{}{message_id}: unknown -> sent", what(row)));
         }
     }
     done

@@ -38,7 +38,12 @@ pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signe
             action: a.action,
             subject: a.subject,
             reason: a.reason,
-            rows: a.rows.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
+            rows: a
+                .rows
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
         .collect();
     render(

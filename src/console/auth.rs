@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
-use argon2::Argon2;
 
 use crate::config::{ConsoleSettings, ConsoleUser};
 
@@ -30,7 +30,8 @@ pub fn hash(password: &str) -> Result<String, argon2::password_hash::Error> {
 
 /// A hash no password matches, checked when the user does not exist so
 /// that a wrong name takes as long as a wrong password.
-const DECOY: &str = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$Jw1Eu1C6GlXQZD4X3yN0Fg6k2Qb3p5xk4mKqH6q0m5Y";
+const DECOY: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$Jw1Eu1C6GlXQZD4X3yN0Fg6k2Qb3p5xk4mKqH6q0m5Y";
 
 /// The user `name` if `password` is theirs.
 pub fn verify<'a>(
@@ -40,8 +41,11 @@ pub fn verify<'a>(
 ) -> Option<&'a ConsoleUser> {
     let user = console.user(name);
     let phc = user.map_or(DECOY, |u| u.password_hash.as_str());
-    let matches = PasswordHash::new(phc)
-        .is_ok_and(|h| Argon2::default().verify_password(password.as_bytes(), &h).is_ok());
+    let matches = PasswordHash::new(phc).is_ok_and(|h| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    });
     user.filter(|_| matches)
 }
 
@@ -95,7 +99,10 @@ mod tests {
             assert!(throttle.allows("alice", ip, t0), "attempt {n}");
             throttle.failed("alice", ip, t0);
         }
-        assert!(!throttle.allows("alice", "10.0.0.2".parse().ok(), t0), "by name");
+        assert!(
+            !throttle.allows("alice", "10.0.0.2".parse().ok(), t0),
+            "by name"
+        );
         assert!(!throttle.allows("bob", ip, t0), "by address");
         assert!(throttle.allows("bob", "10.0.0.2".parse().ok(), t0));
         assert!(throttle.allows("alice", ip, t0 + WINDOW));

@@ -7,10 +7,10 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use axum::Extension;
 use axum::extract::{ConnectInfo, Form, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse as _, Redirect, Response};
-use axum::Extension;
 use minijinja::context;
 
 use super::App;
@@ -27,7 +27,13 @@ pub struct Credentials {
 }
 
 pub async fn form(State(app): State<App>) -> Response {
-    render(&app, None, StatusCode::OK, "login.html", context! { title => "Sign in" })
+    render(
+        &app,
+        None,
+        StatusCode::OK,
+        "login.html",
+        context! { title => "Sign in" },
+    )
 }
 
 pub async fn login(
@@ -39,8 +45,16 @@ pub async fn login(
     let name = credentials.username.trim();
     let now = Instant::now();
     if !app.throttle.allows(name, address, now) {
-        tracing::warn!(user = name, ?address, "console sign-in refused: too many failures");
-        return refused(&app, name, "Too many failed sign-ins: wait a quarter of an hour.");
+        tracing::warn!(
+            user = name,
+            ?address,
+            "console sign-in refused: too many failures"
+        );
+        return refused(
+            &app,
+            name,
+            "Too many failed sign-ins: wait a quarter of an hour.",
+        );
     }
     let app2 = app.clone();
     let (user, password) = (name.to_owned(), credentials.password);
@@ -58,7 +72,9 @@ pub async fn login(
     let token = session::random_token();
     let csrf = session::random_token();
     let ttl = app.settings.console.session_ttl.as_secs_f64();
-    if let Err(e) = db::console::create_session(&app.db, &session::sha256(&token), &user, &csrf, ttl).await {
+    if let Err(e) =
+        db::console::create_session(&app.db, &session::sha256(&token), &user, &csrf, ttl).await
+    {
         return pages::failed(&app, "store the session", &e);
     }
     tracing::info!(user, "console sign-in");

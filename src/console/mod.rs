@@ -6,7 +6,7 @@
 //! * It starts only with at least one `[[console.users]]` (exit 2).
 //! * Every page but `/login` needs a live session (stored in PostgreSQL,
 //!   so it survives a restart and works across replicas); every POST is
-//!   gated once, in [`session::gate`]: an operator's, with its session's
+//!   gated once, in [`gate::gate`]: an operator's, with its session's
 //!   CSRF token, or refused 403 with nothing changed.
 //! * Every change is written in one transaction with its activity record
 //!   (`db::console`), and is made by the same statements and decisions as
@@ -20,6 +20,7 @@
 
 mod activity;
 mod auth;
+mod gate;
 mod login;
 mod overview;
 mod pages;
@@ -142,10 +143,13 @@ fn router(app: App) -> Router {
         .route("/unknown", get(unknown::list))
         .route("/unknown/resolve", post(unknown::resolve))
         .route("/activity", get(activity::activity))
-        .route("/suppressions", get(suppressions::list).post(suppressions::add))
+        .route(
+            "/suppressions",
+            get(suppressions::list).post(suppressions::add),
+        )
         .route("/suppressions/remove", post(suppressions::remove))
         .route("/logout", post(login::logout))
-        .route_layer(from_fn_with_state(app.clone(), session::gate));
+        .route_layer(from_fn_with_state(app.clone(), gate::gate));
     let routes = Router::new()
         .route("/login", get(login::form).post(login::login))
         .route("/static/console.css", get(pages::stylesheet))

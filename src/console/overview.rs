@@ -44,12 +44,42 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
     let status = |s: &str| report.counts.get(s).copied().unwrap_or(0);
     let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let counts = [
-        Count { key: "sent_today", label: "sent today", value: sent_today, link: None },
-        Count { key: "unknown", label: "unknown deliveries", value: wide(report.unknown.len()), link: Some("/unknown") },
-        Count { key: "failed", label: "failed, attempts left", value: status("failed"), link: None },
-        Count { key: "given_up", label: "given up", value: status("discarded"), link: None },
-        Count { key: "suppressed", label: "suppressed addresses", value: suppressed, link: Some("/suppressions") },
-        Count { key: "problems", label: "source problems", value: wide(report.source_problems_count), link: None },
+        Count {
+            key: "sent_today",
+            label: "sent today",
+            value: sent_today,
+            link: None,
+        },
+        Count {
+            key: "unknown",
+            label: "unknown deliveries",
+            value: wide(report.unknown.len()),
+            link: Some("/unknown"),
+        },
+        Count {
+            key: "failed",
+            label: "failed, attempts left",
+            value: status("failed"),
+            link: None,
+        },
+        Count {
+            key: "given_up",
+            label: "given up",
+            value: status("discarded"),
+            link: None,
+        },
+        Count {
+            key: "suppressed",
+            label: "suppressed addresses",
+            value: suppressed,
+            link: Some("/suppressions"),
+        },
+        Count {
+            key: "problems",
+            label: "source problems",
+            value: wide(report.source_problems_count),
+            link: None,
+        },
     ];
     render(
         &app,

@@ -26,7 +26,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("overview.html", include_str!("templates/overview.html")),
     ("unknown.html", include_str!("templates/unknown.html")),
     ("activity.html", include_str!("templates/activity.html")),
-    ("suppressions.html", include_str!("templates/suppressions.html")),
+    (
+        "suppressions.html",
+        include_str!("templates/suppressions.html"),
+    ),
 ];
 
 /// The console's stylesheet, served at `/static/console.css`.
@@ -105,12 +108,24 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
     let mut response = match read {
         Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
         Ok(Err(_)) => StatusCode::PAYLOAD_TOO_LARGE.into_response(),
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
     };
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     headers
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));

@@ -1,24 +1,12 @@
-//! Sessions and the gate every page passes: a request without a live
-//! session is sent to `/login`; every POST must come from an operator
-//! (a viewer gets 403) and carry its session's CSRF token (403 without
-//! it). Both checks run here, before any handler, so no route can forget
-//! them. Only `POST /logout` is open to viewers, and it still needs the
-//! token.
-//!
-//! The cookie holds a random token; the database holds its SHA-256, the
+//! Sessions: the cookie holds a random token; the database holds its SHA-256, the
 //! user's name and the CSRF token (`db::console`). The role is read from
 //! the configuration on every request, so a changed role applies at once
 //! and a removed user is signed out.
 
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse as _, Redirect, Response};
+use axum::http::{HeaderMap, HeaderValue, header};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
-use subtle::ConstantTimeEq as _;
 
 use super::App;
 use crate::config::Role;
@@ -97,40 +85,6 @@ pub async fn signed(app: &App, headers: &HeaderMap) -> Result<Option<Signed>, sq
     }))
 }
 
-/// Middleware for every page but `/login` and the static files.
-pub async fn gate(State(app): State<App>, mut request: Request, next: Next) -> Response {
-    let signed = match signed(&app, request.headers()).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return Redirect::to(&app.path("/login")).into_response(),
-        Err(e) => return super::pages::failed(&app, "read the session", &e),
-    };
-    if request.method() == Method::POST {
-        let is_logout = request.uri().path() == app.path("/logout");
-        if !signed.is_operator() && !is_logout {
-            return super::pages::refuse(&app, &signed, StatusCode::FORBIDDEN, "Your role is viewer: you can read everything but change nothing.");
-        }
-        let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
-            Ok(b) => b,
-            Err(_) => return StatusCode::PAYLOAD_TOO_LARGE.into_response(),
-        };
-        let sent = form_field(&bytes, "csrf").unwrap_or_default();
-        if !bool::from(sent.as_bytes().ct_eq(signed.csrf.as_bytes())) {
-            return super::pages::refuse(&app, &signed, StatusCode::FORBIDDEN, "The form's security token is missing or stale: reload the page and try again. Nothing was changed.");
-        }
-        request = Request::from_parts(parts, Body::from(bytes));
-    }
-    request.extensions_mut().insert(signed);
-    next.run(request).await
-}
-
-/// Field `name` of a urlencoded form body.
-fn form_field(body: &[u8], name: &str) -> Option<String> {
-    url::form_urlencoded::parse(body)
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,14 +92,11 @@ mod tests {
     #[test]
     fn the_session_cookie_is_found_among_others() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, HeaderValue::from_static("a=1; ir_console=tok; b=2"));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; ir_console=tok; b=2"),
+        );
         assert_eq!(cookie(&headers, COOKIE), Some("tok"));
         assert_eq!(cookie(&headers, "c"), None);
-    }
-
-    #[test]
-    fn a_forms_token_is_read_from_its_body() {
-        assert_eq!(form_field(b"message_id=x&csrf=a%2Bb", "csrf").as_deref(), Some("a+b"));
-        assert_eq!(form_field(b"message_id=x", "csrf"), None);
     }
 }

@@ -77,9 +77,23 @@ pub async fn add(
         Err(e) => return not_an_address(&app, &signed, &e.to_string()),
     };
     let reason = crate::mail::text::sanitize(&form.reason, 500);
-    let reason = if reason.is_empty() { DEFAULT_REASON.to_owned() } else { reason };
-    let entry = NewSuppression { address: &address, reason: &reason, source: "console", detail: None };
-    let activity = NewActivity { user_name: &signed.user, action: "suppress", subject: &address, reason: Some(&reason) };
+    let reason = if reason.is_empty() {
+        DEFAULT_REASON.to_owned()
+    } else {
+        reason
+    };
+    let entry = NewSuppression {
+        address: &address,
+        reason: &reason,
+        source: "console",
+        detail: None,
+    };
+    let activity = NewActivity {
+        user_name: &signed.user,
+        action: "suppress",
+        subject: &address,
+        reason: Some(&reason),
+    };
     match db::console::suppress(&app.db, entry, &activity).await {
         Ok(_) => Redirect::to(&app.path("/suppressions")).into_response(),
         Err(e) => pages::failed(&app, "add to the suppression list", &e),
@@ -95,7 +109,12 @@ pub async fn remove(
         Ok(a) => a,
         Err(e) => return not_an_address(&app, &signed, &e.to_string()),
     };
-    let activity = NewActivity { user_name: &signed.user, action: "unsuppress", subject: &address, reason: None };
+    let activity = NewActivity {
+        user_name: &signed.user,
+        action: "unsuppress",
+        subject: &address,
+        reason: None,
+    };
     match db::console::unsuppress(&app.db, &address, &activity).await {
         Ok(_) => Redirect::to(&app.path("/suppressions")).into_response(),
         Err(e) => pages::failed(&app, "remove from the suppression list", &e),

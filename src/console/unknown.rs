@@ -58,7 +58,10 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
 }
 
 fn join(ids: &[i64]) -> String {
-    ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+    ids.iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -77,12 +80,24 @@ pub async fn resolve(
     Form(form): Form<Settle>,
 ) -> Response {
     let say = |status, title: &str, lines: Vec<String>| {
-        render(&app, Some(&signed), status, "message.html", context! { title, lines, back => "/unknown" })
+        render(
+            &app,
+            Some(&signed),
+            status,
+            "message.html",
+            context! { title, lines, back => "/unknown" },
+        )
     };
     let verdict = match form.action.as_str() {
         "sent" => Verdict::Sent,
         "resend" => Verdict::Resend,
-        _ => return say(StatusCode::BAD_REQUEST, "Not done", vec!["Choose sent or resend.".into()]),
+        _ => {
+            return say(
+                StatusCode::BAD_REQUEST,
+                "Not done",
+                vec!["Choose sent or resend.".into()],
+            );
+        }
     };
     if verdict == Verdict::Resend && form.confirm.as_deref() != Some("yes") {
         return say(
@@ -101,11 +116,21 @@ pub async fn resolve(
         .map(|r| ReminderId(r.reminder_id))
         .collect();
     if named.is_empty() {
-        return say(StatusCode::NOT_FOUND, "Not done", vec![format!("No unknown delivery has Message-ID <{}>: it was settled meanwhile.", form.message_id)]);
+        return say(
+            StatusCode::NOT_FOUND,
+            "Not done",
+            vec![format!(
+                "No unknown delivery has Message-ID <{}>: it was settled meanwhile.",
+                form.message_id
+            )],
+        );
     }
     let tz = app.settings.schedule.timezone;
     let rows = match db::today(&app.db, tz).await {
-        Ok(date) => db::resolve::named_rows(&app.db, &named, &Today::from_settings(&app.settings, date)).await,
+        Ok(date) => {
+            db::resolve::named_rows(&app.db, &named, &Today::from_settings(&app.settings, date))
+                .await
+        }
         Err(e) => Err(e),
     };
     let rows = match rows {
@@ -131,6 +156,10 @@ pub async fn resolve(
     let refused = plan.refused + done.refused;
     let mut lines = plan.notes;
     lines.extend(done.notes);
-    let (status, title) = if refused == 0 { (StatusCode::OK, "Settled") } else { (StatusCode::CONFLICT, "Partly settled") };
+    let (status, title) = if refused == 0 {
+        (StatusCode::OK, "Settled")
+    } else {
+        (StatusCode::CONFLICT, "Partly settled")
+    };
     say(status, title, lines)
 }

@@ -9,8 +9,8 @@
 pub mod archive;
 pub mod audit;
 pub mod claims;
-pub mod console;
 pub mod conn;
+pub mod console;
 pub mod customers;
 pub mod deliveries;
 pub mod explain;

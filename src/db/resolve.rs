@@ -100,7 +100,7 @@ pub(crate) async fn mark_sent_on(
         run_ended!("j"),
         ")
          RETURNING r.id"
-    )),)
+    )))
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)
@@ -132,7 +132,7 @@ pub(crate) async fn mark_for_resend_on(
         run_ended!("j"),
         ")
          RETURNING r.id"
-    )),)
+    )))
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)

@@ -103,14 +103,12 @@ pub(crate) async fn remove_on(
     db: &Db,
     address: &str,
 ) -> Result<bool, sqlx::Error> {
-    sqlx::query(db.sql(
-        "DELETE FROM {ir}.suppressions WHERE lower(address) = lower($1)"
-    ))
-    .persistent(db.named())
-    .bind(address)
-    .execute(&mut *c)
-    .await
-    .map(|done| done.rows_affected() > 0)
+    sqlx::query(db.sql("DELETE FROM {ir}.suppressions WHERE lower(address) = lower($1)"))
+        .persistent(db.named())
+        .bind(address)
+        .execute(&mut *c)
+        .await
+        .map(|done| done.rows_affected() > 0)
 }
 
 /// The whole list, newest first.

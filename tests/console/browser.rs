@@ -65,8 +65,17 @@ pub async fn start(world: &World) -> Console {
     let stop = CancellationToken::new();
     let db = invoice_reminder::db::Db::new(world.pool().clone(), &settings);
     // The world's pool searches our schema first; the console names it anyway.
-    tokio::spawn(invoice_reminder::console::serve(settings, db, listener, stop.clone()));
-    Console { url, stop, _config: config }
+    tokio::spawn(invoice_reminder::console::serve(
+        settings,
+        db,
+        listener,
+        stop.clone(),
+    ));
+    Console {
+        url,
+        stop,
+        _config: config,
+    }
 }
 
 /// chromedriver and one headless Chromium session; both end when dropped.
@@ -180,14 +189,18 @@ impl Browser {
         self.fill("input[name=username]", name).await;
         self.fill("input[name=password]", password).await;
         self.click("form.login button").await;
-        common::wait_until("the answer to signing in", Duration::from_secs(10), || async {
-            self.client
-                .execute("return document.readyState", vec![])
-                .await
-                .is_ok_and(|v| v == "complete")
-                && (self.path().await == "/"
-                    || self.client.find(Locator::Css("#login-error")).await.is_ok())
-        })
+        common::wait_until(
+            "the answer to signing in",
+            Duration::from_secs(10),
+            || async {
+                self.client
+                    .execute("return document.readyState", vec![])
+                    .await
+                    .is_ok_and(|v| v == "complete")
+                    && (self.path().await == "/"
+                        || self.client.find(Locator::Css("#login-error")).await.is_ok())
+            },
+        )
         .await;
     }
 
@@ -216,8 +229,8 @@ pub async fn post_status(url: &str, body: &str, cookie: Option<&str>) -> u16 {
     use http_body_util::Full;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<bytes_of::Bytes>>();
-    let mut request = hyper::Request::post(url)
-        .header("content-type", "application/x-www-form-urlencoded");
+    let mut request =
+        hyper::Request::post(url).header("content-type", "application/x-www-form-urlencoded");
     if let Some(c) = cookie {
         request = request.header("cookie", c);
     }

@@ -19,19 +19,35 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
     operator.goto(&format!("{}/unknown", console.url)).await;
     operator
         .client
-        .execute("document.querySelector('form.settle input[name=csrf]').remove()", vec![])
+        .execute(
+            "document.querySelector('form.settle input[name=csrf]').remove()",
+            vec![],
+        )
         .await
         .unwrap();
-    operator.submit("form.settle button[value=sent]", "/unknown/resolve").await;
+    operator
+        .submit("form.settle button[value=sent]", "/unknown/resolve")
+        .await;
     assert!(operator.text("main").await.contains("security token"));
-    assert_eq!(status_of(&world, row).await, "sending", "no token: unchanged");
+    assert_eq!(
+        status_of(&world, row).await,
+        "sending",
+        "no token: unchanged"
+    );
     operator.close().await;
 
     let viewer = Browser::open().await;
     viewer.sign_in(&console, VIEWER).await;
     assert!(viewer.text("#read-only").await.contains("viewer"));
     viewer.goto(&format!("{}/unknown", console.url)).await;
-    assert!(viewer.client.find(fantoccini::Locator::Css("form.settle")).await.is_err(), "no form for a viewer");
+    assert!(
+        viewer
+            .client
+            .find(fantoccini::Locator::Css("form.settle"))
+            .await
+            .is_err(),
+        "no form for a viewer"
+    );
     viewer.screenshot("viewer").await;
     // The viewer posts the operator's form by hand, with its own valid token.
     let post = format!(
@@ -44,8 +60,20 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
     viewer.client.execute(&post, vec![]).await.unwrap();
     viewer.wait_for_page("/unknown/resolve").await;
     assert!(viewer.text("main").await.contains("Your role is viewer"));
-    assert_eq!(status_of(&world, row).await, "sending", "a viewer: unchanged");
-    let cookie = format!("ir_console={}", viewer.client.get_named_cookie("ir_console").await.unwrap().value());
+    assert_eq!(
+        status_of(&world, row).await,
+        "sending",
+        "a viewer: unchanged"
+    );
+    let cookie = format!(
+        "ir_console={}",
+        viewer
+            .client
+            .get_named_cookie("ir_console")
+            .await
+            .unwrap()
+            .value()
+    );
     let status = browser::post_status(
         &format!("{}/unknown/resolve", console.url),
         &format!("message_id={message_id}&action=sent"),
@@ -73,11 +101,19 @@ async fn a_script_in_a_text_shows_as_text_and_never_runs() {
     browser.goto(&format!("{}/unknown", console.url)).await;
     assert!(browser.text("main").await.contains(SCRIPT), "shown as text");
     browser
-        .fill(&format!("form.settle:has(input[value=\"{message_id}\"]) input[name=reason]"), SCRIPT)
+        .fill(
+            &format!("form.settle:has(input[value=\"{message_id}\"]) input[name=reason]"),
+            SCRIPT,
+        )
         .await;
-    browser.submit("form.settle button[value=sent]", "/unknown/resolve").await;
+    browser
+        .submit("form.settle button[value=sent]", "/unknown/resolve")
+        .await;
     browser.goto(&format!("{}/activity", console.url)).await;
     assert!(browser.text("table.activity").await.contains(SCRIPT));
-    assert!(browser.client.get_alert_text().await.is_err(), "no alert opened");
+    assert!(
+        browser.client.get_alert_text().await.is_err(),
+        "no alert opened"
+    );
     browser.close().await;
 }

@@ -9,10 +9,21 @@ async fn a_wrong_password_is_refused_with_the_form_and_the_right_one_opens_the_o
     let console = browser::start(&world).await;
     let browser = Browser::open().await;
     browser.goto(&format!("{}/unknown", console.url)).await;
-    assert_eq!(browser.path().await, "/login", "no session: sent to sign in");
-    browser.sign_in(&console, (OPERATOR.0, "not the password")).await;
+    assert_eq!(
+        browser.path().await,
+        "/login",
+        "no session: sent to sign in"
+    );
+    browser
+        .sign_in(&console, (OPERATOR.0, "not the password"))
+        .await;
     assert_eq!(browser.path().await, "/login");
-    assert!(browser.text("#login-error").await.contains("Wrong user name or password"));
+    assert!(
+        browser
+            .text("#login-error")
+            .await
+            .contains("Wrong user name or password")
+    );
     browser.screenshot("login-failed").await;
     let status = browser::post_status(
         &format!("{}/login", console.url),
@@ -33,11 +44,13 @@ async fn the_overviews_numbers_are_the_databases() {
     let ids = common::insert_overdue(world.pool(), 5).await;
     tick(&world).await;
     make_unknown(&world, ids[0]).await;
-    sqlx::query("UPDATE reminders SET status = 'failed', sent_at = NULL WHERE invoice_id = $1::text")
-        .bind(ids[1])
-        .execute(world.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "UPDATE reminders SET status = 'failed', sent_at = NULL WHERE invoice_id = $1::text",
+    )
+    .bind(ids[1])
+    .execute(world.pool())
+    .await
+    .unwrap();
     sqlx::query("INSERT INTO suppressions (address, reason, source) VALUES ('a@example.test', 'manual', 'cli'), ('b@example.test', 'manual', 'cli')")
         .execute(world.pool())
         .await
@@ -48,16 +61,26 @@ async fn the_overviews_numbers_are_the_databases() {
     let pool = world.pool().clone();
     let one = |sql: &'static str| {
         let pool = pool.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql)
-            .fetch_one(&pool)
-            .await
-            .unwrap() }
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
     };
-    let sent_today = one("SELECT count(*) FROM reminders WHERE status = 'sent' AND sent_at::date = now()::date").await;
-    let unknown = one("SELECT count(*) FROM reminders WHERE status = 'sending' AND started_at IS NOT NULL").await;
+    let sent_today =
+        one("SELECT count(*) FROM reminders WHERE status = 'sent' AND sent_at::date = now()::date")
+            .await;
+    let unknown =
+        one("SELECT count(*) FROM reminders WHERE status = 'sending' AND started_at IS NOT NULL")
+            .await;
     let failed = one("SELECT count(*) FROM reminders WHERE status = 'failed'").await;
     let suppressed = one("SELECT count(*) FROM suppressions").await;
-    assert_eq!((sent_today, unknown, failed, suppressed), (3, 1, 1, 2), "the setup");
+    assert_eq!(
+        (sent_today, unknown, failed, suppressed),
+        (3, 1, 1, 2),
+        "the setup"
+    );
     assert_eq!(browser.count("sent_today").await, sent_today);
     assert_eq!(browser.count("unknown").await, unknown);
     assert_eq!(browser.count("failed").await, failed);

@@ -18,15 +18,28 @@ async fn an_address_is_added_to_the_suppression_list_and_removed_again() {
     let browser = Browser::open().await;
     browser.sign_in(&console, OPERATOR).await;
     browser.goto(&format!("{}/suppressions", console.url)).await;
-    browser.fill("form.suppress input[name=address]", "Bounced@Example.test").await;
-    browser.fill("form.suppress input[name=reason]", "mailbox closed").await;
+    browser
+        .fill("form.suppress input[name=address]", "Bounced@Example.test")
+        .await;
+    browser
+        .fill("form.suppress input[name=reason]", "mailbox closed")
+        .await;
     browser.click("form.suppress button").await;
     browser.wait_for("form.unsuppress").await;
     assert_eq!(
         listed(&world).await,
-        vec![("Bounced@Example.test".into(), "mailbox closed".into(), "console".into())]
+        vec![(
+            "Bounced@Example.test".into(),
+            "mailbox closed".into(),
+            "console".into()
+        )]
     );
-    assert!(browser.text("table.suppressions").await.contains("Bounced@Example.test"));
+    assert!(
+        browser
+            .text("table.suppressions")
+            .await
+            .contains("Bounced@Example.test")
+    );
     browser.screenshot("suppressions").await;
 
     browser.click("form.unsuppress button").await;
@@ -36,7 +49,13 @@ async fn an_address_is_added_to_the_suppression_list_and_removed_again() {
 
     browser.goto(&format!("{}/activity", console.url)).await;
     let log = browser.text("table.activity").await;
-    assert!(log.contains("olga suppress Bounced@Example.test mailbox closed"), "{log}");
-    assert!(log.contains("olga unsuppress Bounced@Example.test"), "{log}");
+    assert!(
+        log.contains("olga suppress Bounced@Example.test mailbox closed"),
+        "{log}"
+    );
+    assert!(
+        log.contains("olga unsuppress Bounced@Example.test"),
+        "{log}"
+    );
     browser.close().await;
 }
