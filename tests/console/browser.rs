@@ -184,8 +184,13 @@ impl Browser {
         .await;
     }
 
-    pub async fn sign_in(&self, console: &Console, (name, password): (&str, &str)) {
-        self.goto(&format!("{}/login", console.url)).await;
+    pub async fn sign_in(&self, console: &Console, user: (&str, &str)) {
+        self.sign_in_at(&console.url, user).await;
+    }
+
+    /// Signs in on the console whose root is `root`.
+    pub async fn sign_in_at(&self, root: &str, (name, password): (&str, &str)) {
+        self.goto(&format!("{root}/login")).await;
         self.fill("input[name=username]", name).await;
         self.fill("input[name=password]", password).await;
         self.click("form.login button").await;
@@ -197,7 +202,7 @@ impl Browser {
                     .execute("return document.readyState", vec![])
                     .await
                     .is_ok_and(|v| v == "complete")
-                    && (self.path().await == "/"
+                    && (self.path().await.ends_with('/')
                         || self.client.find(Locator::Css("#login-error")).await.is_ok())
             },
         )

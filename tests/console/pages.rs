@@ -89,3 +89,31 @@ async fn the_overviews_numbers_are_the_databases() {
     browser.screenshot("overview").await;
     browser.close().await;
 }
+
+#[tokio::test]
+async fn under_a_base_path_every_link_and_redirect_carries_it() {
+    let mut world = World::new().await;
+    world.set("console.base_path", "/billing");
+    let console = browser::start(&world).await;
+    let browser = Browser::open().await;
+    browser
+        .goto(&format!("{}/billing/unknown", console.url))
+        .await;
+    assert_eq!(browser.path().await, "/billing/login");
+    browser
+        .sign_in_at(&format!("{}/billing", console.url), OPERATOR)
+        .await;
+    assert_eq!(browser.path().await, "/billing/");
+    browser.click("nav a[href$=\"/suppressions\"]").await;
+    browser.wait_for_page("/billing/suppressions").await;
+    let styled = browser
+        .client
+        .execute(
+            "return getComputedStyle(document.querySelector('header')).display",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(styled, "flex", "the stylesheet loads under the prefix");
+    browser.close().await;
+}
