@@ -125,5 +125,9 @@ mod tests {
         assert!(verify(&console, "alice", "correct horse").is_some());
         assert!(verify(&console, "alice", "wrong").is_none());
         assert!(verify(&console, "bob", "correct horse").is_none());
+        assert!(
+            PasswordHash::new(DECOY).is_ok(),
+            "the decoy is checked like a real hash"
+        );
     }
 }
