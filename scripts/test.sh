@@ -17,6 +17,7 @@
 #   curl, openssl the docs tests run the bounce webhook examples
 #   postfix       tests start Postfix instances of their own (own config, queue
 #                 and port on loopback; the system's Postfix is never started)
+#   chromium, chromium-driver  tests/console drives the console in headless Chromium
 #   a C compiler  (gcc, libc6-dev) to link Rust code
 #   cargo-nextest with `cargo install --locked`
 # Rust itself (cargo) must be there already: https://rustup.rs
@@ -106,6 +107,8 @@ ensure_tools() {
     echo "postfix postfix/main_mailer_type select No configuration" | $SUDO debconf-set-selections
     apt_install --no-install-recommends postfix
   fi
+  # tests/console drives the operator console in headless Chromium over WebDriver.
+  command -v chromedriver >/dev/null || { log "installing chromium and chromium-driver"; apt_install --no-install-recommends chromium chromium-driver; }
   command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 }
 

@@ -175,6 +175,13 @@ pub enum Command {
     /// when DKIM is not configured.
     DkimRecord,
 
+    /// Serve the operator console on console.listen until SIGTERM/SIGINT
+    /// (docs/console.md). Exits 2 without a [[console.users]] entry.
+    Console {
+        #[command(subcommand)]
+        action: Option<ConsoleAction>,
+    },
+
     /// Show the lock holder, the last runs and reminder counts by status.
     Status {
         /// Print as JSON.
@@ -209,4 +216,11 @@ pub enum SuppressAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConsoleAction {
+    /// Read a password on stdin and print its argon2id PHC string, for
+    /// `password_hash` in [[console.users]].
+    HashPassword,
 }

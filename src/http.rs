@@ -40,7 +40,7 @@ mod bounce;
 pub mod files;
 #[cfg(test)]
 mod fuzz;
-mod listener;
+pub mod listener;
 pub mod signature;
 mod slots;
 pub mod webhook;

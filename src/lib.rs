@@ -21,6 +21,7 @@
 //! Read [`tick`] first: the job top to bottom. Imports run down this list,
 //! never up, and no two files import each other (`tests/layers` checks
 //! both):
+//! * [`console`]: the operator console's pages, over the commands.
 //! * [`commands`]: one file per subcommand; `main` maps their errors to
 //!   exit codes.
 //! * [`http`]: `/healthz`, `/readyz`, `/metrics` and the bounce webhook;
@@ -46,6 +47,7 @@ pub mod causes;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod dkim;
 pub mod domain;

@@ -5,10 +5,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use invoice_reminder::cli::Cli;
+use invoice_reminder::cli::{Cli, Command};
 use invoice_reminder::commands::{self, exit};
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::{causes, telemetry};
+use invoice_reminder::{causes, console, telemetry};
 
 // jemalloc: the worker allocates per message (rendering, MIME encoding, rows),
 // and with glibc's allocator malloc and free took a large share of its CPU
@@ -36,7 +36,13 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    match runtime.block_on(commands::dispatch(cli.command, settings)) {
+    let run = async move {
+        match cli.command {
+            Command::Console { action } => console::run(settings, action).await,
+            command => commands::dispatch(command, settings).await,
+        }
+    };
+    match runtime.block_on(run) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if is_configuration(&e) => {

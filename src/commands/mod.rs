@@ -21,13 +21,13 @@ mod health;
 mod migrate;
 mod next;
 mod preview;
-mod resolve;
+pub mod resolve;
 mod run;
 mod run_once;
 mod seed;
 mod source_problems;
 mod status;
-mod suppress;
+pub mod suppress;
 
 use std::process::ExitCode;
 
@@ -35,7 +35,7 @@ use crate::cli::Command;
 use crate::config::Settings;
 use crate::db;
 
-pub use audit::{AuditReport, build_report};
+pub use audit::{AuditReport, build_report, unknown_mails};
 pub use run_once::{DryRun, dry_run};
 
 /// A command used wrongly for this configuration: `main` exits 2 with it.
@@ -106,6 +106,8 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         }
         Command::Suppress { action } => suppress::suppress(&settings, action).await,
         Command::DkimRecord => dkim_record::dkim_record(&settings),
+        // `main` runs the console: it sits above the commands it reuses.
+        Command::Console { .. } => Err(UsageError("the console is started by main".into()).into()),
     }
 }
 

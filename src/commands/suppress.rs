@@ -88,7 +88,7 @@ pub(super) async fn suppress(
 }
 
 /// `address` as an email address (trimmed), or a usage error naming it.
-fn checked(address: &str) -> anyhow::Result<String> {
+pub fn checked(address: &str) -> anyhow::Result<String> {
     let trimmed = address.trim();
     trimmed
         .parse::<lettre::Address>()

@@ -13,6 +13,7 @@
 //! rest of the crate never reads a raw string again. Secrets (the SMTP
 //! password, passwords inside URLs) are never printed.
 
+mod console;
 mod env;
 mod error;
 mod names;
@@ -27,6 +28,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::Deserialize;
 
+pub use console::{ConsoleSettings, ConsoleUser, Role};
 pub use error::ConfigError;
 pub use names::{RelationName, SqlName};
 pub use sections::*;
@@ -110,6 +112,7 @@ pub struct Settings {
     pub archive: ArchiveSettings,
     pub log: LogSettings,
     pub shutdown: ShutdownSettings,
+    pub console: ConsoleSettings,
 }
 
 impl Settings {

@@ -10,6 +10,7 @@ pub mod archive;
 pub mod audit;
 pub mod claims;
 pub mod conn;
+pub mod console;
 pub mod customers;
 pub mod deliveries;
 pub mod explain;

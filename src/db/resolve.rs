@@ -81,7 +81,16 @@ pub async fn named_rows(
 /// stored before their send. Only a row still unknown is changed; returns
 /// the ids changed.
 pub async fn mark_sent(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(
+    on_db!(db, |c| mark_sent_on(c, db, ids).await)
+}
+
+/// [`mark_sent`] on `c` (inside a caller's transaction).
+pub(crate) async fn mark_sent_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    ids: &[ReminderId],
+) -> Result<Vec<ReminderId>, sqlx::Error> {
+    sqlx::query_scalar(db.sql(concat!(
         "UPDATE {ir}.reminders r
             SET status = 'sent', sent_at = now(),
                 last_error = 'delivery was unknown; an operator confirmed it was sent'
@@ -92,11 +101,11 @@ pub async fn mark_sent(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, s
         run_ended!("j"),
         ")
          RETURNING r.id"
-    )),)
+    )))
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)
-    .await)
+    .await
 }
 
 /// The mail did not go out: the rows go back to `failed`, so the next tick
@@ -104,7 +113,16 @@ pub async fn mark_sent(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, s
 /// Message-ID) while their step is due. Only a row
 /// still unknown is changed; returns the ids changed.
 pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(db.sql(concat!(
+    on_db!(db, |c| mark_for_resend_on(c, db, ids).await)
+}
+
+/// [`mark_for_resend`] on `c` (inside a caller's transaction).
+pub(crate) async fn mark_for_resend_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    ids: &[ReminderId],
+) -> Result<Vec<ReminderId>, sqlx::Error> {
+    sqlx::query_scalar(db.sql(concat!(
         "UPDATE {ir}.reminders r
             SET status = 'failed', started_at = NULL, last_attempt_at = NULL,
                 last_error = 'delivery was unknown; an operator asked to resend it'
@@ -115,9 +133,9 @@ pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<Reminder
         run_ended!("j"),
         ")
          RETURNING r.id"
-    )),)
+    )))
     .persistent(db.named())
     .bind(ids)
     .fetch_all(&mut *c)
-    .await)
+    .await
 }

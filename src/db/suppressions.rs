@@ -70,7 +70,8 @@ pub async fn add(db: &Db, entry: NewSuppression<'_>) -> Result<Added, sqlx::Erro
     on_db!(db, |c| upsert(c, db, entry).await)
 }
 
-async fn upsert(
+/// [`add`] on `c` (inside a caller's transaction).
+pub(crate) async fn upsert(
     c: &mut sqlx::PgConnection,
     db: &Db,
     entry: NewSuppression<'_>,
@@ -96,14 +97,21 @@ async fn upsert(
 
 /// Removes `address` (in any case); false if it was not listed.
 pub async fn remove(db: &Db, address: &str) -> Result<bool, sqlx::Error> {
-    on_db!(db, |c| sqlx::query(db.sql(
-        "DELETE FROM {ir}.suppressions WHERE lower(address) = lower($1)"
-    ))
-    .persistent(db.named())
-    .bind(address)
-    .execute(&mut *c)
-    .await
-    .map(|done| done.rows_affected() > 0))
+    on_db!(db, |c| remove_on(c, db, address).await)
+}
+
+/// [`remove`] on `c` (inside a caller's transaction).
+pub(crate) async fn remove_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    address: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(db.sql("DELETE FROM {ir}.suppressions WHERE lower(address) = lower($1)"))
+        .persistent(db.named())
+        .bind(address)
+        .execute(&mut *c)
+        .await
+        .map(|done| done.rows_affected() > 0)
 }
 
 /// The whole list, newest first.

@@ -51,14 +51,14 @@ const MAX_HEADERS: usize = 64;
 
 /// A listener's limits, from `[http]`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Limits {
+pub struct Limits {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
 }
 
 impl Limits {
-    pub(super) fn from_settings(http: &HttpSettings) -> Self {
+    pub fn from_settings(http: &HttpSettings) -> Self {
         Self {
             max_connections: usize::try_from(http.max_connections).unwrap_or(usize::MAX),
             header_read_timeout: http.header_read_timeout,
@@ -68,7 +68,7 @@ impl Limits {
 }
 
 /// Serves `app` on `listener` until `stop`.
-pub(super) async fn serve(
+pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: Limits,
@@ -84,10 +84,10 @@ pub(super) async fn serve(
         .max_headers(MAX_HEADERS);
     let mut warned_full = false;
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "the HTTP listener could not accept a connection");
                     tokio::select! {
@@ -126,7 +126,7 @@ pub(super) async fn serve(
         let connection = builder.clone();
         let (app, stop) = (app.clone(), stop.clone());
         tokio::spawn(async move {
-            serve_connection(&connection, stream, app, slot, &stop).await;
+            serve_connection(&connection, (stream, peer), app, slot, &stop).await;
         });
     }
 }
@@ -147,13 +147,17 @@ fn warn_full(warned: &mut bool, max_connections: usize) {
 /// the slot is given back only once the socket is closed.
 async fn serve_connection(
     builder: &hyper::server::conn::http1::Builder,
-    stream: TcpStream,
+    (stream, peer): (TcpStream, std::net::SocketAddr),
     app: Router,
     mut slot: Slot,
     stop: &CancellationToken,
 ) {
     let busy = slot.busy_handle();
-    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        // The client's address, for handlers that key on it (the console's sign-in throttle).
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let answering = busy.mark();
         let app = app.clone();
         async move {

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. A module may import only modules of a later entry;
 /// modules in one entry may not import each other.
 const LAYERS: &[&[&str]] = &[
+    &["console"],
     &["commands"],
     &["http", "schedule"],
     &["tick"],

@@ -1,0 +1,75 @@
+//! The gate every page but `/login` and the static files passes, before
+//! any handler, so no route can forget it: a request without a live
+//! session is sent to `/login`; every POST must come from an operator (a
+//! viewer gets 403) and carry its session's CSRF token (403 without it),
+//! and nothing changes either way. Only `POST /logout` is open to viewers,
+//! and it still needs the token.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Redirect, Response};
+use subtle::ConstantTimeEq as _;
+
+use super::App;
+use super::pages;
+use super::session::signed;
+
+/// Middleware for every page but `/login` and the static files.
+pub async fn gate(State(app): State<App>, mut request: Request, next: Next) -> Response {
+    let signed = match signed(&app, request.headers()).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return Redirect::to(&app.path("/login")).into_response(),
+        Err(e) => return pages::failed(&app, "read the session", &e),
+    };
+    if request.method() == Method::POST {
+        let is_logout = request.uri().path() == app.path("/logout");
+        if !signed.is_operator() && !is_logout {
+            return pages::refuse(
+                &app,
+                &signed,
+                StatusCode::FORBIDDEN,
+                "Your role is viewer: you can read everything but change nothing.",
+            );
+        }
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
+            Ok(b) => b,
+            Err(_) => return StatusCode::PAYLOAD_TOO_LARGE.into_response(),
+        };
+        let sent = form_field(&bytes, "csrf").unwrap_or_default();
+        if !bool::from(sent.as_bytes().ct_eq(signed.csrf.as_bytes())) {
+            return pages::refuse(
+                &app,
+                &signed,
+                StatusCode::FORBIDDEN,
+                "The form's security token is missing or stale: reload the page and try again. Nothing was changed.",
+            );
+        }
+        request = Request::from_parts(parts, Body::from(bytes));
+    }
+    request.extensions_mut().insert(signed);
+    next.run(request).await
+}
+
+/// Field `name` of a urlencoded form body.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    url::form_urlencoded::parse(body)
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forms_token_is_read_from_its_body() {
+        assert_eq!(
+            form_field(b"message_id=x&csrf=a%2Bb", "csrf").as_deref(),
+            Some("a+b")
+        );
+        assert_eq!(form_field(b"message_id=x", "csrf"), None);
+    }
+}

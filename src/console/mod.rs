@@ -1,0 +1,183 @@
+//! The operator console: the billing team's page over what the CLI knows
+//! (`status`, `audit`, `resolve`, `suppress`), served by `invoice-reminder
+//! console` as a process of its own (docs/console.md).
+//!
+//! Guarantees:
+//! * It starts only with at least one `[[console.users]]` (exit 2).
+//! * Every page but `/login` needs a live session (stored in PostgreSQL,
+//!   so it survives a restart and works across replicas); every POST is
+//!   gated once, in [`gate::gate`]: an operator's, with its session's
+//!   CSRF token, or refused 403 with nothing changed.
+//! * Every change is written in one transaction with its activity record
+//!   (`db::console`), and is made by the same statements and decisions as
+//!   the CLI's (`commands::resolve::plan`, `commands::suppress::checked`,
+//!   `db::resolve`, `db::suppressions`).
+//! * HTML is server-rendered from autoescaped templates, with a CSP that
+//!   allows no inline script; no page needs JavaScript.
+//! * The listener is the worker's (`http::listener`): connection cap and
+//!   header timeout from `[http]`; bodies are read within
+//!   `http.body_read_timeout`.
+
+mod activity;
+mod auth;
+mod gate;
+mod login;
+mod overview;
+mod pages;
+mod session;
+mod suppressions;
+mod unknown;
+
+pub use auth::hash as password_phc;
+
+use std::io::Read as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ConsoleAction;
+use crate::commands::UsageError;
+use crate::config::Settings;
+use crate::db::Db;
+use crate::http::listener::{self, Limits};
+use crate::metrics::Metrics;
+
+/// The largest request body read (a form is far smaller).
+const MAX_BODY: usize = 64 * 1024;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+pub struct Inner {
+    pub settings: Settings,
+    pub db: Db,
+    pub templates: minijinja::Environment<'static>,
+    pub throttle: auth::Throttle,
+    /// Mark the cookie `Secure`: the console listens beyond loopback.
+    pub secure_cookie: bool,
+}
+
+impl std::ops::Deref for App {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.inner
+    }
+}
+
+impl App {
+    /// `path` under `console.base_path`.
+    pub fn path(&self, path: &str) -> String {
+        format!("{}{path}", self.settings.console.base_path)
+    }
+}
+
+/// `invoice-reminder console [hash-password]`.
+pub async fn run(settings: Settings, action: Option<ConsoleAction>) -> anyhow::Result<ExitCode> {
+    if let Some(ConsoleAction::HashPassword) = action {
+        return hash_password();
+    }
+    check_users(&settings)?;
+    let addr = settings.console.listen;
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("failed to listen on {addr} (console.listen)"))?;
+    let pool = crate::db::connect(&settings)
+        .await
+        .context("failed to connect to PostgreSQL")?;
+    let db = Db::new(pool, &settings);
+    let stop = crate::shutdown::listen();
+    tracing::info!(%addr, "the console is listening");
+    serve(settings, db, listener, stop).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses to start without a user: a console no one can sign in to is a
+/// configuration mistake.
+pub fn check_users(settings: &Settings) -> Result<(), UsageError> {
+    if settings.console.users.is_empty() {
+        return Err(UsageError(
+            "console.users is empty: add a [[console.users]] table with name, password_hash (from `invoice-reminder console hash-password`) and role (\"viewer\" or \"operator\") to the configuration file".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Serves the console on `listener` until `stop` (tests call this).
+pub async fn serve(
+    settings: Settings,
+    db: Db,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let secure_cookie = !listener
+        .local_addr()
+        .context("failed to read the console's address")?
+        .ip()
+        .is_loopback();
+    let limits = Limits::from_settings(&settings.http);
+    let app = App {
+        inner: Arc::new(Inner {
+            templates: pages::environment().context("failed to load the console's templates")?,
+            throttle: auth::Throttle::default(),
+            secure_cookie,
+            settings,
+            db,
+        }),
+    };
+    listener::serve(listener, router(app), limits, Metrics::default(), stop).await;
+    Ok(())
+}
+
+fn router(app: App) -> Router {
+    let signed_in = Router::new()
+        .route("/", get(overview::overview))
+        .route("/unknown", get(unknown::list))
+        .route("/unknown/resolve", post(unknown::resolve))
+        .route("/activity", get(activity::activity))
+        .route(
+            "/suppressions",
+            get(suppressions::list).post(suppressions::add),
+        )
+        .route("/suppressions/remove", post(suppressions::remove))
+        .route("/logout", post(login::logout))
+        .route_layer(from_fn_with_state(app.clone(), gate::gate));
+    let routes = Router::new()
+        .route("/login", get(login::form).post(login::login))
+        .route("/static/console.css", get(pages::stylesheet))
+        .merge(signed_in)
+        .layer(from_fn_with_state(app.clone(), pages::guard));
+    let base = app.settings.console.base_path.clone();
+    let routes = routes.with_state(app);
+    if base.is_empty() {
+        routes
+    } else {
+        Router::new().nest(&base, routes)
+    }
+}
+
+/// Reads a password on stdin (one line; the newline is dropped) and prints
+/// its argon2id PHC string for `[[console.users]] password_hash`.
+fn hash_password() -> anyhow::Result<ExitCode> {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .context("failed to read the password from stdin")?;
+    let password = input.strip_suffix('\n').unwrap_or(&input);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() {
+        return Err(UsageError("no password on stdin".into()).into());
+    }
+    let phc = auth::hash(password).map_err(|e| anyhow::anyhow!("failed to hash: {e}"))?;
+    use std::io::Write as _;
+    writeln!(std::io::stdout().lock(), "{phc}").context("failed to print the hash")?;
+    Ok(ExitCode::SUCCESS)
+}
