@@ -80,12 +80,12 @@ pub enum Command {
         invoice: Option<String>,
         /// With reminders.group_by = "customer": the statement this customer
         /// (the source's customer_id) would get today.
-        #[arg(long, value_name = "ID", conflicts_with_all = ["invoice", "stage"])]
+        #[arg(long, value_name = "ID", conflicts_with_all = ["invoice", "step"])]
         customer: Option<String>,
         /// A step key such as `overdue` or `final-2` [default: the
-        /// invoice's due step today]
-        #[arg(long, value_name = "STEP")]
-        stage: Option<String>,
+        /// invoice's due step today]; `--stage` is an older name for it
+        #[arg(long, value_name = "STEP", alias = "stage")]
+        step: Option<String>,
         /// Render for this locale (BCP 47, e.g. `de-CH`) instead of the
         /// customer's.
         #[arg(long, value_name = "TAG")]

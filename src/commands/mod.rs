@@ -69,14 +69,14 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         Command::Preview {
             invoice,
             customer,
-            stage,
+            step,
             locale,
             html,
         } => {
             let request = preview::Request {
                 invoice: invoice.unwrap_or_default(),
                 customer,
-                stage,
+                step,
                 locale,
                 html,
             };

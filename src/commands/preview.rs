@@ -19,7 +19,7 @@ pub(super) struct Request {
     pub invoice: String,
     /// Customer mode: the statement for this customer instead.
     pub customer: Option<String>,
-    pub stage: Option<String>,
+    pub step: Option<String>,
     pub locale: Option<String>,
     pub html: bool,
 }
@@ -69,11 +69,11 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
     let today = db::today(&pool, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let step = match &request.stage {
+    let step = match &request.step {
         Some(key) => stages.step(key).ok_or_else(|| {
             let keys: Vec<&str> = stages.steps().iter().map(|s| s.key.as_str()).collect();
             anyhow!(
-                "--stage {key:?} is not a step; the steps are {}",
+                "--step {key:?} is not a step; the steps are {}",
                 keys.join(", ")
             )
         })?,
@@ -81,7 +81,7 @@ pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Re
             let age = (today - invoice.due_date).num_days();
             stages.due_step(age).ok_or_else(|| {
                 anyhow!(
-                    "invoice {id} (due {}) owes no reminder on {today}: its first step is later; pass --stage to see one",
+                    "invoice {id} (due {}) owes no reminder on {today}: its first step is later; pass --step to see one",
                     invoice.due_date
                 )
             })?

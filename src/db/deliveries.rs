@@ -4,7 +4,7 @@
 //! Every write here is guarded by the row's status (and, for a run's own
 //! rows, by `run_id`), so a write replayed after a lost reply, or racing
 //! another run's sweep, changes nothing it should not: a row is started
-//! (and then sent) or returned, never both.
+//! (and then sent) or handed back, never both.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 /// Marks `ids` as started, just before they go to SMTP, each with the
 /// Message-ID its mail carries (`message_ids`, in the same order). Returns
 /// the rows this run may send: those it still holds in `sending`, not
-/// returned by someone else's sweep, not started before.
+/// handed back by someone else's sweep, not started before.
 pub async fn mark_started(
     db: &Db,
     run_id: i64,
@@ -257,7 +257,7 @@ pub async fn hand_back(
 /// Returns the never-started rows of runs that are over for good (finished,
 /// or past their lease by the database clock): what a killed replica
 /// claimed but never handed to SMTP. Started rows stay (unknown).
-pub async fn return_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
+pub async fn hand_back_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
     let (deleted, restored): (i64, i64) = on_db!(db, |c| {
         sqlx::query_as(
         db.sql(concat!("WITH over AS (

@@ -75,21 +75,21 @@ fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
 }
 
 /// A connection of their own (a pool of one, connected on first use) for
-/// the tick's three busiest stages: the claimer, the marker and the
+/// the tick's three busiest phases: the claimer, the marker and the
 /// recorder. Their statements are then prepared once per process, not once
 /// per pooled connection (each first use of a statement on a connection is
 /// a transaction of its own), and a mark never queues behind the other
-/// stages for a connection. No ping before each use (it was a round trip
+/// phases for a connection. No ping before each use (it was a round trip
 /// per mark): a connection that breaks is closed by the call that found it
 /// broken (`conn::Db::settle`), and the next call opens a new one.
 #[derive(Clone, Debug)]
-pub struct StageDbs {
+pub struct PhaseDbs {
     pub claims: Db,
     pub marks: Db,
     pub records: Db,
 }
 
-impl StageDbs {
+impl PhaseDbs {
     /// Three pools of one connection each, beside `db`: to the same
     /// server with the same options as its pool, sharing its names and
     /// source shape.

@@ -1,7 +1,7 @@
 //! The open files a `run` process may need, checked against its limit
 //! (`ulimit -n`) before it starts: every listener full
 //! (`http.max_connections` each, and the listening socket), the database
-//! pool and the stages' own connections, the SMTP pool, and a reserve for
+//! pool and the phases' own connections, the SMTP pool, and a reserve for
 //! the rest (Redis, the runtime, logs, name lookups). A soft limit below
 //! that is raised up to the hard limit; a hard limit below it stops
 //! start-up naming `http.max_connections`, so a listener can never take
@@ -15,7 +15,7 @@ use crate::config::Settings;
 /// standard streams and log files, DNS, a PostgreSQL lock connection.
 const RESERVED: u64 = 32;
 
-/// The database connections the stages hold beside the pool (claims,
+/// The database connections the phases hold beside the pool (claims,
 /// marks, results).
 const STAGE_CONNECTIONS: u64 = 3;
 

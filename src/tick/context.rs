@@ -1,7 +1,7 @@
 //! Everything a tick needs, built once from [`Settings`]: the database pool
-//! (and a connection of its own for each of the tick's busiest stages), the
+//! (and a connection of its own for each of the tick's busiest phases), the
 //! lock backend, the templates, the mailer, the metrics, and the writes
-//! waiting for the database to come back. Cheap to clone: a tick's stages
+//! waiting for the database to come back. Cheap to clone: a tick's phases
 //! each hold a clone. Building it connects to nothing,
 //! so a replica starts (and keeps scheduling) while its services are down;
 //! it reads the template files, so a broken template stops start-up.
@@ -21,10 +21,10 @@ use crate::metrics::Metrics;
 pub struct Context {
     pub settings: Arc<Settings>,
     pub db: Db,
-    /// One connection for each of the tick's busiest stages (claims, marks,
+    /// One connection for each of the tick's busiest phases (claims, marks,
     /// results), so their statements are prepared once per process and
-    /// never wait for the shared pool (see [`crate::db::StageDbs`]).
-    pub stages: crate::db::StageDbs,
+    /// never wait for the shared pool (see [`crate::db::PhaseDbs`]).
+    pub phases: crate::db::PhaseDbs,
     pub lock: LockBackend,
     pub templates: Arc<Templates>,
     pub mailer: Mailer,
@@ -59,11 +59,11 @@ impl Context {
         let lock = LockBackend::from_settings(&settings, metrics.lock_renewals())?;
         let mailer = Mailer::new(&settings.smtp, metrics.smtp_duration());
         let db = Db::new(db, &settings);
-        let stages = crate::db::StageDbs::new(&settings, &db);
+        let phases = crate::db::PhaseDbs::new(&settings, &db);
         Ok(Self {
             settings: Arc::new(settings),
             db,
-            stages,
+            phases,
             lock,
             templates,
             mailer,
@@ -73,9 +73,9 @@ impl Context {
     }
 
     /// Closes every database connection of this context (the pool and the
-    /// stages' own), waiting for them to end.
+    /// phases' own), waiting for them to end.
     pub async fn close_database(&self) {
-        self.stages.close().await;
+        self.phases.close().await;
         self.db.pool().close().await;
     }
 }

@@ -251,7 +251,7 @@ impl Deferred {
         for (run_id, _) in &q.hand_backs {
             tracing::error!(
                 run_id,
-                "rows this run never sent were not returned before exit; a later tick returns them"
+                "rows this run never sent were not handed back before exit; a later tick hands them back"
             );
         }
         unwritten
@@ -309,7 +309,7 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
             ),
             Err(e) if db::conn::is_unreachable(&e) => return Err(e),
             Err(e) => {
-                tracing::error!(run_id, error = %e, "returning an earlier run's unsent rows failed; a later tick's sweep returns them")
+                tracing::error!(run_id, error = %e, "handing back an earlier run's unsent rows failed; a later tick's sweep hands them back")
             }
         }
         pending.hand_backs.remove(0);

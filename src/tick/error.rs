@@ -18,9 +18,9 @@ pub enum TickError {
     /// `source.relation` does not satisfy the source contract.
     #[error("{0}")]
     Source(String),
-    /// A stage of the tick ended abnormally (a bug): the tick stopped, its
-    /// unsent rows are returned.
-    #[error("a stage of the tick failed: {0}")]
+    /// A phase of the tick ended abnormally (a bug): the tick stopped, its
+    /// unsent rows are handed back.
+    #[error("a phase of the tick failed: {0}")]
     Stage(String),
 }
 

@@ -1,4 +1,4 @@
-//! The mark stage: claimed letters (a letter is the rows of one mail) are
+//! The mark phase: claimed letters (a letter is the rows of one mail) are
 //! recorded as started (`started_at`), each row with the Message-ID its
 //! mail carries, a group of letters at a time, ahead of the senders, and
 //! only then handed to them.
@@ -13,11 +13,11 @@
 //! commit per group.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
-//! another run returned (this run's lease looked over) is never sent here.
+//! another run handed back (this run's lease looked over) is never sent here.
 //! Rows enter `Unsent` before their mark is sent and leave it as their mail
 //! goes to the server: whatever ends the run, the end of the run returns
 //! every row marked and never sent (`unsent.rs`). Rows never marked are
-//! returned at the end of the run too, or by a later run if this process
+//! handed back at the end of the run too, or by a later run if this process
 //! dies.
 
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use crate::db;
 use crate::domain::{Counts, Letter, ReminderId, count_of};
 
 /// A letter whose rows are marked started, with its place in the mark
-/// window (given back when its send ends).
+/// window (released when its send ends).
 pub(super) struct Marked {
     pub letter: Letter,
     pub permit: OwnedSemaphorePermit,
@@ -42,7 +42,7 @@ pub(super) struct Marked {
 /// What the claimer hands the marker: letters to mark.
 pub(super) type Batch = Vec<Letter>;
 
-/// The mark stage of one tick.
+/// The mark phase of one tick.
 pub(super) struct Marker {
     p: Arc<Pipeline>,
     window: MarkWindow,
@@ -121,7 +121,7 @@ impl Marker {
         // Before the statement: a mark whose reply is lost may have taken.
         self.p.unsent().add(&letters);
         let marking = db::deliveries::mark_started(
-            &self.p.ctx().stages.marks,
+            &self.p.ctx().phases.marks,
             self.p.run_id(),
             &ids,
             &message_ids,
@@ -141,7 +141,7 @@ impl Marker {
         };
         let mut skipped = 0usize;
         for (mut letter, permit) in letters.into_iter().zip(permits) {
-            // A row another run's sweep returned is not ours to send.
+            // A row another run's sweep handed back is not ours to send.
             let before = letter.rows.len();
             let (mine, theirs): (Vec<_>, Vec<_>) = letter
                 .rows
@@ -154,7 +154,7 @@ impl Marker {
                 continue;
             }
             if let Err(unsent) = to_send.send(Marked { letter, permit }).await {
-                // The senders are gone: returned at the end of the run.
+                // The senders are gone: handed back at the end of the run.
                 self.p.not_sent(&unsent.0.letter);
             }
         }

@@ -5,7 +5,7 @@
 //!      │
 //!   acquired ──▶ today from the DB clock (not before the fire's slot) ──▶ start_run
 //!      │
-//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping stages (flow.rs);
+//!      ├─ claim ─▶ mark ─▶ send ─▶ record   four overlapping phases (phases.rs);
 //!      │          bad source rows skipped and reported (problems.rs);
 //!      │          before every mail: lease valid? shutdown? SMTP? writes OK?
 //!      ├─ hand back rows never started
@@ -24,8 +24,9 @@ mod claim;
 pub mod context;
 pub mod deferred;
 mod error;
-mod flow;
 mod mark;
+mod outcome;
+mod phases;
 mod pipeline;
 mod record;
 mod relay;
@@ -45,81 +46,17 @@ use crate::config::OnBackendError;
 use crate::db;
 use crate::db::locks::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
-use crate::domain::Counts;
 use crate::lock::{Acquisition, LeaseGuard, Released};
 pub use claim::choose::{Chosen, Pick, Statement, statements};
 pub use claim::window::suppressed_addresses;
 use context::Context;
 pub use error::TickError;
 pub(crate) use error::db_err;
+pub use outcome::{Summary, TickOutcome};
 use pipeline::{Pipeline, Stop};
 
 /// The longest a fire waits for the database clock to reach its slot.
 pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// What one tick did.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub enum TickOutcome {
-    /// All owed reminders were attempted.
-    Done(Summary),
-    /// Another replica holds the lock; nothing to do.
-    LockHeld,
-    /// The SET's reply was lost and the key is not ours; skipped.
-    LockUnknown,
-    /// The lease was lost mid-tick; no mail was started after that.
-    LockLost(Summary),
-    /// Shutdown was requested mid-tick; mail in flight finished.
-    Shutdown(Summary),
-    /// The SMTP server could not be reached; the rest was handed back.
-    SmtpUnavailable(Summary),
-    /// The SMTP server refused our login; the rest was handed back.
-    SmtpAuthFailed(Summary),
-    /// The SMTP relay throttled us; the rest was handed back unattempted
-    /// and the next tick sends slower. Not a failure: the relay is up.
-    Throttled(Summary),
-    /// Results could not be written; no mail was started after that.
-    RecordFailed(Summary),
-}
-
-impl TickOutcome {
-    /// The `outcome` label of `invoice_reminder_ticks_total`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Self::Done(_) => "done",
-            Self::LockHeld => "lock_held",
-            Self::LockUnknown => "lock_unknown",
-            Self::LockLost(_) => "lost_lock",
-            Self::Shutdown(_) => "shutdown",
-            Self::SmtpUnavailable(_) => "smtp_unavailable",
-            Self::SmtpAuthFailed(_) => "smtp_auth_failed",
-            Self::Throttled(_) => "throttled",
-            Self::RecordFailed(_) => "record_failed",
-        }
-    }
-
-    pub fn summary(&self) -> Option<&Summary> {
-        match self {
-            Self::Done(s)
-            | Self::LockLost(s)
-            | Self::Shutdown(s)
-            | Self::SmtpUnavailable(s)
-            | Self::SmtpAuthFailed(s)
-            | Self::Throttled(s)
-            | Self::RecordFailed(s) => Some(s),
-            Self::LockHeld | Self::LockUnknown => None,
-        }
-    }
-}
-
-/// A tick that ran: which run and date, what it did, how long it took.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Summary {
-    pub run_id: i64,
-    pub run_date: String,
-    #[serde(flatten)]
-    pub counts: Counts,
-    pub duration_ms: u64,
-}
 
 /// The lock a tick works under: its token is recorded in `job_runs`, its
 /// fence presented with every claim.
@@ -281,7 +218,7 @@ async fn work(
         grouping.rows_per_letter(),
     ));
     async {
-        let result = flow::claim_send_record(&pipeline, grouping).await;
+        let result = phases::claim_send_record(&pipeline, grouping).await;
         finish(&pipeline, result, started).await
     }
     .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))

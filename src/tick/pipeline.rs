@@ -1,7 +1,7 @@
-//! What the four stages of a tick share ([`Pipeline`]): the run, the stop
+//! What the four phases of a tick share ([`Pipeline`]): the run, the stop
 //! signals, the counts, the source problems met, the claim bound and the
-//! run's lease in the database. The stages (`claim/`, `mark.rs`,
-//! `send.rs`, `record.rs`) sit above this file; `flow.rs` wires them
+//! run's lease in the database. The phases (`claim/`, `mark.rs`,
+//! `send.rs`, `record.rs`) sit above this file; `phases.rs` wires them
 //! together.
 //!
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
@@ -11,9 +11,9 @@
 //! recorded at any moment ([`ClaimBound`]), and of those at most
 //! `4 × send_concurrency` letters are marked started and unfinished
 //! (`MarkWindow`): a SIGKILL leaves unknown only those and the mail the
-//! server took whose result was not yet written; later ticks return the
+//! server took whose result was not yet written; later ticks hand back the
 //! rest. Rows marked and not handed to the server are kept in [`Unsent`]
-//! and returned at the end of the run, whatever ends it.
+//! and handed back at the end of the run, whatever ends it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -48,7 +48,7 @@ pub(super) enum Stop {
     RecordFailed,
 }
 
-/// Stops raised by the stages themselves (the lease and shutdown have their
+/// Stops raised by the phases themselves (the lease and shutdown have their
 /// own signals); the first one wins.
 const NO_STOP: u8 = 0;
 const SMTP_DOWN: u8 = 1;
@@ -64,7 +64,7 @@ struct OwnedFence {
     holder: uuid::Uuid,
 }
 
-/// The run one tick works, and what its stages share. The stages run as
+/// The run one tick works, and what its phases share. The phases run as
 /// tasks of their own (so a busy sender never delays a mark's reply), each
 /// holding an `Arc` of this.
 pub(super) struct Pipeline {
@@ -148,7 +148,7 @@ impl Pipeline {
         &self.bound
     }
 
-    /// Where the stages spent their time (a diagnostic).
+    /// Where the phases spent their time (a diagnostic).
     pub fn timings(&self) -> &Timings {
         &self.timings
     }
@@ -169,7 +169,7 @@ impl Pipeline {
         }
     }
 
-    /// Stops the tick for `stop`; true if it is the first stage stop.
+    /// Stops the tick for `stop`; true if it is the first phase stop.
     pub fn stop(&self, stop: Stop) -> bool {
         let code = match stop {
             Stop::SmtpDown => SMTP_DOWN,
@@ -188,7 +188,7 @@ impl Pipeline {
         self.guard.lose(reason);
     }
 
-    /// What the stages did so far, with the source problems met.
+    /// What the phases did so far, with the source problems met.
     pub fn counts(&self) -> Counts {
         let mut counts = *self.counts.lock().unwrap_or_else(|p| p.into_inner());
         counts.source_problems = self.problems().total();
@@ -219,7 +219,7 @@ impl Pipeline {
     }
 
     /// `letter` was marked but its mail will not go out this run: its rows
-    /// are returned at the end of the run, and their room in the claim
+    /// are handed back at the end of the run, and their room in the claim
     /// bound freed.
     pub fn not_sent(&self, letter: &Letter) {
         self.unsent.add([letter]);

@@ -1,4 +1,4 @@
-//! The record stage: delivery results written in one statement per chunk
+//! The record phase: delivery results written in one statement per chunk
 //! of half a `batch_size` rows, or per [`RECORD_EVERY`], whichever comes
 //! first; a message's rows are always in the same statement. A written
 //! result frees its row's room in the claim bound. A chunk that cannot be
@@ -35,7 +35,7 @@ pub(super) const RECORD_EVERY: Duration = Duration::from_secs(1);
 /// written per half batch").
 const RECORD_CHUNKS_PER_BATCH: usize = 2;
 
-/// The record stage of one tick.
+/// The record phase of one tick.
 pub(super) struct Recorder {
     p: Arc<Pipeline>,
     /// Rows per statement (a message's rows are never split).
@@ -87,7 +87,7 @@ impl Recorder {
                     .time(
                         Spent::RecordStatements,
                         db::deliveries::record_deliveries(
-                            &ctx.stages.records,
+                            &ctx.phases.records,
                             self.p.run_id(),
                             max_attempts,
                             &deliveries,

@@ -1,6 +1,6 @@
-//! The send stage: marked reminders are built and sent, `send_concurrency`
+//! The send phase: marked reminders are built and sent, `send_concurrency`
 //! at a time over the SMTP pool. Each send holds its row's place in the
-//! mark window until it ends; its result goes to the record stage.
+//! mark window until it ends; its result goes to the record phase.
 //!
 //! A sent message's proof (the server's reply, the SHA-256 of its bytes,
 //! and the bytes themselves with `archive.store = "database"`) goes with
@@ -23,7 +23,7 @@ use crate::db;
 use crate::domain::{Attempted, Claimed, Delivery, Letter, LetterKind};
 use crate::mail::{self, SendError};
 
-/// The send stage of one tick.
+/// The send phase of one tick.
 pub(super) struct Sender {
     p: Arc<Pipeline>,
 }

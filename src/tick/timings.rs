@@ -1,5 +1,5 @@
-//! Where a tick's stages spent their time, for the diagnostics line a tick
-//! logs at debug level (`invoice_reminder::tick=debug`): which stage waited
+//! Where a tick's phases spent their time, for the diagnostics line a tick
+//! logs at debug level (`invoice_reminder::tick=debug`): which phase waited
 //! for which, and how long the database took. Timings only describe; they
 //! decide nothing.
 
@@ -71,7 +71,7 @@ impl Timings {
             mark_statements_ms = self.ms(MarkStatements),
             send_slots_idle_ms = self.ms(SendWaitingForRows),
             record_statements_ms = self.ms(RecordStatements),
-            "tick stages"
+            "tick phases"
         );
     }
 }

@@ -6,14 +6,14 @@
 //! before its mail goes to the server (from then on its fate may be
 //! unknown). A mail that does not start after all puts its rows back. So
 //! whatever ends a run (the lease lost, shutdown, the relay down, a
-//! database error, a stage that panicked with rows in its hands), the rows
+//! database error, a phase that panicked with rows in its hands), the rows
 //! left here were never sent, and the end of the run returns them (`finish`
 //! in `tick/mod.rs`, or, with the database away, `deferred`). A SIGKILL
 //! leaves them `unknown`; the mark window bounds how many.
 //!
 //! Each row remembers whether its mail's Message-ID was made for this
 //! attempt ("fresh") or is the one its earlier, unknown attempt carried: a
-//! returned row forgets a fresh one (no mail ever carried it), and keeps
+//! handed-back row forgets a fresh one (no mail ever carried it), and keeps
 //! the other, so a resend still carries the Message-ID a relay may have
 //! seen.
 
@@ -55,7 +55,7 @@ impl Unsent {
         }
     }
 
-    /// Rows a mark did not take after all (another run's sweep returned
+    /// Rows a mark did not take after all (another run's sweep handed back
     /// them): not ours to return.
     pub fn forget(&self, ids: impl IntoIterator<Item = ReminderId>) {
         let mut rows = self.rows();
@@ -122,7 +122,7 @@ mod tests {
     }
 
     #[test]
-    fn only_rows_never_handed_over_are_returned_and_fresh_ids_are_named() {
+    fn only_rows_never_handed_over_are_handed_back_and_fresh_ids_are_named() {
         let unsent = Unsent::default();
         let (a, b, c) = (
             letter(&[1, 2], true),

@@ -178,7 +178,7 @@ impl CustomerStatements {
             return Ok(false);
         };
         let claiming = db::claims::claim_statements(
-            &c.p().ctx().stages.claims,
+            &c.p().ctx().phases.claims,
             &claim,
             c.today(),
             c.retries(),

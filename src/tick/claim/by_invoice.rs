@@ -67,7 +67,7 @@ async fn claim_retries(c: &Claiming, batches: &mpsc::Sender<Batch>) -> Result<bo
             return Ok(false);
         };
         let reclaimed = db::claims::reclaim_failed(
-            &c.p().ctx().stages.claims,
+            &c.p().ctx().phases.claims,
             c.today(),
             c.retries(),
             limit,
@@ -136,7 +136,7 @@ async fn claim_keys(
         return Ok(false);
     };
     let claiming = db::claims::claim_steps(
-        &c.p().ctx().stages.claims,
+        &c.p().ctx().phases.claims,
         keys,
         c.today(),
         c.p().run_id(),

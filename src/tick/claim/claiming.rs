@@ -22,14 +22,14 @@ use crate::tick::pipeline::Pipeline;
 use crate::tick::timings::Spent;
 use crate::tick::{TickError, db_err};
 
-/// The claim stage's shared state for one tick.
+/// The claim phase's shared state for one tick.
 pub(in crate::tick) struct Claiming {
     p: Arc<Pipeline>,
     /// Each step's due-date range today, oldest due dates first.
     windows: Vec<Window>,
     today: Today,
     retries: Retries,
-    /// The record stage: claimed rows that are not sent at all (every
+    /// The record phase: claimed rows that are not sent at all (every
     /// recipient suppressed) go straight there.
     skipped: mpsc::Sender<Vec<Attempted>>,
 }
@@ -71,7 +71,7 @@ impl Claiming {
         &self.retries
     }
 
-    /// The record stage, for rows recorded without a send.
+    /// The record phase, for rows recorded without a send.
     pub fn skipped(&self) -> &mpsc::Sender<Vec<Attempted>> {
         &self.skipped
     }
@@ -161,7 +161,7 @@ impl Claiming {
             return Ok(true);
         }
         let recording = db::claims::record_superseded(
-            &self.p.ctx().stages.claims,
+            &self.p.ctx().phases.claims,
             steps,
             self.p.run_id(),
             self.p.fence(),

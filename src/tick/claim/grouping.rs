@@ -1,4 +1,4 @@
-//! How reminders are grouped into mails: the one choice the claim stage
+//! How reminders are grouped into mails: the one choice the claim phase
 //! makes once (`claim::grouping_for`), as a value that carries the
 //! behaviour. Everything that differs between one mail per invoice and one
 //! statement per customer is behind [`Grouping`]: how the source is

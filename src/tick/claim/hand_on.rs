@@ -1,11 +1,11 @@
 //! Handing claimed rows on: each is checked again (it may have changed
 //! since the page), its suppressed addresses left out, and the rows to
 //! mail go to the marker as letters. A claimed row that is not handed on
-//! is never marked: the end of the run returns it.
+//! is never marked: the end of the run hands it back.
 //!
 //! Each claimed batch is checked against the suppression list in one
 //! statement: a row whose recipients are all suppressed goes straight to
-//! the record stage (`skipped`, reason `suppressed`), never marked or sent;
+//! the record phase (`skipped`, reason `suppressed`), never marked or sent;
 //! from a row with some of them suppressed, those are left out of `To`.
 
 use std::collections::HashSet;
@@ -24,8 +24,8 @@ use crate::tick::{TickError, db_err};
 
 /// The claimed rows worth sending, checked again. A row that fails its
 /// check now, or whose reminder id came back more than once, is dropped
-/// (its room freed; the end of the run returns it). Rows whose recipients
-/// are all suppressed go to the record stage instead.
+/// (its room freed; the end of the run hands it back). Rows whose recipients
+/// are all suppressed go to the record phase instead.
 pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Claimed>, TickError> {
     c.p().add(&Counts {
         claimed: count_of(rows.len()),
@@ -78,7 +78,7 @@ pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Cl
 /// Looks the batch's recipients up in the suppression list (one
 /// statement) and returns the rows to send, each addressed to its
 /// recipients that are not suppressed. Rows with none left are recorded
-/// `skipped` (sent to the record stage, which frees their room). On error,
+/// `skipped` (sent to the record phase, which frees their room). On error,
 /// the number of rows dropped with it.
 async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sqlx::Error, usize)> {
     let recipients: Vec<Vec<String>> = batch
@@ -123,7 +123,7 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
                 },
             };
             if c.skipped().send(vec![skipped]).await.is_err() {
-                // The record stage is gone: the end of the run returns it.
+                // The record phase is gone: the end of the run hands it back.
                 c.p().bound().release(1);
             }
         } else {
@@ -140,7 +140,7 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
 }
 
 /// Passes `letters` to the marker; false if it is gone (the rows, never
-/// marked, are returned at the end of the run).
+/// marked, are handed back at the end of the run).
 pub(super) async fn pass_on(
     c: &Claiming,
     batches: &mpsc::Sender<Batch>,

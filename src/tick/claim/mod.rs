@@ -1,4 +1,4 @@
-//! The claim stage: what a tick owes is read from the source, chosen,
+//! The claim phase: what a tick owes is read from the source, chosen,
 //! claimed under UNIQUE (invoice_id, period), and handed on as letters
 //! (the rows of one mail) to be marked and sent.
 //!
@@ -26,9 +26,9 @@
 //! ```
 //!
 //! A claimed row that is not handed on is never marked: the end of the run
-//! returns it (`deliveries::hand_back` sweeps the run's unstarted rows, so
+//! hands it back (`deliveries::hand_back` sweeps the run's unstarted rows, so
 //! even a claim whose reply was lost leaves nothing behind). Below this
-//! stage nothing asks which grouping is in use: a letter carries its kind
+//! phase nothing asks which grouping is in use: a letter carries its kind
 //! and its Message-ID.
 
 mod by_customer;
@@ -60,14 +60,14 @@ pub(super) fn grouping_for(reminders: &ReminderSettings) -> Arc<dyn Grouping> {
     }
 }
 
-/// The claim stage of one tick.
+/// The claim phase of one tick.
 pub(super) struct Claimer {
     claiming: claiming::Claiming,
     grouping: Arc<dyn Grouping>,
 }
 
 impl Claimer {
-    /// `skipped`: the record stage, where claimed rows that are not sent at
+    /// `skipped`: the record phase, where claimed rows that are not sent at
     /// all (every recipient suppressed) go.
     pub fn new(
         p: Arc<Pipeline>,

@@ -1,5 +1,5 @@
 //! Before a tick claims anything: retire `failed` rows that will never be
-//! sent, return the rows of ended runs that never started, delete archived
+//! sent, hand back the rows of ended runs that never started, delete archived
 //! messages past `archive.keep_days`, return unknown deliveries for
 //! resending (when configured), and report the source rows no page can
 //! meet (a NULL key or due date; in customer mode, a NULL customer).
@@ -33,13 +33,13 @@ pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
             ..Counts::default()
         });
     }
-    let returned = db::deliveries::return_abandoned(database)
+    let handed_back = db::deliveries::hand_back_abandoned(database)
         .await
-        .map_err(db_err("returning rows that ended runs never started"))?;
-    if returned > 0 {
+        .map_err(db_err("handing back rows that ended runs never started"))?;
+    if handed_back > 0 {
         tracing::info!(
-            returned,
-            "rows claimed by runs that are over, never started, were returned"
+            handed_back,
+            "rows claimed by runs that are over, never started, were handed back"
         );
     }
     let keep_days = s.archive.keep_days;
@@ -56,11 +56,11 @@ pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
     if let Some(after) = s.reminders.resend_unknown_after {
         let n = db::deliveries::resend_unknown(database, after)
             .await
-            .map_err(db_err("returning unknown deliveries for resending"))?;
+            .map_err(db_err("handing back unknown deliveries for resending"))?;
         if n > 0 {
             tracing::warn!(
                 n,
-                "unknown deliveries returned for resending (reminders.resend_unknown_after)"
+                "unknown deliveries handed back for resending (reminders.resend_unknown_after)"
             );
         }
     }

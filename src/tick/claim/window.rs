@@ -21,7 +21,7 @@ pub(super) async fn invoice_page(
     limit: u32,
 ) -> Result<OwedPage, TickError> {
     let reading =
-        db::invoices::fetch_owed_page(&c.p().ctx().stages.claims, window, c.today(), after, limit);
+        db::invoices::fetch_owed_page(&c.p().ctx().phases.claims, window, c.today(), after, limit);
     c.p()
         .timings()
         .time(Spent::ClaimPages, reading)
@@ -103,7 +103,7 @@ async fn whole_customer(
     limit: u32,
 ) -> Result<Vec<CustomerRow>, TickError> {
     let reading = db::customers::fetch_whole_customer(
-        &c.p().ctx().stages.claims,
+        &c.p().ctx().phases.claims,
         c.today(),
         c.retries(),
         customer,

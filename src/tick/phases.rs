@@ -1,4 +1,4 @@
-//! The four stages of a tick, running concurrently, each a struct of its
+//! The four phases of a tick, running concurrently, each a struct of its
 //! own with its own file: **claim** (`claim/`: owed invoices, page by
 //! page, checked row by row, grouped into letters), **mark** (`mark.rs`: claimed rows recorded
 //! as started, a group at a time, ahead of the senders), **send**
@@ -9,7 +9,7 @@
 //! committed, start recorded, send, status written.
 //!
 //! This file wires them together; what they share is [`Pipeline`]
-//! (`pipeline.rs`), below every stage.
+//! (`pipeline.rs`), below every phase.
 
 use std::sync::Arc;
 
@@ -26,11 +26,11 @@ use super::record::Recorder;
 use super::send::Sender;
 use crate::domain::Attempted;
 
-/// Runs the four stages, each a task of its own, until the claimer runs
+/// Runs the four phases, each a task of its own, until the claimer runs
 /// out of work (or stops) and everything it claimed has been attempted
 /// and recorded. Meanwhile keeps the run's lease ahead of the database
-/// clock. The stage tasks are aborted if this future is dropped; a
-/// stage that panics ends the tick with an error (its rows are returned
+/// clock. The phase tasks are aborted if this future is dropped; a
+/// phase that panics ends the tick with an error (its rows are returned
 /// like any unsent row), never the process.
 pub(super) async fn claim_send_record(
     pipeline: &Arc<Pipeline>,
@@ -44,12 +44,12 @@ pub(super) async fn claim_send_record(
     // Never full: rows in flight are bounded by the claim bound.
     let (to_record, results) = mpsc::channel::<Vec<Attempted>>(pipeline.bound().max());
     let span = tracing::Span::current();
-    let mut stages = JoinSet::new();
+    let mut phases = JoinSet::new();
     let p = Arc::clone(pipeline);
     // Rows whose recipients are all suppressed go from the claim
-    // straight to the record stage, never marked or sent.
+    // straight to the record phase, never marked or sent.
     let skipped = to_record.clone();
-    stages.spawn(
+    phases.spawn(
         async move {
             let claimed = Claimer::new(p, skipped, grouping).run(&to_mark).await;
             drop(to_mark);
@@ -58,7 +58,7 @@ pub(super) async fn claim_send_record(
         .instrument(span.clone()),
     );
     let p = Arc::clone(pipeline);
-    stages.spawn(
+    phases.spawn(
         async move {
             Marker::new(p, window).run(claimed, to_send).await;
             Ok(())
@@ -66,7 +66,7 @@ pub(super) async fn claim_send_record(
         .instrument(span.clone()),
     );
     let p = Arc::clone(pipeline);
-    stages.spawn(
+    phases.spawn(
         async move {
             Sender::new(p).run(marked, to_record).await;
             Ok(())
@@ -74,10 +74,10 @@ pub(super) async fn claim_send_record(
         .instrument(span.clone()),
     );
     let p = Arc::clone(pipeline);
-    stages.spawn(Recorder::new(p).run(results).instrument(span));
+    phases.spawn(Recorder::new(p).run(results).instrument(span));
     let work = async {
         let mut first_error = Ok(());
-        while let Some(ended) = stages.join_next().await {
+        while let Some(ended) = phases.join_next().await {
             let ended = ended.unwrap_or_else(|e| Err(TickError::Stage(e.to_string())));
             if first_error.is_ok() {
                 first_error = ended;

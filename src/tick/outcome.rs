@@ -1,0 +1,68 @@
+//! What one tick did: its outcome (a stable label for logs, metrics and
+//! `job_runs`) and, for a tick that ran, its summary.
+
+use crate::domain::Counts;
+
+/// What one tick did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum TickOutcome {
+    /// All owed reminders were attempted.
+    Done(Summary),
+    /// Another replica holds the lock; nothing to do.
+    LockHeld,
+    /// The SET's reply was lost and the key is not ours; skipped.
+    LockUnknown,
+    /// The lease was lost mid-tick; no mail was started after that.
+    LockLost(Summary),
+    /// Shutdown was requested mid-tick; mail in flight finished.
+    Shutdown(Summary),
+    /// The SMTP server could not be reached; the rest was handed back.
+    SmtpUnavailable(Summary),
+    /// The SMTP server refused our login; the rest was handed back.
+    SmtpAuthFailed(Summary),
+    /// The SMTP relay throttled us; the rest was handed back unattempted
+    /// and the next tick sends slower. Not a failure: the relay is up.
+    Throttled(Summary),
+    /// Results could not be written; no mail was started after that.
+    RecordFailed(Summary),
+}
+
+impl TickOutcome {
+    /// The `outcome` label of `invoice_reminder_ticks_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Done(_) => "done",
+            Self::LockHeld => "lock_held",
+            Self::LockUnknown => "lock_unknown",
+            Self::LockLost(_) => "lost_lock",
+            Self::Shutdown(_) => "shutdown",
+            Self::SmtpUnavailable(_) => "smtp_unavailable",
+            Self::SmtpAuthFailed(_) => "smtp_auth_failed",
+            Self::Throttled(_) => "throttled",
+            Self::RecordFailed(_) => "record_failed",
+        }
+    }
+
+    pub fn summary(&self) -> Option<&Summary> {
+        match self {
+            Self::Done(s)
+            | Self::LockLost(s)
+            | Self::Shutdown(s)
+            | Self::SmtpUnavailable(s)
+            | Self::SmtpAuthFailed(s)
+            | Self::Throttled(s)
+            | Self::RecordFailed(s) => Some(s),
+            Self::LockHeld | Self::LockUnknown => None,
+        }
+    }
+}
+
+/// A tick that ran: which run and date, what it did, how long it took.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub run_id: i64,
+    pub run_date: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub duration_ms: u64,
+}
