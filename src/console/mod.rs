@@ -158,10 +158,28 @@ fn router(app: App) -> Router {
     let base = app.settings.console.base_path.clone();
     let routes = routes.with_state(app);
     if base.is_empty() {
-        routes
-    } else {
-        Router::new().nest(&base, routes)
+        return routes;
     }
+    // Nested, the overview answers at `{base}` only; `{base}/` is where a
+    // reverse proxy and our own redirects send people, so it is read as
+    // `{base}` before routing.
+    let nested = Router::new().nest(&base, routes);
+    let slash = format!("{base}/");
+    Router::new().fallback_service(tower::ServiceExt::map_request(
+        nested,
+        move |mut request: axum::extract::Request| {
+            if request.uri().path() == slash {
+                let query = request
+                    .uri()
+                    .query()
+                    .map_or_else(String::new, |q| format!("?{q}"));
+                if let Ok(uri) = format!("{base}{query}").parse() {
+                    *request.uri_mut() = uri;
+                }
+            }
+            request
+        },
+    ))
 }
 
 /// Reads a password on stdin (one line; the newline is dropped) and prints

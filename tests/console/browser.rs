@@ -125,7 +125,9 @@ impl Browser {
 
     pub async fn text(&self, css: &str) -> String {
         self.client
-            .find(Locator::Css(css))
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("{css}: {e}"))
             .text()
@@ -142,14 +144,24 @@ impl Browser {
     }
 
     pub async fn fill(&self, css: &str, value: &str) {
-        let field = self.client.find(Locator::Css(css)).await.unwrap();
+        let field = self
+            .client
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
         field.clear().await.unwrap();
         field.send_keys(value).await.unwrap();
     }
 
+    /// Clicks `css` once it is on the page (a page just navigated to may
+    /// still be loading).
     pub async fn click(&self, css: &str) {
         self.client
-            .find(Locator::Css(css))
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
             .await
             .unwrap_or_else(|e| panic!("{css}: {e}"))
             .click()

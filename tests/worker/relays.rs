@@ -346,3 +346,41 @@ async fn a_connection_cut_half_way_through_the_data_costs_no_attempt_and_the_nex
     assert_eq!(relay.messages(), 1, "mailed once");
     assert_eq!(statuses(&world).await, vec![("sent".to_owned(), 1, 1)]);
 }
+
+/// A relay that is down (nothing listens on its port) when the tick's first
+/// mail goes out: nothing was sent, so every row goes back with no attempt
+/// used and none is left started, in both modes.
+#[tokio::test]
+async fn a_relay_down_at_the_first_send_leaves_every_row_unattempted_in_both_modes() {
+    for group_by in ["invoice", "customer"] {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let mut world = World::new().await;
+        world
+            .set("smtp.port", port)
+            .set("reminders.group_by", group_by);
+        common::insert_overdue(world.pool(), 20).await;
+        let ctx = world.context().await;
+
+        let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+        assert!(
+            matches!(outcome, TickOutcome::SmtpUnavailable(_)),
+            "{group_by}: {outcome:?}"
+        );
+        let touched: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM reminders
+              WHERE attempts > 0 OR status IN ('sent', 'sending')",
+        )
+        .fetch_one(world.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            touched,
+            0,
+            "{group_by}: a relay that was down used an attempt or left a row started: {:?}",
+            statuses(&world).await
+        );
+    }
+}

@@ -330,6 +330,10 @@ async fn migrate_creates_everything_in_its_schema_and_nothing_in_public_even_bes
         "reminders_id_seq",
         "suppressions",
         "webhook_ids",
+        "relay_pace",
+        "console_sessions",
+        "console_activity",
+        "console_activity_id_seq",
     ]);
     expected.sort();
     assert_eq!(ours(world.pool(), "invoice_reminder").await, expected);
