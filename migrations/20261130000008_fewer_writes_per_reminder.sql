@@ -1,5 +1,5 @@
--- Fewer writes per reminder (BENCHMARKS.md, "Sixth session", says what each
--- bought).
+-- Fewer writes per reminder (BENCHMARKS.md, "Fewer writes per reminder",
+-- says why).
 --
 -- Room on every page for the two updates each reminder gets (its started
 -- mark and its result): an update that changes no indexed column and finds

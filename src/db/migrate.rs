@@ -110,7 +110,7 @@ async fn run(conn: &mut PgConnection, schema: &SqlName) -> Result<(), MigrateErr
         sqlx::query(sqlx::AssertSqlSafe(format!("SET search_path TO {quoted}")))
             .execute(&mut *conn)
             .await?;
-        let mut migrator = Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+        let mut migrator = Migrator::with_migrations(MIGRATOR.iter().map(as_installed).collect());
         migrator.dangerous_set_table_name(format!("{quoted}._sqlx_migrations"));
         migrator.run(&mut *conn).await
     }
@@ -250,4 +250,27 @@ async fn table_exists(
         .bind(table)
         .fetch_one(&mut *conn)
         .await
+}
+
+/// Migrations whose comments were reworded after they shipped, with the
+/// checksum installs recorded when they applied them (SHA-384 of the text
+/// as it was). The SQL is unchanged; without this, every install would
+/// refuse to start with "migration was previously applied but has been
+/// modified".
+const REWORDED: &[(i64, [u8; 48])] = &[(
+    20261130000008,
+    [
+        64, 14, 227, 159, 196, 39, 146, 68, 102, 143, 230, 119, 12, 212, 140, 98, 191, 172, 28,
+        208, 71, 15, 255, 209, 141, 123, 84, 20, 46, 164, 118, 201, 235, 255, 2, 89, 114, 254, 192,
+        210, 200, 130, 251, 236, 101, 126, 32, 202,
+    ],
+)];
+
+/// `migration` with the checksum installs recorded for it.
+fn as_installed(migration: &sqlx::migrate::Migration) -> sqlx::migrate::Migration {
+    let mut migration = migration.clone();
+    if let Some((_, checksum)) = REWORDED.iter().find(|(v, _)| *v == migration.version) {
+        migration.checksum = std::borrow::Cow::Owned(checksum.to_vec());
+    }
+    migration
 }

@@ -324,3 +324,25 @@ async fn an_unknown_row_whose_run_was_pruned_is_still_listed_and_can_be_resolved
     succeeded("resolve --sent", &sent);
     assert_eq!(status_of(world.pool(), 8).await, "sent");
 }
+
+/// A migration whose comments were reworded after it shipped keeps the
+/// checksum installs recorded for it (the SHA-384 of its text as shipped),
+/// so an install made before the rewording still starts.
+#[tokio::test]
+async fn a_reworded_migration_keeps_the_checksum_installs_recorded() {
+    let world = World::new().await;
+
+    let recorded: String = sqlx::query_scalar(
+        "SELECT encode(checksum, 'hex') FROM invoice_reminder._sqlx_migrations
+          WHERE version = 20261130000008",
+    )
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+
+    assert_eq!(
+        recorded,
+        "400ee39fc4279244668fe6770cd48c62bfac1cd0470fffd18d7b54142ea476c9\
+         ebff025972fec0d2c882fbec657e20ca"
+    );
+}
