@@ -56,18 +56,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// A problem found after the settings loaded but before anything ran: a
-/// template that is missing or does not render (exit 2, like bad settings).
+/// A problem found after the settings loaded, before anything ran: the
+/// commands turn each into `UsageError` (exit 2, like bad settings).
 fn is_configuration(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause.is::<invoice_reminder::mail::TemplateError>()
-            || cause.is::<invoice_reminder::commands::UsageError>()
-            || cause
-                .downcast_ref::<invoice_reminder::tick::context::SetupError>()
-                .is_some_and(|s| {
-                    matches!(s, invoice_reminder::tick::context::SetupError::Templates(_))
-                })
-    })
+    e.chain()
+        .any(|cause| cause.is::<invoice_reminder::commands::UsageError>())
 }
 
 /// The reader of our stdout went away (`| head`): not a failure.

@@ -39,9 +39,25 @@ pub use audit::{AuditReport, build_report, unknown_mails};
 pub use run_once::{DryRun, dry_run};
 
 /// A command used wrongly for this configuration: `main` exits 2 with it.
+/// The one error type for exit 2 after the settings load: a template that
+/// does not load, a source view that breaks its contract and a command's
+/// wrong arguments all become this, where they are met.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// The tick's context for a command. A template that does not load is a
+/// configuration problem (exit 2), like a bad setting.
+pub(crate) fn context(
+    settings: Settings,
+    pool: sqlx::PgPool,
+) -> anyhow::Result<crate::tick::context::Context> {
+    use crate::tick::context::{Context, SetupError};
+    Context::new(settings, pool).map_err(|e| match e {
+        SetupError::Templates(t) => UsageError(t.to_string()).into(),
+        other => anyhow::Error::new(other),
+    })
+}
 
 /// Process exit codes.
 pub mod exit {

@@ -26,7 +26,8 @@ pub(super) struct Request {
 
 pub(super) async fn preview(settings: &Settings, request: Request) -> anyhow::Result<ExitCode> {
     let stages = &settings.reminders.stages;
-    let templates = Templates::load(&settings.templates, &settings.company, stages)?;
+    let templates = Templates::load(&settings.templates, &settings.company, stages)
+        .map_err(|e| super::UsageError(e.to_string()))?;
     let pool = connect(settings).await?;
     super::check_source(&pool).await?;
     if let Some(customer) = &request.customer {

@@ -15,7 +15,6 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::liveness::Liveness;
-use crate::tick::context::Context;
 
 pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     crate::http::files::ensure_open_files(&settings).map_err(super::UsageError)?;
@@ -23,7 +22,7 @@ pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let grace = settings.shutdown.timeout;
     let liveness = Liveness::new(crate::schedule::max_tick_duration(&settings));
     let pool = db::connect_lazy(&settings);
-    let ctx = Arc::new(Context::new(settings, pool)?);
+    let ctx = Arc::new(super::context(settings, pool)?);
     let http_stop = CancellationToken::new();
     let http = crate::http::bind(ctx.clone(), liveness.clone(), http_stop.clone()).await?;
     tracing::info!(

@@ -21,7 +21,7 @@ use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
 pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
     let pool = super::connect_pool(&settings).await?;
-    let ctx = Context::new(settings, pool)?;
+    let ctx = super::context(settings, pool)?;
     super::check_source(&ctx.db).await?;
     if dry_run {
         let plan = self::dry_run(&ctx, 10_000)

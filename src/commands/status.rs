@@ -10,7 +10,6 @@ use crate::config::Settings;
 use crate::db;
 use crate::db::runs::RunRow;
 use crate::lock::Holder;
-use crate::tick::context::Context;
 
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {
@@ -22,7 +21,7 @@ struct StatusReport {
 
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
     let pool = super::connect_pool(&settings).await?;
-    let ctx = Context::new(settings, pool)?;
+    let ctx = super::context(settings, pool)?;
     let holder = ctx.lock.holder().await.context("failed to read the lock")?;
     let holder = match holder {
         None => None,
