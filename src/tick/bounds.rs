@@ -8,7 +8,7 @@
 //!   took (the rest goes back at once), and each row's place is
 //!   [`released`](ClaimBound::release) when its result is written or it
 //!   will not be sent. This is what a SIGKILL can leave in `sending`.
-//! * [`MarkWindow`]: at most `4 × send_concurrency` letters marked started
+//! * [`MarkWindow`]: at most `send_concurrency` letters marked started
 //!   and not yet finished. The marker [`opens`](MarkWindow::open) room
 //!   for a group of letters before marking them, one permit per letter,
 //!   and a letter's permit is dropped when its send ends. This is what a SIGKILL
@@ -45,7 +45,7 @@ pub(super) struct Reservation<'a> {
 
 impl ClaimBound {
     /// The bound a tick's settings give: `2 × batch_size` rows, and the
-    /// rows of the letters the mark window may hold (`4 × send_concurrency`
+    /// rows of the letters the mark window may hold (`send_concurrency`
     /// letters of at most `rows_per_letter` rows each: one per row in
     /// invoice mode, none counted twice). Without them a window of
     /// five-invoice statements took most of the rows, and the claimer
@@ -134,7 +134,7 @@ impl Reservation<'_> {
     }
 }
 
-/// Rows marked started and not finished: at most `4 × send_concurrency`.
+/// Rows marked started and not finished: at most `send_concurrency`.
 #[derive(Debug, Clone)]
 pub(super) struct MarkWindow {
     permits: Arc<Semaphore>,
@@ -143,17 +143,21 @@ pub(super) struct MarkWindow {
 }
 
 impl MarkWindow {
-    /// The window, as a multiple of `send_concurrency`.
-    const SIZE: usize = 4;
+    /// The window, as a multiple of `send_concurrency`: one, so a SIGKILL
+    /// leaves at most `send_concurrency` never-sent rows unknown. The
+    /// senders still never wait for a mark, because `send_concurrency` is
+    /// several times `smtp.pool_size`: letters marked ahead wait for a
+    /// connection while the next group is marked (BENCHMARKS.md, "The mark
+    /// window in two groups").
+    const SIZE: usize = 1;
 
-    /// A group is half the window (`2 × send_concurrency`, 128 of 256 at the
-    /// default 64): two groups are in flight, so while the senders work
-    /// through one, the next is marked. A group marked only once all but
-    /// half a round of sends had left the window (28 of 32 at 8) kept the
-    /// senders waiting out every mark's round trip and WAL flush, with a
-    /// machine partly idle (BENCHMARKS.md, "The mark window in two groups"). Marks
-    /// cost one commit per group. A group takes more rows when more room
-    /// has freed by the time it is marked.
+    /// A group is half the window (32 of 64 at the default): two groups are
+    /// in flight, so while the senders work through one, the next is
+    /// marked. A group marked only once all but half a round of sends had
+    /// left the window kept the senders waiting out every mark's round trip
+    /// and WAL flush, with a machine partly idle. Marks cost one commit per
+    /// group. A group takes more rows when more room has freed by the time
+    /// it is marked.
     pub fn new(send_concurrency: u32) -> Self {
         let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
         let size = sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS);
@@ -254,7 +258,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
-        let window = MarkWindow::new(8);
+        let window = MarkWindow::new(32);
         assert_eq!((window.size(), window.group()), (32, 16));
         let first = window.open(16, 16).await.unwrap_or_default();
         assert_eq!(first.len(), 16, "a group");

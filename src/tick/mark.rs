@@ -6,7 +6,7 @@
 //! A mark is its own statement and commit, but it is not on the send path:
 //! while one group is being sent the next is marked, so a send never waits
 //! for a round trip or a WAL flush. At most [`MarkWindow::size`] letters
-//! (`4 × send_concurrency`) are marked and not finished at any moment: that,
+//! (`send_concurrency`) are marked and not finished at any moment: that,
 //! plus the mail the server took whose result was not yet written, is all a
 //! SIGKILL can leave unknown. A mark is taken once the window has room for
 //! a group ([`MarkWindow::group`]: half the window), so marks cost one

@@ -252,6 +252,9 @@ catcher=http://127.0.0.1:$MAILPIT_PORT
 # The lease and the tick interval of config/docker.toml, in seconds.
 ttl=$(sed -n 's/^ttl = "\([0-9]*\)s"$/\1/p' config/docker.toml)
 tick=$(sed -n 's|^cron = "\*/\([0-9]*\) .*|\1|p' config/docker.toml)
+# The workers' send_concurrency: config/docker.toml's, or the default (64).
+send_concurrency=$(sed -n 's/^send_concurrency = \([0-9]*\)$/\1/p' config/docker.toml)
+send_concurrency=${send_concurrency:-64}
 [ -n "$ttl" ] && [ -n "$tick" ] || fail "cannot read lock.ttl and schedule.cron from config/docker.toml"
 source "$repo/tests/compose/probes.sh"
 
@@ -322,7 +325,9 @@ await 120 "the rest mailed, only the killed tick's unknown rows left" settled_an
 check_no_message_id_twice "after the kill"
 settle_unknown "kill"
 say "kill: ${settled_sent} unknown row(s) had reached the catcher (resolve --sent), ${settled_resend} never sent (resolve --resend)"
-say "kill: never-sent rows left unknown by the kill: ${settled_resend}"
+say "kill: never-sent rows left unknown by the kill: ${settled_resend} (at most send_concurrency, ${send_concurrency})"
+[ "$settled_resend" -le "$send_concurrency" ] ||
+  fail "the kill left ${settled_resend} never-sent rows unknown, more than send_concurrency (${send_concurrency})"
 await 60 "the resent rows mailed" all_mailed
 [ "$(unknown_rows)" = 0 ] || fail "unknown rows remain after resolve"
 check_exactly_once "after the kill"
