@@ -6,11 +6,10 @@
 //! The design's arithmetic, per 1,000 reminders:
 //! * pages: 1,000 / 500 = 2 (plus one empty page per step, per tick);
 //! * claims: 1,000 / 500 = 2 transactions;
-//! * started marks: one per group of half the mark window, `2 x
-//!   send_concurrency` = 128 rows: 8;
+//! * started marks: one per group of half the mark window,
+//!   `send_concurrency / 2` = 32 rows: 31;
 //! * results: one statement per half batch (250 rows): 4;
-//! * suppression lookups: one per claimed batch: 2 (measured: 72.5 without
-//!   them, 75.0 with);
+//! * suppression lookups: one per claimed batch: 2;
 //! * per tick, whatever its size: the source check, the fencing floor, the
 //!   clock, the run's start and end, retiring, returning, the rows without
 //!   a key, the retry claim, the empty pages of the other steps, the
@@ -21,11 +20,8 @@
 //!   connection it uses, a transaction each (~10 per 1,000 at this size;
 //!   nothing once a `run` process has warmed up).
 //!
-//! About 39 in all (measured: 39.5; 47.0 with `send_concurrency` 32, 44.5
-//! before the statistics refresh; 60.5 with 16); the
-//! bound is 80. A commit per message
-//! (a mark, a result or a claim per row) adds 1,000 and fails this test
-//! (measured with a mark per row: 1,049).
+//! About 63 in all; the bound is 80. A commit per message (a mark, a
+//! result or a claim per row) adds 1,000 and fails this test.
 //!
 //! Rows written per reminder: its claim (insert), its started mark and its
 //! result (updates): 3, plus the run's own rows.
@@ -122,7 +118,7 @@ async fn a_tick_costs_at_most_80_transactions_per_1000_reminders_and_3_rows_writ
     );
     assert!(
         per_1000 <= 80.0,
-        "{per_1000:.1} transactions per 1,000 reminders (bound 80; the design makes about 39, see the module doc)"
+        "{per_1000:.1} transactions per 1,000 reminders (bound 80; the design makes about 63, see the module doc)"
     );
     assert!(
         rows_per_reminder <= 3.05,
