@@ -1,14 +1,23 @@
 //! Plain values that cross layers: the ids of our tables, the invoice and
-//! customer a message is built from, what one delivery ended in, and what a
-//! tick did. `db` maps its rows into these; `mail` builds messages from
+//! customer a message is built from (their address, money and step-key
+//! values parsed once, where a source row enters), what one delivery ended
+//! in, and what a tick did. `db` maps its rows into these; `mail` builds messages from
 //! them; neither imports the other.
 
 use std::fmt;
 
 use chrono::NaiveDate;
 
+mod address;
+mod money;
+mod problem;
 mod step_key;
+mod text;
+pub use address::{MAX_RECIPIENTS, Recipients};
+pub use money::{Currency, Money};
+pub use problem::{Problem, SourceProblem};
 pub use step_key::StepKey;
+pub use text::sanitize;
 
 /// The source's `invoice_id`: the billing system's own key, as text
 /// (`"42"`, a UUID, `"INV-2026-0042"`). Never interchangeable with a
@@ -63,7 +72,7 @@ impl fmt::Display for ReminderId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Customer {
     pub name: String,
-    pub email: String,
+    pub email: Recipients,
     /// BCP 47 tag (`de-CH`); None: `templates.default_locale`.
     pub locale: Option<String>,
     /// The source's `customer_id` (customer mode only).
@@ -75,38 +84,12 @@ pub struct Customer {
 pub struct Invoice {
     pub id: InvoiceId,
     pub number: String,
-    pub amount: Amount,
-    /// ISO 4217 code, as the source has it.
-    pub currency: String,
+    /// The amount due, in its currency (one of the source's two amount
+    /// columns, checked against the currency's minor units).
+    pub amount: Money,
     pub due_date: NaiveDate,
     /// The source's `payment_url`; wins over `company.payment_url`.
     pub payment_url: Option<String>,
-}
-
-/// An invoice's amount as the source gives it (exactly one of its two
-/// amount columns). Turned into minor units when a message is rendered,
-/// with the currency data the `money` filter uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Amount {
-    /// `amount_minor`: in minor units of the currency (cents).
-    Minor(i64),
-    /// `amount`: in major units, as exact decimal text (`"1234.50"`).
-    Major(String),
-    /// The source's amount is NULL: such a reminder is never sent (it is
-    /// discarded with the reason).
-    Missing,
-}
-
-impl Amount {
-    /// From the two columns statements select (`amount_minor`,
-    /// `amount_major`).
-    pub fn from_columns(minor: Option<i64>, major: Option<String>) -> Self {
-        match (minor, major) {
-            (_, Some(major)) => Self::Major(major),
-            (Some(minor), None) => Self::Minor(minor),
-            (None, None) => Self::Missing,
-        }
-    }
 }
 
 /// A reminder this run has claimed and may now send.
@@ -311,83 +294,4 @@ impl Counts {
 /// 4 billion rows, but a count must not wrap if it did).
 pub fn count_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Why a source row cannot make a reminder. Such a row is skipped (never
-/// claimed, never mailed) and reported under its [`Problem::label`]; the
-/// other rows go on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Problem {
-    /// The key is on more than one row: the rows may disagree (address,
-    /// amount, currency), and which one to believe is not ours to guess.
-    RepeatedKey,
-    /// `invoice_id` is NULL: the row cannot be claimed.
-    NullKey,
-    /// `email`, `due_date`, `currency` or the amount is NULL.
-    MissingField,
-    /// `currency` is not an ISO 4217 code.
-    BadCurrency,
-    /// An address in `email` does not parse (or there is none).
-    BadAddress,
-    /// The amount does not fit the currency's minor units (out of range).
-    BadAmount,
-    /// `due_date` is `infinity`, `-infinity` or past the dates the worker
-    /// can hold: no step can be dated from it.
-    BadDueDate,
-}
-
-impl Problem {
-    pub const ALL: [Problem; 7] = [
-        Self::RepeatedKey,
-        Self::NullKey,
-        Self::MissingField,
-        Self::BadCurrency,
-        Self::BadAddress,
-        Self::BadAmount,
-        Self::BadDueDate,
-    ];
-
-    /// The `problem` label of `invoice_reminder_source_problems_total`, as
-    /// `audit` and `check-source` print it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::RepeatedKey => "repeated_key",
-            Self::NullKey => "null_key",
-            Self::MissingField => "missing_field",
-            Self::BadCurrency => "bad_currency",
-            Self::BadAddress => "bad_address",
-            Self::BadAmount => "bad_amount",
-            Self::BadDueDate => "bad_due_date",
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// One source row that was skipped, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SourceProblem {
-    /// None for a NULL key.
-    pub invoice_id: Option<InvoiceId>,
-    /// The row's `invoice_number`, which names a row whose key is NULL.
-    pub invoice_number: Option<String>,
-    pub problem: Problem,
-    /// What exactly is wrong ("email is NULL", "unknown currency \"XYZ\"").
-    pub detail: String,
-}
-
-impl fmt::Display for SourceProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.invoice_id, &self.invoice_number) {
-            (Some(id), _) => write!(f, "invoice {id}")?,
-            (None, Some(number)) => write!(f, "invoice with a NULL key (number {number:?})")?,
-            (None, None) => write!(f, "invoice with a NULL key and number")?,
-        }
-        write!(f, ": {} ({})", self.problem, self.detail)
-    }
 }

@@ -136,7 +136,7 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     let (sendable, problems): (Vec<_>, Vec<_>) = listing
         .rows
         .iter()
-        .partition(|r| r.copies == 1 && crate::problems::check(r.row.clone()).is_ok());
+        .partition(|r| r.copies == 1 && r.row.clone().into_parts().is_ok());
     let would_send: Vec<OwedReminder> = sendable.into_iter().filter_map(|r| r.reminder()).collect();
     let per_step = stages
         .steps()
