@@ -9,11 +9,13 @@ use std::fmt;
 use chrono::NaiveDate;
 
 mod address;
+mod delivery;
 mod money;
 mod problem;
 mod step_key;
 mod text;
 pub use address::{MAX_RECIPIENTS, Recipients};
+pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use money::{Currency, Money};
 pub use problem::{Problem, SourceProblem};
 pub use step_key::StepKey;
@@ -110,31 +112,6 @@ pub struct Claimed {
     pub stored_message_id: Option<String>,
 }
 
-/// What the SMTP server said when it took a message, and what exactly it
-/// took: stored on the sent row (and, with `archive.store = "database"`,
-/// the message itself in the archive).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proof {
-    /// The server's final reply to the message: `250 2.0.0 Ok: queued as 4F3X2`.
-    pub reply: String,
-    /// SHA-256 of the exact bytes handed to DATA (headers and body, before
-    /// SMTP's dot-stuffing and final `.`).
-    pub sha256: [u8; 32],
-    /// Those bytes, when they are to be archived.
-    pub archived: Option<MessageBytes>,
-}
-
-/// A sent message's bytes, shared without copying; `Debug` shows only the
-/// length.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MessageBytes(pub std::sync::Arc<[u8]>);
-
-impl fmt::Debug for MessageBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MessageBytes({} bytes)", self.0.len())
-    }
-}
-
 /// The claimed reminders one message covers: one in invoice mode; in
 /// customer mode every reminder this tick claimed for one customer's
 /// statement (at most `reminders.max_invoices_per_mail`), oldest due date
@@ -164,72 +141,6 @@ impl Letter {
     pub fn ids(&self) -> impl Iterator<Item = ReminderId> + '_ {
         self.rows.iter().map(|r| r.id)
     }
-}
-
-/// What one send attempt ended in, as recorded on the row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The SMTP server accepted the message.
-    Sent { message_id: String, proof: Proof },
-    /// Transient failure: retried on a later tick while attempts remain.
-    Failed { error: String },
-    /// Not delivered because the SMTP server could not be reached at all:
-    /// `failed` like a transient failure, but it does not use up an attempt
-    /// (nothing reached the server), so an outage cannot exhaust retries.
-    Deferred { error: String },
-    /// Final failure: never retried.
-    Discarded { error: String },
-    /// Handed over without a reply: stays `sending`, never retried.
-    Unknown { error: String },
-    /// Never sent, and never will be for this step: recorded `skipped`
-    /// (the row keeps its claim) with the reason.
-    Skipped { reason: SkipReason },
-}
-
-/// Why a claimed reminder was not sent at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    /// Every recipient is on the suppression list.
-    Suppressed,
-}
-
-impl SkipReason {
-    /// As stored in `reminders.last_error` of a `skipped` row.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Suppressed => "suppressed",
-        }
-    }
-}
-
-impl Delivery {
-    /// The word stored for it in a recording statement.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Sent { .. } => "sent",
-            Self::Failed { .. } => "failed",
-            Self::Deferred { .. } => "deferred",
-            Self::Discarded { .. } => "discarded",
-            Self::Unknown { .. } => "unknown",
-            Self::Skipped { .. } => "skipped",
-        }
-    }
-}
-
-/// One finished attempt: which row, what it ended in, and what the row
-/// looked like when this run claimed it (so recording it twice, after a
-/// write whose reply was lost, counts the attempt once).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempted {
-    pub id: ReminderId,
-    pub invoice: InvoiceId,
-    /// The step (`reminders.period`).
-    pub step: StepKey,
-    /// `attempts` as claimed, before this attempt.
-    pub attempts_before: i32,
-    /// The Message-ID the attempt's mail carried (stored on the row).
-    pub message_id: String,
-    pub delivery: Delivery,
 }
 
 /// What a tick did, or one part of it: the summary line, `job_runs` and
@@ -277,7 +188,9 @@ impl Counts {
         self.superseded = self.superseded.saturating_add(other.superseded);
     }
 
-    /// Counts one delivery by what it ended in, as recording it would.
+    /// Counts one delivery by what it ended in, as recording it would
+    /// (a transient failure on the row's last attempt aside: see
+    /// [`Counts::count_written`]).
     pub fn count(&mut self, delivery: &Delivery) {
         let field = match delivery {
             Delivery::Sent { .. } => &mut self.sent,
@@ -287,6 +200,18 @@ impl Counts {
             Delivery::Skipped { .. } => &mut self.suppressed,
         };
         *field = field.saturating_add(1);
+    }
+
+    /// Counts one delivery as it was written: as [`Counts::count`], but a
+    /// transient failure that used the row's last attempt was written
+    /// `discarded` (`gave_up`), and counts as such.
+    pub fn count_written(&mut self, delivery: &Delivery, gave_up: bool) {
+        match delivery {
+            Delivery::Failed { .. } if gave_up => {
+                self.discarded = self.discarded.saturating_add(1);
+            }
+            delivery => self.count(delivery),
+        }
     }
 }
 
