@@ -9,9 +9,6 @@ use chrono::NaiveDate;
 
 use super::exit;
 
-/// How long an exiting process keeps trying to write results the database
-/// could not take during the tick.
-pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::config::Settings;
 use crate::db;
 use crate::db::owed::OwedReminder;
@@ -66,13 +63,8 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
             .await
             .context("the tick's task failed")?
     };
-    ctx.mailer.shutdown().await;
-    ctx.lock.finish().await;
-    let unwritten = ctx
-        .deferred
-        .flush_before_exit(&ctx.db, EXIT_FLUSH_WAIT, &ctx.settings.lock)
-        .await;
-    ctx.close_database().await;
+    crate::shutdown::close_the_tick(&ctx).await;
+    let unwritten = crate::shutdown::release(&ctx).await;
     if unwritten > 0 {
         anyhow::bail!(
             "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"
