@@ -1,14 +1,25 @@
 //! Plain values that cross layers: the ids of our tables, the invoice and
-//! customer a message is built from, what one delivery ended in, and what a
-//! tick did. `db` maps its rows into these; `mail` builds messages from
+//! customer a message is built from (their address, money and step-key
+//! values parsed once, where a source row enters), what one delivery ended
+//! in, and what a tick did. `db` maps its rows into these; `mail` builds messages from
 //! them; neither imports the other.
 
 use std::fmt;
 
 use chrono::NaiveDate;
 
+mod address;
+mod delivery;
+mod money;
+mod problem;
 mod step_key;
+mod text;
+pub use address::{MAX_RECIPIENTS, Recipients};
+pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
+pub use money::{Currency, Money};
+pub use problem::{Problem, SourceProblem};
 pub use step_key::StepKey;
+pub use text::sanitize;
 
 /// The source's `invoice_id`: the billing system's own key, as text
 /// (`"42"`, a UUID, `"INV-2026-0042"`). Never interchangeable with a
@@ -63,7 +74,7 @@ impl fmt::Display for ReminderId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Customer {
     pub name: String,
-    pub email: String,
+    pub email: Recipients,
     /// BCP 47 tag (`de-CH`); None: `templates.default_locale`.
     pub locale: Option<String>,
     /// The source's `customer_id` (customer mode only).
@@ -75,38 +86,12 @@ pub struct Customer {
 pub struct Invoice {
     pub id: InvoiceId,
     pub number: String,
-    pub amount: Amount,
-    /// ISO 4217 code, as the source has it.
-    pub currency: String,
+    /// The amount due, in its currency (one of the source's two amount
+    /// columns, checked against the currency's minor units).
+    pub amount: Money,
     pub due_date: NaiveDate,
     /// The source's `payment_url`; wins over `company.payment_url`.
     pub payment_url: Option<String>,
-}
-
-/// An invoice's amount as the source gives it (exactly one of its two
-/// amount columns). Turned into minor units when a message is rendered,
-/// with the currency data the `money` filter uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Amount {
-    /// `amount_minor`: in minor units of the currency (cents).
-    Minor(i64),
-    /// `amount`: in major units, as exact decimal text (`"1234.50"`).
-    Major(String),
-    /// The source's amount is NULL: such a reminder is never sent (it is
-    /// discarded with the reason).
-    Missing,
-}
-
-impl Amount {
-    /// From the two columns statements select (`amount_minor`,
-    /// `amount_major`).
-    pub fn from_columns(minor: Option<i64>, major: Option<String>) -> Self {
-        match (minor, major) {
-            (_, Some(major)) => Self::Major(major),
-            (Some(minor), None) => Self::Minor(minor),
-            (None, None) => Self::Missing,
-        }
-    }
 }
 
 /// A reminder this run has claimed and may now send.
@@ -125,31 +110,6 @@ pub struct Claimed {
     /// The Message-ID its last attempt's mail carried, when that mail's
     /// fate was unknown (a resend carries it again).
     pub stored_message_id: Option<String>,
-}
-
-/// What the SMTP server said when it took a message, and what exactly it
-/// took: stored on the sent row (and, with `archive.store = "database"`,
-/// the message itself in the archive).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Proof {
-    /// The server's final reply to the message: `250 2.0.0 Ok: queued as 4F3X2`.
-    pub reply: String,
-    /// SHA-256 of the exact bytes handed to DATA (headers and body, before
-    /// SMTP's dot-stuffing and final `.`).
-    pub sha256: [u8; 32],
-    /// Those bytes, when they are to be archived.
-    pub archived: Option<MessageBytes>,
-}
-
-/// A sent message's bytes, shared without copying; `Debug` shows only the
-/// length.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MessageBytes(pub std::sync::Arc<[u8]>);
-
-impl fmt::Debug for MessageBytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MessageBytes({} bytes)", self.0.len())
-    }
 }
 
 /// The claimed reminders one message covers: one in invoice mode; in
@@ -181,72 +141,6 @@ impl Letter {
     pub fn ids(&self) -> impl Iterator<Item = ReminderId> + '_ {
         self.rows.iter().map(|r| r.id)
     }
-}
-
-/// What one send attempt ended in, as recorded on the row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The SMTP server accepted the message.
-    Sent { message_id: String, proof: Proof },
-    /// Transient failure: retried on a later tick while attempts remain.
-    Failed { error: String },
-    /// Not delivered because the SMTP server could not be reached at all:
-    /// `failed` like a transient failure, but it does not use up an attempt
-    /// (nothing reached the server), so an outage cannot exhaust retries.
-    Deferred { error: String },
-    /// Final failure: never retried.
-    Discarded { error: String },
-    /// Handed over without a reply: stays `sending`, never retried.
-    Unknown { error: String },
-    /// Never sent, and never will be for this step: recorded `skipped`
-    /// (the row keeps its claim) with the reason.
-    Skipped { reason: SkipReason },
-}
-
-/// Why a claimed reminder was not sent at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipReason {
-    /// Every recipient is on the suppression list.
-    Suppressed,
-}
-
-impl SkipReason {
-    /// As stored in `reminders.last_error` of a `skipped` row.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Suppressed => "suppressed",
-        }
-    }
-}
-
-impl Delivery {
-    /// The word stored for it in a recording statement.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Sent { .. } => "sent",
-            Self::Failed { .. } => "failed",
-            Self::Deferred { .. } => "deferred",
-            Self::Discarded { .. } => "discarded",
-            Self::Unknown { .. } => "unknown",
-            Self::Skipped { .. } => "skipped",
-        }
-    }
-}
-
-/// One finished attempt: which row, what it ended in, and what the row
-/// looked like when this run claimed it (so recording it twice, after a
-/// write whose reply was lost, counts the attempt once).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempted {
-    pub id: ReminderId,
-    pub invoice: InvoiceId,
-    /// The step (`reminders.period`).
-    pub step: StepKey,
-    /// `attempts` as claimed, before this attempt.
-    pub attempts_before: i32,
-    /// The Message-ID the attempt's mail carried (stored on the row).
-    pub message_id: String,
-    pub delivery: Delivery,
 }
 
 /// What a tick did, or one part of it: the summary line, `job_runs` and
@@ -294,7 +188,9 @@ impl Counts {
         self.superseded = self.superseded.saturating_add(other.superseded);
     }
 
-    /// Counts one delivery by what it ended in, as recording it would.
+    /// Counts one delivery by what it ended in, as recording it would
+    /// (a transient failure on the row's last attempt aside: see
+    /// [`Counts::count_written`]).
     pub fn count(&mut self, delivery: &Delivery) {
         let field = match delivery {
             Delivery::Sent { .. } => &mut self.sent,
@@ -305,89 +201,22 @@ impl Counts {
         };
         *field = field.saturating_add(1);
     }
+
+    /// Counts one delivery as it was written: as [`Counts::count`], but a
+    /// transient failure that used the row's last attempt was written
+    /// `discarded` (`gave_up`), and counts as such.
+    pub fn count_written(&mut self, delivery: &Delivery, gave_up: bool) {
+        match delivery {
+            Delivery::Failed { .. } if gave_up => {
+                self.discarded = self.discarded.saturating_add(1);
+            }
+            delivery => self.count(delivery),
+        }
+    }
 }
 
 /// A count of items as a `u32` count field, saturating (a page never holds
 /// 4 billion rows, but a count must not wrap if it did).
 pub fn count_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Why a source row cannot make a reminder. Such a row is skipped (never
-/// claimed, never mailed) and reported under its [`Problem::label`]; the
-/// other rows go on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Problem {
-    /// The key is on more than one row: the rows may disagree (address,
-    /// amount, currency), and which one to believe is not ours to guess.
-    RepeatedKey,
-    /// `invoice_id` is NULL: the row cannot be claimed.
-    NullKey,
-    /// `email`, `due_date`, `currency` or the amount is NULL.
-    MissingField,
-    /// `currency` is not an ISO 4217 code.
-    BadCurrency,
-    /// An address in `email` does not parse (or there is none).
-    BadAddress,
-    /// The amount does not fit the currency's minor units (out of range).
-    BadAmount,
-    /// `due_date` is `infinity`, `-infinity` or past the dates the worker
-    /// can hold: no step can be dated from it.
-    BadDueDate,
-}
-
-impl Problem {
-    pub const ALL: [Problem; 7] = [
-        Self::RepeatedKey,
-        Self::NullKey,
-        Self::MissingField,
-        Self::BadCurrency,
-        Self::BadAddress,
-        Self::BadAmount,
-        Self::BadDueDate,
-    ];
-
-    /// The `problem` label of `invoice_reminder_source_problems_total`, as
-    /// `audit` and `check-source` print it.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::RepeatedKey => "repeated_key",
-            Self::NullKey => "null_key",
-            Self::MissingField => "missing_field",
-            Self::BadCurrency => "bad_currency",
-            Self::BadAddress => "bad_address",
-            Self::BadAmount => "bad_amount",
-            Self::BadDueDate => "bad_due_date",
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// One source row that was skipped, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct SourceProblem {
-    /// None for a NULL key.
-    pub invoice_id: Option<InvoiceId>,
-    /// The row's `invoice_number`, which names a row whose key is NULL.
-    pub invoice_number: Option<String>,
-    pub problem: Problem,
-    /// What exactly is wrong ("email is NULL", "unknown currency \"XYZ\"").
-    pub detail: String,
-}
-
-impl fmt::Display for SourceProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.invoice_id, &self.invoice_number) {
-            (Some(id), _) => write!(f, "invoice {id}")?,
-            (None, Some(number)) => write!(f, "invoice with a NULL key (number {number:?})")?,
-            (None, None) => write!(f, "invoice with a NULL key and number")?,
-        }
-        write!(f, ": {} ({})", self.problem, self.detail)
-    }
 }

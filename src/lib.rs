@@ -24,6 +24,7 @@
 //! * [`console`]: the operator console's pages, over the commands.
 //! * [`commands`]: one file per subcommand; `main` maps their errors to
 //!   exit codes.
+//! * [`shutdown`]: the shutdown sequence, signal to release, in one place.
 //! * [`http`]: `/healthz`, `/readyz`, `/metrics` and the bounce webhook;
 //!   [`schedule`]: cron wiring and fire computation, one tick at a time.
 //! * [`tick`]: one tick; [`tick::context`] what it needs,
@@ -40,8 +41,7 @@
 //! * [`stages`]: which step an invoice owes (the step key is a reminder's
 //!   `period`); [`locale`]: language tags; [`dkim`]: the signing key.
 //! * [`domain`]: the plain values the layers exchange (ids, invoice,
-//!   customer, delivery, counts); [`cli`]: the command line's shape;
-//!   [`shutdown`]: the SIGTERM/SIGINT token.
+//!   customer, delivery, counts); [`cli`]: the command line's shape.
 
 pub mod causes;
 pub mod cli;

@@ -1,7 +1,10 @@
 //! Source rows are untrusted input: the view is the user's, and it can
 //! repeat a key, leave a column NULL or hold a value we cannot use. This
-//! module decides, for one row, whether it can make a reminder ([`check`])
-//! and keeps a tick's tally of the rows that cannot ([`Tally`]).
+//! module names the problems no single row shows (a repeated key, a row
+//! without a customer), lists a source's problems for the operator
+//! ([`list`]) and keeps a tick's tally of the rows that cannot make a
+//! reminder ([`Tally`]). Whether one row can is decided where it enters,
+//! as it is parsed ([`SourceRow::into_parts`]).
 //!
 //! A row with a problem is skipped: never claimed, never mailed, never a
 //! reason for a page, a step or a tick to fail. It is counted under its
@@ -13,9 +16,7 @@
 use std::collections::HashSet;
 
 use crate::db::invoices::SourceRow;
-use crate::domain::{Customer, Invoice, InvoiceId, Problem, SourceProblem, count_of};
-use crate::mail::format::{major_to_minor, minor_units};
-use crate::mail::message::parse_recipients;
+use crate::domain::{InvoiceId, Problem, SourceProblem, count_of};
 
 /// How many example rows a tally keeps for its warning.
 pub const EXAMPLES: usize = 5;
@@ -24,27 +25,6 @@ pub const EXAMPLES: usize = 5;
 /// counted once; beyond this a key may be counted again (the count is
 /// reported, never trusted for anything).
 const REMEMBERED_KEYS: usize = 10_000;
-
-/// The invoice and customer of `row`, or the first problem that keeps it
-/// from being reminded: a NULL key or column ([`SourceRow::into_parts`]),
-/// a currency that is not ISO 4217, an amount that does not fit its
-/// currency, an `email` cell without a valid address list.
-pub fn check(row: SourceRow) -> Result<(Invoice, Customer), SourceProblem> {
-    let fallback = row.clone();
-    let (invoice, customer) = row.into_parts()?;
-    if let Err(reason) = minor_units(&invoice.currency) {
-        return Err(fallback.problem(Problem::BadCurrency, reason));
-    }
-    if let crate::domain::Amount::Major(major) = &invoice.amount
-        && let Err(reason) = major_to_minor(major, &invoice.currency)
-    {
-        return Err(fallback.problem(Problem::BadAmount, reason));
-    }
-    if let Err(reason) = parse_recipients(&customer.email) {
-        return Err(fallback.problem(Problem::BadAddress, reason));
-    }
-    Ok((invoice, customer))
-}
 
 /// Customer mode: a row without a customer, which no statement can list
 /// (`reminders.group_by = "customer"`).
@@ -165,7 +145,7 @@ pub fn list(
             found.push(without_customer(&row));
             continue;
         }
-        if let Err(problem) = check(row) {
+        if let Err(problem) = row.into_parts() {
             found.push(problem);
         }
     }
@@ -189,7 +169,7 @@ mod tests {
     }
 
     fn problem_of(row: SourceRow) -> Option<Problem> {
-        check(row).err().map(|p| p.problem)
+        row.into_parts().err().map(|p| p.problem)
     }
 
     #[test]

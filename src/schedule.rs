@@ -93,8 +93,9 @@ impl Drop for LoopRunning<'_> {
 pub struct ConfigurationProblem(pub String);
 
 /// Runs ticks on `schedule.cron` until `shutdown` is cancelled, then
-/// returns once the tick in flight (if any) has finished. `liveness` learns
-/// when the loop runs and when each tick starts and ends.
+/// returns once the tick in flight (if any) has finished; what the ticks
+/// held is closed by `crate::shutdown`, which runs this loop. `liveness`
+/// learns when the loop runs and when each tick starts and ends.
 pub async fn run_until_stopped(
     ctx: Arc<Context>,
     shutdown: CancellationToken,
@@ -165,8 +166,6 @@ pub async fn run_until_stopped(
     if let Err(e) = scheduler.shutdown().await {
         tracing::warn!(error = %e, "scheduler did not shut down cleanly");
     }
-    ctx.mailer.shutdown().await;
-    ctx.lock.finish().await;
     Ok(())
 }
 

@@ -71,7 +71,7 @@ impl Stages {
         for (i, stage) in stages.iter().enumerate() {
             let first = i64::from(stage.days);
             steps.push(Step {
-                key: StepKey(stage.name.clone()),
+                key: StepKey::of(&stage.name, 1),
                 stage: i,
                 occurrence: 1,
                 offset: first,
@@ -79,7 +79,7 @@ impl Stages {
             if let (Some(every), Some(max)) = (stage.repeat_every_days, stage.max_repeats) {
                 for k in 1..=max {
                     steps.push(Step {
-                        key: StepKey(format!("{}-{}", stage.name, k + 1)),
+                        key: StepKey::of(&stage.name, k + 1),
                         stage: i,
                         occurrence: k + 1,
                         offset: first + i64::from(k) * i64::from(every),
@@ -171,10 +171,7 @@ pub fn check(stages: &[Stage]) -> Result<(), (Option<usize>, &'static str, Strin
                 ),
             ));
         }
-        if let Some((_, suffix)) = stage.name.rsplit_once('-')
-            && !suffix.is_empty()
-            && suffix.chars().all(|c| c.is_ascii_digit())
-        {
+        if StepKey::reads_as_a_repeat(&stage.name) {
             return Err((
                 Some(i),
                 "name",

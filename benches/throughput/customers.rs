@@ -11,7 +11,7 @@
 
 use chrono::NaiveDate;
 use invoice_reminder::config::Settings;
-use invoice_reminder::domain::{Amount, Customer, Invoice, InvoiceId};
+use invoice_reminder::domain::{Currency, Customer, Invoice, InvoiceId, Money, Recipients};
 use invoice_reminder::mail::{self, Templates};
 use sqlx::PgPool;
 
@@ -100,8 +100,7 @@ fn statement_bytes(settings: &Settings) -> usize {
         .map(|i| Invoice {
             id: InvoiceId::from(i as i64),
             number: format!("INV-{i}"),
-            amount: Amount::Minor(12_345),
-            currency: "EUR".into(),
+            amount: Money::from_minor(12_345, Currency::parse("EUR").expect("a currency")),
             due_date: today - chrono::Days::new(10 + 6 * i as u64),
             payment_url: None,
         })
@@ -117,7 +116,7 @@ fn statement_bytes(settings: &Settings) -> usize {
         .collect();
     let customer = Customer {
         name: "Customer 7".into(),
-        email: "customer7@example.test".into(),
+        email: Recipients::parse("customer7@example.test").expect("an address"),
         locale: None,
         id: Some("7".into()),
     };

@@ -12,7 +12,8 @@ use invoice_reminder::db;
 use invoice_reminder::db::Db;
 use invoice_reminder::db::owing::Today;
 use invoice_reminder::domain::{
-    Amount, Attempted, Customer, Delivery, Invoice, InvoiceId, Proof, ReminderId,
+    Attempted, Currency, Customer, Delivery, Invoice, InvoiceId, Money, Proof, Recipients,
+    ReminderId,
 };
 use invoice_reminder::mail::{self, Mailer, Templates};
 use lettre::transport::smtp::client::AsyncSmtpConnection;
@@ -82,14 +83,16 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
                     Invoice {
                         id: InvoiceId::from(id),
                         number,
-                        amount: Amount::Minor(amount_cents),
-                        currency,
+                        amount: Money::from_minor(
+                            amount_cents,
+                            Currency::parse(&currency).expect("a currency"),
+                        ),
                         due_date,
                         payment_url: None,
                     },
                     Customer {
                         name,
-                        email,
+                        email: Recipients::parse(&email).expect("an address"),
                         locale: None,
                         id: None,
                     },
@@ -281,7 +284,7 @@ pub fn rendering_cost(settings: &Settings, n: usize) -> MessageCost {
     let today = NaiveDate::from_ymd_opt(2026, 11, 30).expect("date");
     let customer = Customer {
         name: "Customer 7".into(),
-        email: "customer7@example.test".into(),
+        email: Recipients::parse("customer7@example.test").expect("an address"),
         locale: None,
         id: None,
     };
@@ -291,8 +294,10 @@ pub fn rendering_cost(settings: &Settings, n: usize) -> MessageCost {
         let invoice = Invoice {
             id: InvoiceId::from(i as i64),
             number: format!("INV-{i}"),
-            amount: Amount::Minor(12_345 + i as i64),
-            currency: "EUR".into(),
+            amount: Money::from_minor(
+                12_345 + i as i64,
+                Currency::parse("EUR").expect("a currency"),
+            ),
             due_date: today - chrono::Days::new(10 + (i % 30) as u64),
             payment_url: None,
         };

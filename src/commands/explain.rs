@@ -75,8 +75,8 @@ pub async fn explain_invoice(
             .row
             .customer_email
             .as_deref()
-            .and_then(|cell| crate::mail::message::parse_recipients(cell).ok())
-            .map(|list| list.iter().map(ToString::to_string).collect())
+            .and_then(|cell| crate::domain::Recipients::parse(cell).ok())
+            .map(|r| r.addresses().iter().map(ToString::to_string).collect())
             .unwrap_or_default(),
         _ => Vec::new(),
     };

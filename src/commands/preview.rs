@@ -200,7 +200,7 @@ async fn preview_statement(
         let Some(step) = stages.step(owed.step.as_str()) else {
             continue;
         };
-        if let Ok((invoice, customer)) = crate::problems::check(owed.row.clone()) {
+        if let Ok((invoice, customer)) = owed.row.clone().into_parts() {
             parts.push((invoice, customer, step));
         }
     }

@@ -9,9 +9,6 @@ use chrono::NaiveDate;
 
 use super::exit;
 
-/// How long an exiting process keeps trying to write results the database
-/// could not take during the tick.
-pub(super) const EXIT_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::config::Settings;
 use crate::db;
 use crate::db::owed::OwedReminder;
@@ -66,13 +63,8 @@ pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Resul
             .await
             .context("the tick's task failed")?
     };
-    ctx.mailer.shutdown().await;
-    ctx.lock.finish().await;
-    let unwritten = ctx
-        .deferred
-        .flush_before_exit(&ctx.db, EXIT_FLUSH_WAIT, &ctx.settings.lock)
-        .await;
-    ctx.close_database().await;
+    crate::shutdown::close_the_tick(&ctx).await;
+    let unwritten = crate::shutdown::release(&ctx).await;
     if unwritten > 0 {
         anyhow::bail!(
             "{unwritten} delivery result(s) could not be written before exit (logged above with their Message-IDs)"
@@ -136,7 +128,7 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     let (sendable, problems): (Vec<_>, Vec<_>) = listing
         .rows
         .iter()
-        .partition(|r| r.copies == 1 && crate::problems::check(r.row.clone()).is_ok());
+        .partition(|r| r.copies == 1 && r.row.clone().into_parts().is_ok());
     let would_send: Vec<OwedReminder> = sendable.into_iter().filter_map(|r| r.reminder()).collect();
     let per_step = stages
         .steps()

@@ -23,7 +23,7 @@ pub(super) async fn suppress(
         SuppressAction::Add { address, reason } => {
             let address = checked(&address)?;
             let reason = reason
-                .map(|r| crate::mail::text::sanitize(&r, 500))
+                .map(|r| crate::domain::sanitize(&r, 500))
                 .filter(|r| !r.is_empty())
                 .unwrap_or_else(|| DEFAULT_REASON.to_owned());
             let database = connect(settings).await?;
@@ -96,7 +96,7 @@ pub fn checked(address: &str) -> anyhow::Result<String> {
         .map_err(|e| {
             UsageError(format!(
                 "{:?} is not an email address: {e}",
-                crate::mail::text::sanitize(trimmed, 100)
+                crate::domain::sanitize(trimmed, 100)
             ))
             .into()
         })

@@ -76,7 +76,7 @@ pub async fn add(
         Ok(a) => a,
         Err(e) => return not_an_address(&app, &signed, &e.to_string()),
     };
-    let reason = crate::mail::text::sanitize(&form.reason, 500);
+    let reason = crate::domain::sanitize(&form.reason, 500);
     let reason = if reason.is_empty() {
         DEFAULT_REASON.to_owned()
     } else {

@@ -94,7 +94,7 @@ pub async fn record_deliveries(
     // In id order: the statement finds each row's place by binary search.
     let mut sorted: Vec<&Attempted> = deliveries.iter().collect();
     sorted.sort_by_key(|a| a.id);
-    for a in sorted {
+    for a in &sorted {
         ids.push(a.id);
         before.push(a.attempts_before);
         kinds.push(a.delivery.kind());
@@ -143,7 +143,7 @@ pub async fn record_deliveries(
     // only) and finds each one's bytes by position too; with nothing to
     // archive its arrays are empty and it inserts nothing. One message
     // settling several rows is archived once.
-    let statuses: Vec<(String,)> = on_db!(db, |c| {
+    let written: Vec<(ReminderId, bool)> = on_db!(db, |c| {
         sqlx::query_as(db.sql(
         "WITH recorded AS (
          UPDATE {ir}.reminders r
@@ -184,7 +184,7 @@ pub async fn record_deliveries(
                 SET archived_at = now(), sha256 = EXCLUDED.sha256, size = EXCLUDED.size,
                     compressed = EXCLUDED.compressed
          )
-         SELECT outcome FROM recorded"
+         SELECT id, outcome = 'discarded' AS gave_up FROM recorded"
     ),)
     .persistent(db.named())
     .bind(&ids)
@@ -201,14 +201,13 @@ pub async fn record_deliveries(
     .fetch_all(&mut *c)
     .await
     })?;
+    // Each written row is counted from the delivery it was written with,
+    // found as the statement found it (the last of its id in `sorted`).
     let mut recorded = Counts::default();
-    for (status,) in statuses {
-        match status.as_str() {
-            "sent" => recorded.sent = recorded.sent.saturating_add(1),
-            "failed" => recorded.failed = recorded.failed.saturating_add(1),
-            "discarded" => recorded.discarded = recorded.discarded.saturating_add(1),
-            "skipped" => recorded.suppressed = recorded.suppressed.saturating_add(1),
-            _ => recorded.unknown = recorded.unknown.saturating_add(1),
+    for (id, gave_up) in written {
+        let at = sorted.partition_point(|a| a.id <= id).checked_sub(1);
+        if let Some(a) = at.and_then(|i| sorted.get(i)).filter(|a| a.id == id) {
+            recorded.count_written(&a.delivery, gave_up);
         }
     }
     Ok(recorded)

@@ -29,7 +29,9 @@ use super::Db;
 use super::conn::on_db;
 use super::owing::{Today, gap_until, invoice_gap_clear, owes_flags};
 use super::params::Params;
-use crate::domain::{Amount, Customer, Invoice, InvoiceId, Problem, SourceProblem};
+use crate::domain::{
+    Currency, Customer, Invoice, InvoiceId, Money, Problem, Recipients, SourceProblem,
+};
 use crate::stages::Window;
 
 /// Position of the last row of a page; the next page starts after it.
@@ -97,10 +99,13 @@ impl SourceRow {
         }
     }
 
-    /// The invoice and customer of a row that has every column a reminder
-    /// needs (a key, an email, a due date, a currency and an amount); the
-    /// first NULL among them is the problem. Values are not checked here
-    /// (`crate::problems` does).
+    /// The invoice and customer of a row that can make a reminder, its
+    /// values parsed into their domain types here, once; otherwise the
+    /// first problem that keeps it from being reminded: a NULL key, a NULL
+    /// among the columns a reminder needs (an email, a due date, a
+    /// currency and an amount), a due date no step can be dated from, a
+    /// currency that is not ISO 4217, an amount that does not fit its
+    /// currency, an `email` cell without a valid address list.
     pub fn into_parts(self) -> Result<(Invoice, Customer), SourceProblem> {
         let missing = |row: &Self, column: &str| {
             row.problem(Problem::MissingField, format!("{column} is NULL"))
@@ -108,7 +113,7 @@ impl SourceRow {
         let Some(id) = self.invoice_id.clone() else {
             return Err(self.problem(Problem::NullKey, "invoice_id is NULL"));
         };
-        let Some(email) = self.customer_email.clone() else {
+        let Some(email) = self.customer_email.as_deref() else {
             return Err(missing(&self, "email"));
         };
         if let Some(bad) = &self.due_date_bad {
@@ -120,19 +125,25 @@ impl SourceRow {
         let Some(due_date) = self.due_date else {
             return Err(missing(&self, "due_date"));
         };
-        let Some(currency) = self.currency.clone() else {
+        let Some(currency) = self.currency.as_deref() else {
             return Err(missing(&self, "currency"));
         };
         if self.amount_minor.is_none() && self.amount_major.is_none() {
             return Err(missing(&self, "the amount"));
         }
-        let amount = Amount::from_columns(self.amount_minor, self.amount_major);
+        let currency =
+            Currency::parse(currency).map_err(|e| self.problem(Problem::BadCurrency, e))?;
+        let amount = match (&self.amount_major, self.amount_minor) {
+            (Some(major), _) => Money::from_major(major, currency)
+                .map_err(|e| self.problem(Problem::BadAmount, e))?,
+            (None, minor) => Money::from_minor(minor.unwrap_or_default(), currency),
+        };
+        let email = Recipients::parse(email).map_err(|e| self.problem(Problem::BadAddress, e))?;
         Ok((
             Invoice {
                 id,
                 number: self.number.unwrap_or_default(),
                 amount,
-                currency,
                 due_date,
                 payment_url: self.payment_url,
             },

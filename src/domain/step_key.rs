@@ -14,6 +14,23 @@ use std::fmt;
 pub struct StepKey(pub String);
 
 impl StepKey {
+    /// The key of a stage's `occurrence` (1 for the first): the stage's
+    /// name, then `-2`, `-3`, ... for its repeats (`final`, `final-2`).
+    pub fn of(stage: &str, occurrence: u32) -> Self {
+        match occurrence {
+            0 | 1 => Self(stage.to_owned()),
+            n => Self(format!("{stage}-{n}")),
+        }
+    }
+
+    /// Whether `name` ends the way a repeat's key does (`-<digits>`), so a
+    /// stage by that name could not be told from another stage's repeat.
+    pub fn reads_as_a_repeat(name: &str) -> bool {
+        name.rsplit_once('-').is_some_and(|(_, suffix)| {
+            !suffix.is_empty() && suffix.chars().all(|c| c.is_ascii_digit())
+        })
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -46,5 +63,19 @@ impl PartialEq<&str> for StepKey {
 impl fmt::Display for StepKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeat_is_its_stage_name_and_its_occurrence() {
+        assert_eq!(StepKey::of("final", 1), "final");
+        assert_eq!(StepKey::of("final", 3), "final-3");
+        assert!(StepKey::reads_as_a_repeat("final-2"));
+        assert!(!StepKey::reads_as_a_repeat("pre-due"));
+        assert!(!StepKey::reads_as_a_repeat("final-"));
     }
 }

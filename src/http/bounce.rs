@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::mail::text::sanitize;
+use crate::domain::sanitize;
 
 /// The longest `detail` kept.
 pub const MAX_DETAIL_CHARS: usize = 500;

@@ -1,22 +1,22 @@
 //! Money and dates in the customer's language, for the `money` and `date`
 //! template filters.
 //!
-//! Minor units come from ISO 4217 (the `iso_currency` crate: JPY 0, EUR 2,
-//! KWD 3), grouping and decimal separators and date patterns from CLDR
-//! (ICU4X's compiled data); nothing here is a hand-written table. An
-//! unknown currency is an error naming it, never a guess.
+//! Minor units come from the currency ([`Currency`], ISO 4217), grouping
+//! and decimal separators and date patterns from CLDR (ICU4X's compiled
+//! data); nothing here is a hand-written table. An unknown currency is an
+//! error naming it, never a guess.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{Datelike, NaiveDate};
-use fixed_decimal::{SignedRoundingMode, UnsignedRoundingMode};
 use icu_datetime::DateTimeFormatter;
 use icu_datetime::fieldsets::YMD;
 use icu_decimal::DecimalFormatter;
 use icu_decimal::input::Decimal;
 use icu_locale_core::Locale;
 
+use crate::domain::Currency;
 use crate::locale::parse_locale;
 
 /// Formatters by locale tag (the render's `locale` as it is written),
@@ -67,48 +67,18 @@ fn locale_of(tag: &str) -> Locale {
     parse_locale(tag).unwrap_or(Locale::UNKNOWN)
 }
 
-/// The number of decimals ISO 4217 gives `currency`.
-pub fn minor_units(currency: &str) -> Result<u16, String> {
-    iso_currency::Currency::from_code(&currency.trim().to_ascii_uppercase())
-        .and_then(|c| c.exponent())
-        .ok_or_else(|| format!("unknown currency {currency:?} (an ISO 4217 code such as EUR)"))
-}
-
-/// An amount in major units (`"1234.5"`, the source's numeric `amount`)
-/// in minor units of `currency` (`123450` for EUR, `1235` for JPY `1234.5`):
-/// exact decimal arithmetic, rounding half away from zero when the amount
-/// has more decimals than the currency.
-pub fn major_to_minor(amount: &str, currency: &str) -> Result<i64, String> {
-    let exponent = minor_units(currency)?;
-    let mut decimal = Decimal::try_from_str(amount.trim())
-        .map_err(|_| format!("amount {amount:?} is not a decimal number"))?;
-    decimal.multiply_pow10(i16::try_from(exponent).unwrap_or(0));
-    decimal.round_with_mode(
-        0,
-        SignedRoundingMode::Unsigned(UnsignedRoundingMode::HalfExpand),
-    );
-    decimal
-        .to_string()
-        .parse()
-        .map_err(|_| format!("amount {amount} {currency} is out of range"))
-}
-
 impl Formats {
     /// `123456` minor units of EUR in `de` → `1.234,56 EUR`.
     pub fn money(&self, minor: i64, currency: &str, tag: &str) -> Result<String, String> {
-        let exponent = minor_units(currency)?;
+        let currency = Currency::parse(currency)?;
         let formatter = kept(&self.decimals, tag, || {
             let locale = locale_of(tag);
             DecimalFormatter::try_new((&locale).into(), Default::default())
                 .map_err(|e| format!("no number format for {locale}: {e}"))
         })?;
         let mut amount = Decimal::from(minor);
-        amount.multiply_pow10(-i16::try_from(exponent).unwrap_or(0));
-        Ok(format!(
-            "{} {}",
-            formatter.format(&amount),
-            currency.trim().to_ascii_uppercase()
-        ))
+        amount.multiply_pow10(-i16::try_from(currency.minor_units()).unwrap_or(0));
+        Ok(format!("{} {}", formatter.format(&amount), currency.code()))
     }
 
     /// `2026-11-20` in `de` → `20. November 2026`; in `en` → `November 20, 2026`.
@@ -160,20 +130,6 @@ mod tests {
         assert_eq!(money(1_234_567, "KWD", "de"), "1.234,567 KWD");
         assert_eq!(money(5, "USD", "en"), "0.05 USD");
         assert!(money(5, "XXQ", "en").contains("unknown currency"));
-    }
-
-    #[test]
-    fn major_amounts_become_minor_units_by_the_currencys_exponent() {
-        assert_eq!(major_to_minor("1234.50", "EUR"), Ok(123_450));
-        assert_eq!(major_to_minor("1234.5", "eur"), Ok(123_450));
-        assert_eq!(major_to_minor("1000", "JPY"), Ok(1000));
-        assert_eq!(major_to_minor("1234.5", "JPY"), Ok(1235));
-        assert_eq!(major_to_minor("1.2345", "KWD"), Ok(1235));
-        assert_eq!(major_to_minor("0.005", "USD"), Ok(1));
-        assert_eq!(major_to_minor("-2.005", "USD"), Ok(-201));
-        assert!(major_to_minor("12,50", "EUR").is_err());
-        assert!(major_to_minor("12.50", "XXQ").is_err_and(|e| e.contains("unknown currency")));
-        assert!(major_to_minor("1e30", "EUR").is_err());
     }
 
     #[test]

@@ -117,7 +117,11 @@ impl Templates {
             }
         }
         let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default();
-        let (invoice, customer) = sample(today);
+        let (invoice, customer) = sample(today).map_err(|reason| TemplateError::Broken {
+            file: "the sample reminder".to_owned(),
+            line: None,
+            reason,
+        })?;
         self.check_payment_url(stages, &invoice, &customer, today)?;
         let pairs: BTreeSet<(String, String)> = self
             .origins

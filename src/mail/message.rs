@@ -15,28 +15,23 @@
 //! headers (`crate::dkim`). Customer data (names,
 //! invoice numbers) is stripped of control characters and length-limited
 //! before it reaches a header, and lettre encodes what remains, so CR/LF in
-//! a name can never start a new header. An address that does not parse is a
-//! [`MessageError`]: the reminder is discarded with that reason and the
-//! others still go out.
+//! a name can never start a new header. The recipients were parsed where
+//! the source row entered ([`Recipients`](crate::domain::Recipients)): a
+//! message goes to exactly those addresses.
 
-use lettre::Address;
 use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
 use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart};
 
-use super::text::{MAX_NAME_CHARS, Rendered, sanitize};
+use super::text::{MAX_NAME_CHARS, Rendered};
 use crate::config::SmtpSettings;
 use crate::domain::StepKey;
+use crate::domain::sanitize;
 use crate::domain::{Customer, Invoice, InvoiceId};
 
 /// A reminder that cannot become a message; final, never retried.
 #[derive(Debug, thiserror::Error)]
 pub enum MessageError {
-    #[error("invalid email address for invoice {invoice_id}: {reason}")]
-    InvalidAddress {
-        invoice_id: InvoiceId,
-        reason: String,
-    },
     #[error("cannot build the message for invoice {invoice_id}: {reason}")]
     Build {
         invoice_id: InvoiceId,
@@ -94,42 +89,6 @@ pub fn id_token(invoice_id: &InvoiceId) -> String {
         token.push_str(&format!("{b:02x}"));
     }
     token
-}
-
-/// The most addresses one `email` cell may hold.
-pub const MAX_RECIPIENTS: usize = 20;
-
-/// The addresses in a source `email` cell: one, or several separated by
-/// commas (a view's `string_agg` over a contacts table). Each must parse;
-/// repeats (compared case-insensitively) are dropped, the first kept. An
-/// empty cell, an empty list or one bad address is an error naming it.
-pub fn parse_recipients(cell: &str) -> Result<Vec<Address>, String> {
-    let mut addresses: Vec<Address> = Vec::new();
-    for part in cell.split(',') {
-        let part = part.trim();
-        if part.is_empty() {
-            continue;
-        }
-        let address: Address = part.parse().map_err(|e: lettre::address::AddressError| {
-            format!("{:?} is not an email address: {e}", sanitize(part, 100))
-        })?;
-        let seen = addresses
-            .iter()
-            .any(|a| AsRef::<str>::as_ref(a).eq_ignore_ascii_case(address.as_ref()));
-        if !seen {
-            addresses.push(address);
-        }
-    }
-    if addresses.is_empty() {
-        return Err("the customer has no email address".to_owned());
-    }
-    if addresses.len() > MAX_RECIPIENTS {
-        return Err(format!(
-            "{} addresses in one email cell; at most {MAX_RECIPIENTS}",
-            addresses.len()
-        ));
-    }
-    Ok(addresses)
 }
 
 #[derive(Clone)]
@@ -317,17 +276,13 @@ fn build(
     rendered: Rendered,
 ) -> Result<OutgoingMail, MessageError> {
     let invoice_id = keys.invoice_id;
-    let addresses =
-        parse_recipients(&customer.email).map_err(|reason| MessageError::InvalidAddress {
-            invoice_id: invoice_id.clone(),
-            reason,
-        })?;
+    let addresses = customer.email.addresses();
     let name = sanitize(&customer.name, MAX_NAME_CHARS);
     let id = keys.message_id;
     // The envelope from the addresses in hand: lettre would otherwise
     // parse it back out of the From and To headers it was just given.
     let envelope =
-        Envelope::new(Some(smtp.from.email.clone()), addresses.clone()).map_err(|e| {
+        Envelope::new(Some(smtp.from.email.clone()), addresses.to_vec()).map_err(|e| {
             MessageError::Build {
                 invoice_id: invoice_id.clone(),
                 reason: e.to_string(),
@@ -339,7 +294,7 @@ fn build(
     for address in addresses {
         builder = builder.to(Mailbox::new(
             (!name.is_empty()).then(|| name.clone()),
-            address,
+            address.clone(),
         ));
     }
     let mut builder = builder

@@ -24,7 +24,7 @@ mod vars;
 use chrono::NaiveDate;
 
 use crate::config::SmtpSettings;
-use crate::domain::{Customer, Invoice, MessageBytes, Proof};
+use crate::domain::{Customer, Delivery, Invoice, MessageBytes, Proof};
 use crate::stages::{Stages, Step};
 
 pub use message::{
@@ -110,14 +110,20 @@ pub fn compose_statement(
     )
 }
 
-/// The proof of acceptance of `mail`: the server's final reply and the
-/// SHA-256 of the exact bytes handed to DATA; with `archive`, the bytes too.
-pub fn proof(mail: &OutgoingMail, accepted: Accepted, archive: bool) -> Proof {
+/// The delivery of `mail`, which the server accepted, with its proof: the
+/// server's final reply and the SHA-256 of the exact bytes handed to DATA;
+/// with `archive`, the bytes too. A send that failed is a delivery too
+/// ([`classify`]).
+pub fn sent(mail: OutgoingMail, accepted: Accepted, archive: bool) -> Delivery {
     use sha2::Digest as _;
     let bytes = mail.formatted();
-    Proof {
+    let proof = Proof {
         reply: accepted.reply,
         sha256: sha2::Sha256::digest(bytes).into(),
         archived: archive.then(|| MessageBytes(bytes.into())),
+    };
+    Delivery::Sent {
+        message_id: mail.message_id,
+        proof,
     }
 }

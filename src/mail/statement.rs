@@ -114,17 +114,16 @@ impl Templates {
                 self.company(),
                 today,
             );
-            let amount = self.minor_units(line.invoice)?;
-            vars.invoice.amount = amount;
+            let amount = line.invoice.amount.minor();
             vars.locale = format_locale.to_string();
             let payment_url = self.payment_link(line.invoice, &vars)?;
             match totals
                 .iter_mut()
-                .find(|t| t.currency == line.invoice.currency)
+                .find(|t| t.currency == line.invoice.amount.currency().as_str())
             {
                 Some(t) => t.amount = t.amount.saturating_add(amount),
                 None => totals.push(Total {
-                    currency: line.invoice.currency.clone(),
+                    currency: line.invoice.amount.currency().as_str().to_owned(),
                     amount,
                 }),
             }

@@ -23,10 +23,11 @@ use icu_locale_core::Locale;
 use minijinja::Environment;
 
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
-use super::text::{MAX_SUBJECT_CHARS, Rendered, sanitize};
+use super::text::{MAX_SUBJECT_CHARS, Rendered};
 use super::vars::Vars;
 use crate::config::CompanySettings;
-use crate::domain::{Amount, Customer, Invoice};
+use crate::domain::sanitize;
+use crate::domain::{Customer, Invoice};
 use crate::locale::parse_locale;
 use crate::stages::Step;
 
@@ -141,9 +142,7 @@ impl Templates {
         today: NaiveDate,
     ) -> Result<Rendered, RenderError> {
         let (locale, format_locale) = self.resolve(template, customer.locale.as_deref());
-        let amount = self.minor_units(invoice)?;
         let mut vars = Vars::new(invoice, customer, step, stage_name, &self.company, today);
-        vars.invoice.amount = amount;
         vars.locale = format_locale.to_string();
         vars.company.payment_url = self.payment_link(invoice, &vars)?;
         self.render_parts(&locale, template, &vars)
@@ -172,17 +171,6 @@ impl Templates {
         })
     }
 
-    /// The invoice's amount in minor units of its currency.
-    pub(super) fn minor_units(&self, invoice: &Invoice) -> Result<i64, RenderError> {
-        match &invoice.amount {
-            Amount::Minor(minor) => Ok(*minor),
-            Amount::Major(major) => {
-                super::format::major_to_minor(major, &invoice.currency).map_err(RenderError::Data)
-            }
-            Amount::Missing => Err(RenderError::Data("the source's amount is NULL".to_owned())),
-        }
-    }
-
     fn render_one(&self, name: &str, vars: &minijinja::Value) -> Result<String, RenderError> {
         let template = self
             .env
@@ -205,7 +193,8 @@ pub enum RenderError {
     },
     #[error("{0}")]
     Missing(String),
-    /// The invoice's data cannot make a reminder (its amount).
+    /// The letter's data cannot make a message (a statement without
+    /// invoices).
     #[error("{0}")]
     Data(String),
 }

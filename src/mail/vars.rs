@@ -6,10 +6,11 @@
 use chrono::NaiveDate;
 use serde::Serialize;
 
-use super::text::{MAX_NAME_CHARS, MAX_NUMBER_CHARS, sanitize};
+use super::text::{MAX_NAME_CHARS, MAX_NUMBER_CHARS};
 use crate::config::CompanySettings;
 use crate::domain::StepKey;
-use crate::domain::{Amount, Customer, Invoice, InvoiceId};
+use crate::domain::sanitize;
+use crate::domain::{Currency, Customer, Invoice, InvoiceId, Money, Recipients};
 use crate::stages::Step;
 
 #[derive(Serialize)]
@@ -58,9 +59,8 @@ pub(super) struct CompanyVars<'a> {
 }
 
 impl<'a> Vars<'a> {
-    /// The context for one reminder. `invoice.amount` starts at 0,
-    /// `locale` and `company.payment_url` empty: the caller sets them
-    /// (converting the amount can fail, the locale follows the template
+    /// The context for one reminder. `locale` and `company.payment_url`
+    /// start empty: the caller sets them (the locale follows the template
     /// chosen, and the link is checked first; see `links`).
     pub(super) fn new(
         invoice: &'a Invoice,
@@ -73,14 +73,14 @@ impl<'a> Vars<'a> {
         Vars {
             customer: CustomerVars {
                 name: sanitize(&customer.name, MAX_NAME_CHARS),
-                email: customer.email.trim(),
+                email: customer.email.cell().trim(),
                 locale: customer.locale.as_deref(),
             },
             invoice: InvoiceVars {
                 id: invoice.id.to_string(),
                 number: sanitize(&invoice.number, MAX_NUMBER_CHARS),
-                amount: 0,
-                currency: invoice.currency.clone(),
+                amount: invoice.amount.minor(),
+                currency: invoice.amount.currency().as_str().to_owned(),
                 due_date: invoice.due_date.to_string(),
                 days_overdue: (today - invoice.due_date).num_days(),
             },
@@ -105,22 +105,22 @@ impl<'a> Vars<'a> {
     }
 }
 
-/// The reminder templates are checked against.
-pub(super) fn sample(today: NaiveDate) -> (Invoice, Customer) {
-    (
+/// The reminder templates are checked against (its values parse; the
+/// error is the reason one would not).
+pub(super) fn sample(today: NaiveDate) -> Result<(Invoice, Customer), String> {
+    Ok((
         Invoice {
             id: InvoiceId("1".into()),
             number: "INV-0001".into(),
-            amount: Amount::Minor(123_456),
-            currency: "EUR".into(),
+            amount: Money::from_minor(123_456, Currency::parse("EUR")?),
             due_date: today - chrono::Days::new(10),
             payment_url: None,
         },
         Customer {
             name: "Ada Lovelace".into(),
-            email: "ada@example.com".into(),
+            email: Recipients::parse("ada@example.com")?,
             locale: None,
             id: None,
         },
-    )
+    ))
 }

@@ -105,11 +105,7 @@ impl Sender {
         match ctx.mailer.send(&mail, &may_start).await {
             Ok(accepted) => {
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
-                let proof = mail::proof(&mail, accepted, archive);
-                finished(Delivery::Sent {
-                    message_id: mail.message_id,
-                    proof,
-                })
+                finished(mail::sent(mail, accepted, archive))
             }
             Err(SendError::NotStarted) => self.not_sent(&letter),
             Err(e @ SendError::LoginRefused { .. }) => {

@@ -99,14 +99,17 @@ mod tests {
             invoice: crate::domain::Invoice {
                 id: id.into(),
                 number: String::new(),
-                amount: crate::domain::Amount::Minor(1),
-                currency: "EUR".into(),
+                amount: crate::domain::Money::from_minor(
+                    1,
+                    crate::domain::Currency::parse("EUR").unwrap_or_else(|e| panic!("{e}")),
+                ),
                 due_date: chrono::NaiveDate::MIN,
                 payment_url: None,
             },
             customer: crate::domain::Customer {
                 name: String::new(),
-                email: "a@example.test".into(),
+                email: crate::domain::Recipients::parse("a@example.test")
+                    .unwrap_or_else(|e| panic!("{e}")),
                 locale: None,
                 id: None,
             },

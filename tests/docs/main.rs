@@ -457,14 +457,16 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
         let invoice = invoice_reminder::domain::Invoice {
             id: invoice_reminder::domain::InvoiceId("42".into()),
             number: number.into(),
-            amount: invoice_reminder::domain::Amount::Minor(1000),
-            currency: "EUR".into(),
+            amount: invoice_reminder::domain::Money::from_minor(
+                1000,
+                invoice_reminder::domain::Currency::parse("EUR").unwrap(),
+            ),
             due_date: today - chrono::Days::new(10),
             payment_url: None,
         };
         let customer = invoice_reminder::domain::Customer {
             name: "Ada".into(),
-            email: "ada@example.com".into(),
+            email: invoice_reminder::domain::Recipients::parse("ada@example.com").unwrap(),
             locale: None,
             id: None,
         };

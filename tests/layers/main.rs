@@ -21,13 +21,14 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["console"],
     &["commands"],
+    &["shutdown"],
     &["http", "schedule"],
     &["tick"],
     &["lock", "problems"],
     &["db", "mail", "telemetry"],
     &["config", "metrics", "liveness"],
     &["stages", "locale", "dkim"],
-    &["domain", "cli", "shutdown", "causes"],
+    &["domain", "cli", "causes"],
 ];
 
 /// A module path such as `["db", "locks"]`; the crate root is `[]`.

@@ -1,6 +1,6 @@
-//! Retries: a failed reminder waits for its backoff, rows out of attempts
-//! are discarded with the reason, and an unknown result recorded twice
-//! counts its attempt once.
+//! Retries: a failed reminder waits for its backoff, a failure on the last
+//! attempt and rows out of attempts are discarded (and counted so), and an
+//! unknown result recorded twice counts its attempt once.
 
 use invoice_reminder::db;
 use invoice_reminder::domain::{Attempted, Delivery, InvoiceId, ReminderId};
@@ -31,6 +31,25 @@ async fn a_failed_reminder_waits_for_its_backoff_before_the_next_attempt() {
 
     assert_eq!(during_backoff, 0, "retried before its backoff was over");
     assert_eq!(world.sink.count(), 3);
+}
+
+#[tokio::test]
+async fn a_transient_refusal_on_the_last_attempt_is_counted_discarded_as_it_is_written() {
+    let mut world = World::new().await;
+    world.set("reminders.max_attempts", 1);
+    common::insert_overdue(world.pool(), 2).await;
+    let ctx = world.context().await;
+    world.sink.set_mode(SmtpMode::Refuse4xx);
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    let counts = outcome.summary().cloned().unwrap().counts;
+    assert_eq!((counts.failed, counts.discarded), (0, 2), "{counts:?}");
+    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM reminders")
+        .fetch_all(world.pool())
+        .await
+        .unwrap();
+    assert_eq!(statuses, ["discarded", "discarded"]);
 }
 
 #[tokio::test]

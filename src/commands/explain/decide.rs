@@ -4,7 +4,7 @@
 //! date it will next be reminded on if nothing changes but the date.
 //!
 //! It follows the tick, not a description of it: the due step is
-//! `Stages::due_step`, a row's fitness is `problems::check`, and the paid
+//! `Stages::due_step`, a row's fitness is `SourceRow::into_parts`, and the paid
 //! and paused test, a run being over and the retry wait come from the
 //! claim's own SQL fragments (`db::explain`). What is decided here is only
 //! which of those facts speaks first, and, for the dates to come, where
@@ -19,7 +19,6 @@ use super::report::{
 };
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::domain::{InvoiceId, Problem, SkipReason};
-use crate::problems;
 use crate::stages::{Stages, shift};
 
 /// What the configuration says about reminders, as the tick uses it.
@@ -129,7 +128,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
                 "{copies} rows of the source have this invoice_id; no reminder is sent until there is one"
             ),
         )),
-        Some(s) => problems::check(s.row.clone()).err().map(|p| {
+        Some(s) => s.row.clone().into_parts().err().map(|p| {
             (
                 Unusable::Row(p.problem),
                 format!(
@@ -160,7 +159,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
             }
             verdict
         }
-        // `problems::check` passed: one row, with a due date.
+        // `SourceRow::into_parts` passed: one row, with a due date.
         (None, _, _) => (
             Reason::SourceProblem,
             "the source row has no due date".into(),

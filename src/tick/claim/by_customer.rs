@@ -27,13 +27,14 @@ use crate::db;
 use crate::db::claims::StatementClaim;
 use crate::db::invoices::SourceRow;
 use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
+use crate::domain::{MAX_RECIPIENTS, Recipients};
 use crate::mail;
-use crate::mail::message::{MAX_RECIPIENTS, parse_recipients};
 use crate::problems;
 use crate::tick::TickError;
 use crate::tick::bounds::MarkWindow;
 use crate::tick::mark::Batch;
 use crate::tick::timings::Spent;
+use lettre::Address;
 
 /// One statement per customer.
 pub(super) struct CustomerStatements {
@@ -266,14 +267,12 @@ fn letters(c: &Claiming, group: &[Statement], rows: Vec<Claimed>) -> Vec<Letter>
 /// most [`MAX_RECIPIENTS`]: the mail is built from its first row's customer,
 /// which gets them all.
 fn address_to_all(rows: &mut [Claimed]) {
-    let mut all: Vec<String> = Vec::new();
+    let mut all: Vec<Address> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for row in rows.iter() {
-        // Every row passed its checks, so its cell parses.
-        for address in parse_recipients(&row.customer.email).unwrap_or_default() {
-            let text = address.to_string();
-            if seen.insert(text.to_lowercase()) {
-                all.push(text);
+        for address in row.customer.email.addresses() {
+            if seen.insert(address.to_string().to_lowercase()) {
+                all.push(address.clone());
             }
         }
     }
@@ -288,7 +287,9 @@ fn address_to_all(rows: &mut [Claimed]) {
         );
         all.truncate(MAX_RECIPIENTS);
     }
-    if let Some(first) = rows.first_mut() {
-        first.customer.email = all.join(", ");
+    if let Some(first) = rows.first_mut()
+        && let Some(all) = Recipients::of(all)
+    {
+        first.customer.email = all;
     }
 }

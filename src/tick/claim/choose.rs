@@ -3,7 +3,7 @@
 //!
 //! The rule in both groupings: **a row that cannot be mailed takes no room
 //! and holds nothing back.** A key on several rows, a row that fails its
-//! check (`problems::check`) is reported and left out before anything is
+//! check (`SourceRow::into_parts`) is reported and left out before anything is
 //! counted; a row whose every address is suppressed is claimed (to be
 //! recorded `skipped`) but takes no place in a mail; a sound row the gap
 //! holds back is left for a later tick, or, when the gap lasts past the
@@ -20,8 +20,6 @@ use crate::db::customers::{CustomerRow, Owes};
 use crate::db::invoices::SourceRow;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, Problem, ReminderId, SourceProblem};
-use crate::mail::message::parse_recipients;
-use crate::problems;
 use crate::stages::shift;
 
 /// The keys that occur more than once among `keys`.
@@ -51,7 +49,7 @@ pub(super) fn invoice_keys(
             .invoice_id
             .as_ref()
             .is_some_and(|id| repeated_ids.contains(id));
-        if !repeated && let Err(p) = problems::check(row.clone()) {
+        if !repeated && let Err(p) = row.clone().into_parts() {
             problem(p);
             continue;
         }
@@ -87,7 +85,7 @@ pub(super) fn superseded_of_page(
 ) -> Vec<Superseded> {
     let mut steps = Vec::new();
     for (row, until) in held {
-        if let Err(p) = problems::check(row.clone()) {
+        if let Err(p) = row.clone().into_parts() {
             problem(p);
             continue;
         }
@@ -248,7 +246,7 @@ fn one_customer(
             ));
             continue;
         }
-        let customer_row = match problems::check(r.row.clone()) {
+        let customer_row = match r.row.clone().into_parts() {
             Ok((_, customer)) => customer,
             Err(p) => {
                 problem(p);
@@ -272,14 +270,11 @@ fn one_customer(
         if waits || !taken.insert(key.clone()) {
             continue;
         }
-        let all_suppressed = parse_recipients(&customer_row.email)
-            .map(|list| {
-                !list.is_empty()
-                    && list
-                        .iter()
-                        .all(|a| suppressed.contains(&a.to_string().to_lowercase()))
-            })
-            .unwrap_or(false);
+        let all_suppressed = customer_row
+            .email
+            .addresses()
+            .iter()
+            .all(|a| suppressed.contains(&a.to_string().to_lowercase()));
         let retry = match owes {
             Owes::Retry { id, message_id } => Some((id, message_id)),
             _ => None,

@@ -16,11 +16,11 @@ use super::choose::repeated;
 use super::claiming::Claiming;
 use crate::db;
 use crate::db::reminders::ClaimedRow;
+use crate::domain::Recipients;
 use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, Problem, SkipReason, count_of};
-use crate::mail::message::parse_recipients;
-use crate::problems;
 use crate::tick::mark::Batch;
 use crate::tick::{TickError, db_err};
+use lettre::Address;
 
 /// The claimed rows worth sending, checked again. A row that fails its
 /// check now, or whose reminder id came back more than once, is dropped
@@ -44,7 +44,7 @@ pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Cl
             ))
             .map_err(|p| (p, reported.insert(row.id)))
         } else {
-            problems::check(row.source).map_err(|p| (p, true))
+            row.source.into_parts().map_err(|p| (p, true))
         };
         match checked {
             Ok((invoice, customer)) => batch.push(Claimed {
@@ -84,10 +84,12 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
     let recipients: Vec<Vec<String>> = batch
         .iter()
         .map(|row| {
-            // The row passed its checks, so its cell parses.
-            parse_recipients(&row.customer.email)
-                .map(|list| list.iter().map(ToString::to_string).collect())
-                .unwrap_or_default()
+            row.customer
+                .email
+                .addresses()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
         })
         .collect();
     let mut asked: Vec<String> = recipients.iter().flatten().cloned().collect();
@@ -103,14 +105,26 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
     }
     let mut to_send = Vec::with_capacity(batch.len());
     for (mut row, addresses) in batch.into_iter().zip(recipients) {
-        let kept: Vec<String> = addresses
+        let kept: Vec<Address> = row
+            .customer
+            .email
+            .addresses()
             .iter()
-            .filter(|a| !suppressed.contains(*a))
-            .cloned()
+            .zip(&addresses)
+            .filter(|(_, text)| !suppressed.contains(*text))
+            .map(|(a, _)| a.clone())
             .collect();
         if kept.len() == addresses.len() {
             to_send.push(row);
-        } else if kept.is_empty() {
+        } else if let Some(kept) = Recipients::of(kept) {
+            tracing::debug!(
+                invoice_id = %row.invoice.id,
+                left_out = addresses.len().saturating_sub(kept.addresses().len()),
+                "suppressed recipients left out of To"
+            );
+            row.customer.email = kept;
+            to_send.push(row);
+        } else {
             tracing::info!(invoice_id = %row.invoice.id, period = %row.step, "every recipient is suppressed; reminder skipped");
             let skipped = Attempted {
                 id: row.id,
@@ -126,14 +140,6 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
                 // The record phase is gone: the end of the run hands it back.
                 c.p().bound().release(1);
             }
-        } else {
-            tracing::debug!(
-                invoice_id = %row.invoice.id,
-                left_out = addresses.len().saturating_sub(kept.len()),
-                "suppressed recipients left out of To"
-            );
-            row.customer.email = kept.join(", ");
-            to_send.push(row);
         }
     }
     Ok(to_send)

@@ -8,7 +8,7 @@ use super::claiming::Claiming;
 use crate::db::customers::{CustomerPage, CustomerRow};
 use crate::db::invoices::{OverdueKey, OwedPage};
 use crate::db::{self, Db};
-use crate::mail::message::parse_recipients;
+use crate::domain::Recipients;
 use crate::stages::Window;
 use crate::tick::timings::Spent;
 use crate::tick::{TickError, db_err};
@@ -140,9 +140,13 @@ pub async fn suppressed_addresses<'a>(
     cells: impl Iterator<Item = &'a str>,
 ) -> Result<HashSet<String>, sqlx::Error> {
     let mut asked: Vec<String> = cells
-        .filter_map(|cell| parse_recipients(cell).ok())
-        .flatten()
-        .map(|a| a.to_string().to_lowercase())
+        .filter_map(|cell| Recipients::parse(cell).ok())
+        .flat_map(|r| {
+            r.addresses()
+                .iter()
+                .map(|a| a.to_string().to_lowercase())
+                .collect::<Vec<_>>()
+        })
         .collect();
     asked.sort_unstable();
     asked.dedup();

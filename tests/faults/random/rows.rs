@@ -7,8 +7,19 @@
 //! distinct, so audit's report can be matched row by row.
 
 use chrono::{Days, NaiveDate};
-use invoice_reminder::mail::format::{major_to_minor, minor_units};
-use invoice_reminder::mail::message::parse_recipients;
+use invoice_reminder::domain::{Currency, Money, Recipients};
+
+fn parse_recipients(cell: &str) -> Result<Recipients, String> {
+    Recipients::parse(cell)
+}
+
+fn minor_units(code: &str) -> Result<u16, String> {
+    Currency::parse(code).map(|c| c.minor_units())
+}
+
+fn major_to_minor(amount: &str, code: &str) -> Result<i64, String> {
+    Money::from_major(amount, Currency::parse(code)?).map(|m| m.minor())
+}
 
 use super::rng::Rng;
 use super::source::{AmountType, Row, Shape};

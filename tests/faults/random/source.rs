@@ -288,10 +288,10 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings, by_custome
         for c in &customers.suppressed {
             let cell = customers.emails.get(*c).cloned().unwrap_or_default();
             let addresses =
-                invoice_reminder::mail::message::parse_recipients(&cell).expect("a valid cell");
+                invoice_reminder::domain::Recipients::parse(&cell).expect("a valid cell");
             expected
                 .suppress
-                .extend(addresses.iter().map(ToString::to_string));
+                .extend(addresses.addresses().iter().map(ToString::to_string));
         }
     }
     let invalid = g.rng().range(8, 30);
