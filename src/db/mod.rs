@@ -18,6 +18,7 @@ pub mod invoices;
 pub mod locks;
 pub mod migrate;
 pub mod owed;
+pub mod overview;
 pub mod owing;
 pub mod params;
 pub mod relay_pace;

@@ -105,8 +105,9 @@ impl<'a> Vars<'a> {
     }
 }
 
-/// The reminder templates are checked against.
-pub(super) fn sample(today: NaiveDate) -> (Invoice, Customer) {
+/// The reminder templates are checked against (and the console's preview
+/// shows).
+pub fn sample(today: NaiveDate) -> (Invoice, Customer) {
     (
         Invoice {
             id: InvoiceId("1".into()),
