@@ -31,17 +31,35 @@ pub struct Which {
     locale: String,
 }
 
+/// A sample and its frame's query string.
+#[derive(Debug, serde::Serialize)]
+struct Shown {
+    #[serde(flatten)]
+    sample: Sample,
+    frame: String,
+}
+
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
     let samples = match build(&app, None).await {
         Ok(s) => s,
         Err(response) => return response,
     };
+    let shown: Vec<Shown> = samples
+        .into_iter()
+        .map(|sample| Shown {
+            frame: url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("step", &sample.step)
+                .append_pair("locale", &sample.locale)
+                .finish(),
+            sample,
+        })
+        .collect();
     render(
         &app,
         Some(&signed),
         StatusCode::OK,
         "preview.html",
-        context! { title => "Preview", samples => samples },
+        context! { title => "Preview", samples => shown },
     )
 }
 
