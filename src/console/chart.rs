@@ -79,7 +79,9 @@ impl Chart {
         }
         let dates: Vec<NaiveDate> = (0..DAYS)
             .rev()
-            .filter_map(|back| today.checked_sub_days(chrono::Days::new(back.unsigned_abs().into())))
+            .filter_map(|back| {
+                today.checked_sub_days(chrono::Days::new(back.unsigned_abs().into()))
+            })
             .collect();
         let counts: Vec<Vec<i64>> = dates
             .iter()

@@ -38,8 +38,14 @@ async fn after_a_tick_the_overview_says_what_audit_status_and_next_say() {
     make_unknown(&world, ids[0]).await;
     // Owed today and not claimed yet: two due 10 days ago, one 1 day ago.
     for (name, days) in [("a", 10), ("b", 10), ("c", 1)] {
-        common::insert_invoice(world.pool(), name, &format!("{name}@example.test"), days, false)
-            .await;
+        common::insert_invoice(
+            world.pool(),
+            name,
+            &format!("{name}@example.test"),
+            days,
+            false,
+        )
+        .await;
     }
     let console = browser::start(&world).await;
     let browser = Browser::open().await;
@@ -50,7 +56,9 @@ async fn after_a_tick_the_overview_says_what_audit_status_and_next_say() {
     assert_eq!(browser.count("owed_new").await, 3);
     let mut by_step = std::collections::BTreeMap::new();
     for m in audit["missing"].as_array().unwrap() {
-        *by_step.entry(m["step"].as_str().unwrap().to_owned()).or_insert(0i64) += 1;
+        *by_step
+            .entry(m["step"].as_str().unwrap().to_owned())
+            .or_insert(0i64) += 1;
     }
     assert_eq!(by_step.len(), 2, "two steps owed: {by_step:?}");
     for (step, n) in &by_step {
@@ -100,7 +108,10 @@ async fn after_a_tick_the_overview_says_what_audit_status_and_next_say() {
 
     // A replica takes the lock: the overview names it held.
     let ctx = world.context().await;
-    let lease = ctx.lock.try_acquire(common::fence_floor(&world).await).await;
+    let lease = ctx
+        .lock
+        .try_acquire(common::fence_floor(&world).await)
+        .await;
     assert!(
         matches!(lease, Ok(invoice_reminder::lock::Acquisition::Acquired(_))),
         "the lock is free"

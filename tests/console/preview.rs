@@ -46,11 +46,7 @@ async fn each_step_shows_in_each_locale_with_its_html_in_a_sandboxed_frame() {
     browser.client.clone().enter_parent_frame().await.unwrap();
 
     // Its own policy: a sandbox, nothing but the mail's inline styles.
-    let cookie = browser
-        .client
-        .get_named_cookie("ir_console")
-        .await
-        .unwrap();
+    let cookie = browser.client.get_named_cookie("ir_console").await.unwrap();
     let (status, csp) = browser::get_header(
         &format!("{}/preview/frame?step=overdue&locale=en", console.url),
         &format!("ir_console={}", cookie.value()),
