@@ -48,6 +48,11 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
         })
         .collect();
     let more = problems.count.saturating_sub(rows.len());
+    // The CLI's words, as a sentence of their own.
+    let mut hint = commands::FIX_HINT.to_owned();
+    if let Some(first) = hint.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
     render(
         &app,
         Some(&signed),
@@ -59,7 +64,7 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
             count => problems.count,
             rows => rows,
             more => more,
-            hint => commands::FIX_HINT,
+            hint => hint,
             relation => app.settings.source.relation.to_string(),
         },
     )
