@@ -24,6 +24,7 @@ mod chart;
 mod gate;
 mod login;
 mod overview;
+mod owed;
 mod pages;
 mod preview;
 mod problems;
@@ -69,6 +70,8 @@ pub struct Inner {
     pub secure_cookie: bool,
     /// The workers' lock, read (never taken) to show who holds it.
     pub lock: crate::lock::LockBackend,
+    /// The overview's last survey of what is owed today.
+    pub survey: owed::Survey,
 }
 
 impl std::ops::Deref for App {
@@ -136,6 +139,7 @@ pub async fn serve(
             secure_cookie,
             lock: crate::lock::LockBackend::from_settings(&settings, Default::default())
                 .context("failed to set up reading the lock")?,
+            survey: owed::Survey::default(),
             settings,
             db,
         }),

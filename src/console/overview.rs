@@ -1,6 +1,7 @@
 //! `GET /`: today at a glance, in the numbers `status` and `audit` give,
 //! read by the same functions: owed today by step (`db::owed`, the
-//! conditions of `db::owing`), sent today, unknown deliveries, failed with
+//! conditions of `db::owing`; surveyed at most every
+//! [`super::owed::MAX_AGE`]), sent today, unknown deliveries, failed with
 //! attempts left, given up, suppressed addresses, source problems (the
 //! survey `audit` and `check-source` run), the next tick (`schedule`, as
 //! `next` computes it) and who holds the lock (as `status` reads it). Each
@@ -22,7 +23,6 @@ use super::pages::{self, render, when};
 use super::session::Signed;
 use crate::commands;
 use crate::db;
-use crate::db::owing::Today;
 use crate::lock::Holder;
 
 /// A `sending` row counts as unknown after this, as `audit` counts it by
@@ -44,16 +44,10 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Ok(t) => t,
         Err(e) => return pages::failed(&app, "read the database clock", &e),
     };
-    let survey = match commands::survey(&app.db, settings, today).await {
-        Ok(s) => s,
+    let owed = match app.survey.today(&app.db, settings, today).await {
+        Ok(o) => o,
         Err(e) => return pages::failed(&app, "read the invoices that owe a reminder", &e),
     };
-    let owing = Today::from_settings(settings, today);
-    let by_step =
-        match db::owed::owed_by_step(&app.db, &owing, settings.reminders.max_attempts).await {
-            Ok(s) => s,
-            Err(e) => return pages::failed(&app, "count what is owed today", &e),
-        };
     let open = match db::overview::open_counts(&app.db).await {
         Ok(c) => c,
         Err(e) => return pages::failed(&app, "count the reminders", &e),
@@ -120,7 +114,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Count {
             key: "problems",
             label: "source problems",
-            value: wide(survey.problems.count),
+            value: wide(owed.problems),
             link: Some("/problems"),
         },
     ];
@@ -133,9 +127,11 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             title => "Today",
             today => today.to_string(),
             counts => counts,
-            owed_new => survey.owed.total_new,
-            by_step => by_step,
-            problems_bounded => survey.problems.headline(),
+            owed_new => owed.new,
+            by_step => owed.by_step,
+            problems_bounded => owed.headline,
+            surveyed_at => when(&app, owed.surveyed_at),
+            survey_max_age => super::owed::MAX_AGE.as_secs(),
             next_tick => next_tick,
             lock => app.lock.describe(),
             holder => holder,
