@@ -14,7 +14,8 @@
 //!
 //! Needs PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (or
 //! `TEST_POSTGRES_URL` / `TEST_REDIS_URL`); creates and drops its own
-//! database. `cargo bench --bench console`.
+//! database (`CONSOLE_BENCH_KEEP=1` keeps it, to EXPLAIN the overview's
+//! reads over it). `cargo bench --bench console`.
 
 use std::time::{Duration, Instant};
 
@@ -231,6 +232,10 @@ async fn main() {
 
     stop.cancel();
     pool.close().await;
+    if std::env::var_os("CONSOLE_BENCH_KEEP").is_some() {
+        println!("console: kept the database {name} (CONSOLE_BENCH_KEEP)");
+        return;
+    }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE {name} WITH (FORCE)"
     )))

@@ -22,9 +22,9 @@ mod activity;
 mod auth;
 mod chart;
 mod gate;
+mod kept;
 mod login;
 mod overview;
-mod owed;
 mod pages;
 mod preview;
 mod problems;
@@ -70,8 +70,8 @@ pub struct Inner {
     pub secure_cookie: bool,
     /// The workers' lock, read (never taken) to show who holds it.
     pub lock: crate::lock::LockBackend,
-    /// The overview's last survey of what is owed today.
-    pub survey: owed::Survey,
+    /// What the overview read last of what grows with the data.
+    pub kept: kept::Keeper,
 }
 
 impl std::ops::Deref for App {
@@ -139,7 +139,7 @@ pub async fn serve(
             secure_cookie,
             lock: crate::lock::LockBackend::from_settings(&settings, Default::default())
                 .context("failed to set up reading the lock")?,
-            survey: owed::Survey::default(),
+            kept: kept::Keeper::default(),
             settings,
             db,
         }),

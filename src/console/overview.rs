@@ -1,13 +1,14 @@
 //! `GET /`: today at a glance, in the numbers `status` and `audit` give,
 //! read by the same functions: owed today by step (`db::owed`, the
-//! conditions of `db::owing`; surveyed at most every
-//! [`super::owed::MAX_AGE`]), sent today, unknown deliveries, failed with
+//! conditions of `db::owing`), sent today, unknown deliveries, failed with
 //! attempts left, given up, suppressed addresses, source problems (the
 //! survey `audit` and `check-source` run), the next tick (`schedule`, as
 //! `next` computes it) and who holds the lock (as `status` reads it). Each
 //! number sits in an element with its `data-count` name, which the
 //! browser tests compare with the database. Beneath them, the last
-//! [`chart::DAYS`] days by outcome, as server-rendered SVG.
+//! [`chart::DAYS`] days by outcome, as server-rendered SVG. What is owed
+//! and the chart are read at most every [`super::kept::MAX_AGE`]; the rest
+//! at every request.
 
 use std::time::Duration;
 
@@ -44,10 +45,11 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Ok(t) => t,
         Err(e) => return pages::failed(&app, "read the database clock", &e),
     };
-    let owed = match app.survey.today(&app.db, settings, today).await {
-        Ok(o) => o,
+    let kept = match app.kept.today(&app.db, settings, today).await {
+        Ok(k) => k,
         Err(e) => return pages::failed(&app, "read the invoices that owe a reminder", &e),
     };
+    let owed = &kept.owed;
     let open = match db::overview::open_counts(&app.db).await {
         Ok(c) => c,
         Err(e) => return pages::failed(&app, "count the reminders", &e),
@@ -61,10 +63,6 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             Ok(c) => c,
             Err(e) => return pages::failed(&app, "count today's mail", &e),
         };
-    let days = match db::overview::by_day(&app.db, today, tz.name(), chart::DAYS).await {
-        Ok(d) => d,
-        Err(e) => return pages::failed(&app, "read the last days' reminders", &e),
-    };
     let holder = match commands::lock_holder(&app.lock, &app.db).await {
         Ok(h) => holder_text(h.as_ref()),
         Err(e) => {
@@ -130,12 +128,12 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             owed_new => owed.new,
             by_step => owed.by_step,
             problems_bounded => owed.headline,
-            surveyed_at => when(&app, owed.surveyed_at),
-            survey_max_age => super::owed::MAX_AGE.as_secs(),
+            read_at => when(&app, kept.read_at),
+            max_age => super::kept::MAX_AGE.as_secs(),
             next_tick => next_tick,
             lock => app.lock.describe(),
             holder => holder,
-            chart => chart::Chart::new(today, &days),
+            chart => chart::Chart::new(today, &kept.days),
         },
     )
 }

@@ -1,23 +1,37 @@
-//! The overview's survey of what is owed today (owed by step, source
-//! problems): the survey `audit` and `check-source` run, which reads every
-//! owed source row and its reminders, so at 1M reminders it costs a
-//! second or more (BENCHMARKS.md). The overview keeps its result for
-//! [`MAX_AGE`] and says how old it is; one request computes it while the
-//! others wait for that one. `/problems` always surveys afresh.
+//! The overview's two reads that grow with the data, kept for [`MAX_AGE`]:
+//! the survey of what is owed today (owed by step, source problems: the
+//! survey `audit` and `check-source` run, which reads every owed source
+//! row and its reminders, a second or more at 1M reminders) and the last
+//! days' reminders by outcome (every reminder of those days, tens of
+//! milliseconds at 1M). The page says when they were read; one request
+//! reads them while the others wait for it. `/problems` always surveys
+//! afresh, and the overview's other numbers are read at every request
+//! (BENCHMARKS.md, "The console at 1M reminders").
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
 
+use super::chart;
 use crate::commands;
 use crate::config::Settings;
 use crate::db::Db;
+use crate::db::overview::{DayOutcome, by_day};
 use crate::db::owed::{OwedStep, owed_by_step};
 use crate::db::owing::Today;
 
-/// How long the overview shows a survey before it surveys again.
+/// How long the overview shows what it read before it reads again.
 pub const MAX_AGE: Duration = Duration::from_secs(30);
+
+/// What the overview keeps.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub owed: Owed,
+    /// The chart's rows (`db::overview::by_day`).
+    pub days: Vec<DayOutcome>,
+    pub read_at: DateTime<Utc>,
+}
 
 /// What the overview shows of one survey.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -28,33 +42,37 @@ pub struct Owed {
     pub problems: usize,
     /// `source problems: N`, with the bound when the check was cut short.
     pub headline: String,
-    pub surveyed_at: DateTime<Utc>,
 }
 
-/// The last survey, for the day it was made.
+/// The last reads, for the day they were made.
 #[derive(Default)]
-pub struct Survey {
-    last: Mutex<Option<(Instant, NaiveDate, Owed)>>,
+pub struct Keeper {
+    last: Mutex<Option<(Instant, NaiveDate, Kept)>>,
 }
 
-impl Survey {
-    /// Today's survey, at most [`MAX_AGE`] old.
+impl Keeper {
+    /// Today's reads, at most [`MAX_AGE`] old.
     pub async fn today(
         &self,
         db: &Db,
         settings: &Settings,
         today: NaiveDate,
-    ) -> Result<Owed, sqlx::Error> {
+    ) -> Result<Kept, sqlx::Error> {
         let mut last = self.last.lock().await;
-        if let Some((at, day, owed)) = last.as_ref()
+        if let Some((at, day, kept)) = last.as_ref()
             && *day == today
             && at.elapsed() < MAX_AGE
         {
-            return Ok(owed.clone());
+            return Ok(kept.clone());
         }
-        let owed = survey(db, settings, today).await?;
-        *last = Some((Instant::now(), today, owed.clone()));
-        Ok(owed)
+        let tz = settings.schedule.timezone.name();
+        let kept = Kept {
+            owed: survey(db, settings, today).await?,
+            days: by_day(db, today, tz, chart::DAYS).await?,
+            read_at: Utc::now(),
+        };
+        *last = Some((Instant::now(), today, kept.clone()));
+        Ok(kept)
     }
 }
 
@@ -89,6 +107,5 @@ async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Owed, 
         by_step,
         problems: found.problems.count,
         headline: found.problems.headline(),
-        surveyed_at: Utc::now(),
     })
 }
