@@ -121,3 +121,52 @@ async fn after_a_tick_the_overview_says_what_audit_status_and_next_say() {
     assert_ne!(held, "nobody");
     browser.close().await;
 }
+
+/// The overview counts by step from the survey's listing when it holds
+/// every owed row, and asks `owed_by_step` when it does not: both count
+/// the same rows.
+#[tokio::test]
+async fn owed_by_step_counts_the_rows_the_listing_counts() {
+    use invoice_reminder::db::owed::{owed_by_step, owed_listing};
+    use invoice_reminder::db::owing::Today;
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 3).await;
+    tick(&world).await;
+    sqlx::query(
+        "UPDATE reminders SET status = 'failed', sent_at = NULL WHERE invoice_id = $1::text",
+    )
+    .bind(ids[0])
+    .execute(world.pool())
+    .await
+    .unwrap();
+    for (name, days) in [("a", 10), ("b", 10), ("c", 1), ("d", 30)] {
+        common::insert_invoice(world.pool(), name, &format!("{name}@example.test"), days, false)
+            .await;
+    }
+    let settings = world.settings();
+    let db = world.database();
+    let today = invoice_reminder::db::today(&db, settings.schedule.timezone)
+        .await
+        .unwrap();
+    let owing = Today::from_settings(&settings, today);
+    let max_attempts = settings.reminders.max_attempts;
+    let steps = owed_by_step(&db, &owing, max_attempts).await.unwrap();
+    let listing = owed_listing(&db, &owing, max_attempts, 1).await.unwrap();
+    let counted: Vec<(String, i64, i64)> = steps
+        .iter()
+        .map(|s| (s.step.to_string(), s.new, s.retries))
+        .collect();
+    assert_eq!(
+        counted,
+        [
+            ("final".to_owned(), 1, 0),
+            ("overdue".to_owned(), 2, 1),
+            ("upcoming".to_owned(), 1, 0)
+        ]
+    );
+    assert_eq!(steps.iter().map(|s| s.new).sum::<i64>(), listing.total_new);
+    assert_eq!(
+        steps.iter().map(|s| s.new + s.retries).sum::<i64>(),
+        listing.total
+    );
+}
