@@ -216,8 +216,7 @@ async fn main() {
     }
     // A backend flushes its counters when idle, within about 10 s.
     let used = |after: &[(String, i64)]| {
-        after.len() == INDEXES.len()
-            && before.iter().zip(after).all(|((_, was), (_, is))| is > was)
+        after.len() == INDEXES.len() && before.iter().zip(after).all(|((_, was), (_, is))| is > was)
     };
     let mut after = index_scans(&pool).await;
     let deadline = Instant::now() + Duration::from_secs(20);

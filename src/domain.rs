@@ -363,26 +363,6 @@ impl Problem {
     }
 }
 
-impl Problem {
-    /// The row rule a row with this problem broke, in the words of
-    /// docs/own-invoices.md ("Row rules").
-    pub fn rule(self) -> &'static str {
-        match self {
-            Self::RepeatedKey => "one row per invoice_id: this invoice_id is on more than one row",
-            Self::NullKey => "invoice_id has a value: it is NULL",
-            Self::MissingField => {
-                "a value in every column that needs one: email, due_date, currency or the amount is NULL"
-            }
-            Self::BadCurrency => "currency is an ISO 4217 code (case does not matter)",
-            Self::BadAmount => "amount fits its currency's minor units",
-            Self::BadAddress => "email holds a valid address list",
-            Self::BadDueDate => {
-                "due_date is a date a step can be counted from: not infinity, -infinity or past the year 262142"
-            }
-        }
-    }
-}
-
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())

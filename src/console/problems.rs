@@ -43,7 +43,7 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
                 .map_or_else(|| "NULL".to_owned(), ToString::to_string),
             number: p.invoice_number.clone(),
             problem: p.problem.label(),
-            rule: p.problem.rule(),
+            rule: crate::problems::rule(p.problem),
             detail: p.detail.clone(),
         })
         .collect();

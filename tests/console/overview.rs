@@ -140,8 +140,14 @@ async fn owed_by_step_counts_the_rows_the_listing_counts() {
     .await
     .unwrap();
     for (name, days) in [("a", 10), ("b", 10), ("c", 1), ("d", 30)] {
-        common::insert_invoice(world.pool(), name, &format!("{name}@example.test"), days, false)
-            .await;
+        common::insert_invoice(
+            world.pool(),
+            name,
+            &format!("{name}@example.test"),
+            days,
+            false,
+        )
+        .await;
     }
     let settings = world.settings();
     let db = world.database();

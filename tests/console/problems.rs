@@ -2,6 +2,7 @@
 //! it broke and the hint.
 
 use invoice_reminder::domain::Problem;
+use invoice_reminder::problems::rule;
 
 use crate::browser::{self, Browser, VIEWER};
 use crate::common::{self, World};
@@ -24,7 +25,7 @@ async fn a_row_that_breaks_a_rule_is_listed_with_the_rule_and_the_hint() {
     );
     assert_eq!(
         browser.text(&format!("{row} .rule")).await,
-        Problem::BadAddress.rule()
+        rule(Problem::BadAddress)
     );
     assert!(
         browser
