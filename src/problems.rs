@@ -26,6 +26,24 @@ pub const EXAMPLES: usize = 5;
 /// reported, never trusted for anything).
 const REMEMBERED_KEYS: usize = 10_000;
 
+/// The row rule a row with `problem` broke, in the words of
+/// docs/own-invoices.md ("Row rules"), for the console's `/problems`.
+pub fn rule(problem: Problem) -> &'static str {
+    match problem {
+        Problem::RepeatedKey => "one row per invoice_id: this invoice_id is on more than one row",
+        Problem::NullKey => "invoice_id has a value: it is NULL",
+        Problem::MissingField => {
+            "a value in every column that needs one: email, due_date, currency or the amount is NULL"
+        }
+        Problem::BadCurrency => "currency is an ISO 4217 code (case does not matter)",
+        Problem::BadAmount => "amount fits its currency's minor units",
+        Problem::BadAddress => "email holds a valid address list",
+        Problem::BadDueDate => {
+            "due_date is a date a step can be counted from: not infinity, -infinity or past the year 262142"
+        }
+    }
+}
+
 /// Customer mode: a row without a customer, which no statement can list
 /// (`reminders.group_by = "customer"`).
 pub fn without_customer(row: &SourceRow) -> SourceProblem {

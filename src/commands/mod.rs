@@ -20,7 +20,7 @@ pub mod explain;
 mod health;
 mod migrate;
 mod next;
-mod preview;
+pub mod preview;
 pub mod resolve;
 mod run;
 mod run_once;
@@ -37,6 +37,8 @@ use crate::db;
 
 pub use audit::{AuditReport, build_report, unknown_mails};
 pub use run_once::{DryRun, dry_run};
+pub use source_problems::{FIX_HINT, SourceProblems, survey};
+pub use status::lock_holder;
 
 /// A command used wrongly for this configuration: `main` exits 2 with it.
 /// The one error type for exit 2 after the settings load: a template that

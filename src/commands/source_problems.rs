@@ -26,6 +26,10 @@ const UNUSABLE_CHECKED: u32 = 1_000;
 /// Problems listed at most (all found are counted).
 const LISTED: usize = 100;
 
+/// What to do about a source problem, as `audit` and `check-source` say
+/// it under their listing and the console under its own.
+pub const FIX_HINT: &str = "these rows get no reminder until fixed in source.relation (README, \"Using your own invoices\")";
+
 /// What the check found.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SourceProblems {
@@ -64,10 +68,7 @@ impl SourceProblems {
             ));
         }
         if self.count > 0 {
-            lines.push(
-                "  these rows get no reminder until fixed in source.relation (README, \"Using your own invoices\")"
-                    .to_owned(),
-            );
+            lines.push(format!("  {FIX_HINT}"));
         }
         lines
     }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::config::Settings;
 use crate::db;
 use crate::db::runs::RunRow;
-use crate::lock::Holder;
+use crate::lock::{Holder, LockBackend};
 
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {
@@ -19,27 +19,31 @@ struct StatusReport {
     counts: Vec<(String, i64)>,
 }
 
+/// Who holds the lock now (None: free), with the replica named: Redis
+/// stores only the token, so the run that took it names the replica.
+/// `status` and the console's overview both ask this.
+pub async fn lock_holder(lock: &LockBackend, db: &db::Db) -> anyhow::Result<Option<Holder>> {
+    let holder = lock.holder().await.context("failed to read the lock")?;
+    let Some(mut holder) = holder else {
+        return Ok(None);
+    };
+    let token = holder
+        .token
+        .as_deref()
+        .and_then(|t| Uuid::parse_str(t).ok());
+    if let (None, Some(token)) = (&holder.replica_id, token) {
+        holder.replica_id = db::runs::run_by_token(db, token)
+            .await
+            .context("failed to read job_runs")?
+            .map(|r| r.replica_id);
+    }
+    Ok(Some(holder))
+}
+
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
     let pool = super::connect_pool(&settings).await?;
     let ctx = super::context(settings, pool)?;
-    let holder = ctx.lock.holder().await.context("failed to read the lock")?;
-    let holder = match holder {
-        None => None,
-        Some(mut holder) => {
-            // Redis stores only the token; the run that took it names the replica.
-            let token = holder
-                .token
-                .as_deref()
-                .and_then(|t| Uuid::parse_str(t).ok());
-            if let (None, Some(token)) = (&holder.replica_id, token) {
-                holder.replica_id = db::runs::run_by_token(&ctx.db, token)
-                    .await
-                    .context("failed to read job_runs")?
-                    .map(|r| r.replica_id);
-            }
-            Some(holder)
-        }
-    };
+    let holder = lock_holder(&ctx.lock, &ctx.db).await?;
     let report = StatusReport {
         lock: ctx.lock.describe(),
         holder,

@@ -20,10 +20,14 @@
 
 mod activity;
 mod auth;
+mod chart;
 mod gate;
+mod kept;
 mod login;
 mod overview;
 mod pages;
+mod preview;
+mod problems;
 mod session;
 mod suppressions;
 mod unknown;
@@ -64,6 +68,10 @@ pub struct Inner {
     pub throttle: auth::Throttle,
     /// Mark the cookie `Secure`: the console listens beyond loopback.
     pub secure_cookie: bool,
+    /// The workers' lock, read (never taken) to show who holds it.
+    pub lock: crate::lock::LockBackend,
+    /// What the overview read last of what grows with the data.
+    pub kept: kept::Keeper,
 }
 
 impl std::ops::Deref for App {
@@ -129,6 +137,9 @@ pub async fn serve(
             templates: pages::environment().context("failed to load the console's templates")?,
             throttle: auth::Throttle::default(),
             secure_cookie,
+            lock: crate::lock::LockBackend::from_settings(&settings, Default::default())
+                .context("failed to set up reading the lock")?,
+            kept: kept::Keeper::default(),
             settings,
             db,
         }),
@@ -143,6 +154,9 @@ fn router(app: App) -> Router {
         .route("/unknown", get(unknown::list))
         .route("/unknown/resolve", post(unknown::resolve))
         .route("/activity", get(activity::activity))
+        .route("/problems", get(problems::list))
+        .route("/preview", get(preview::list))
+        .route("/preview/frame", get(preview::frame))
         .route(
             "/suppressions",
             get(suppressions::list).post(suppressions::add),

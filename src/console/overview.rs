@@ -1,8 +1,14 @@
-//! `GET /`: today at a glance, in the numbers `status` and `audit` give:
-//! sent today, unknown deliveries, failed with attempts left, given up,
-//! suppressed addresses, source problems. Each number sits in an element
-//! with its `data-count` name, which the browser tests compare with the
-//! database.
+//! `GET /`: today at a glance, in the numbers `status` and `audit` give,
+//! read by the same functions: owed today by step (`db::owed`, the
+//! conditions of `db::owing`), sent today, unknown deliveries, failed with
+//! attempts left, given up, suppressed addresses, source problems (the
+//! survey `audit` and `check-source` run), the next tick (`schedule`, as
+//! `next` computes it) and who holds the lock (as `status` reads it). Each
+//! number sits in an element with its `data-count` name, which the
+//! browser tests compare with the database. Beneath them, the last
+//! [`chart::DAYS`] days by outcome, as server-rendered SVG. What is owed
+//! and the chart are read at most every [`super::kept::MAX_AGE`]; the rest
+//! at every request.
 
 use std::time::Duration;
 
@@ -13,10 +19,12 @@ use axum::response::Response;
 use minijinja::context;
 
 use super::App;
-use super::pages::{self, render};
+use super::chart;
+use super::pages::{self, render, when};
 use super::session::Signed;
 use crate::commands;
 use crate::db;
+use crate::lock::Holder;
 
 /// A `sending` row counts as unknown after this, as `audit` counts it by
 /// default (its `--unknown-after`).
@@ -31,17 +39,44 @@ struct Count {
 }
 
 pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
-    let report = match commands::build_report(&app.db, &app.settings, UNKNOWN_AFTER).await {
-        Ok(r) => r,
-        Err(e) => return pages::failed(&app, "read the reminders", e.as_ref()),
+    let settings = &app.settings;
+    let tz = settings.schedule.timezone;
+    let today = match db::today(&app.db, tz).await {
+        Ok(t) => t,
+        Err(e) => return pages::failed(&app, "read the database clock", &e),
     };
-    let tz = app.settings.schedule.timezone;
+    let kept = match app.kept.today(&app.db, settings, today).await {
+        Ok(k) => k,
+        Err(e) => return pages::failed(&app, "read the invoices that owe a reminder", &e),
+    };
+    let owed = &kept.owed;
+    let open = match db::overview::open_counts(&app.db).await {
+        Ok(c) => c,
+        Err(e) => return pages::failed(&app, "count the reminders", &e),
+    };
+    let unknown = match db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64()).await {
+        Ok(u) => u,
+        Err(e) => return pages::failed(&app, "read the unknown deliveries", &e),
+    };
     let (sent_today, suppressed) =
-        match db::console::overview_counts(&app.db, report.today, tz.name()).await {
+        match db::console::overview_counts(&app.db, today, tz.name()).await {
             Ok(c) => c,
             Err(e) => return pages::failed(&app, "count today's mail", &e),
         };
-    let status = |s: &str| report.counts.get(s).copied().unwrap_or(0);
+    let holder = match commands::lock_holder(&app.lock, &app.db).await {
+        Ok(h) => holder_text(h.as_ref()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the console could not read the lock");
+            format!("unknown (the lock could not be read: {e})")
+        }
+    };
+    let next_tick = crate::schedule::next_fires(&settings.schedule, chrono::Utc::now(), 1)
+        .first()
+        .map_or_else(
+            || "none (the schedule does not fire again)".to_owned(),
+            |t| when(&app, t.with_timezone(&chrono::Utc)),
+        );
+    let status = |s: &str| open.get(s).copied().unwrap_or(0);
     let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let counts = [
         Count {
@@ -53,7 +88,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Count {
             key: "unknown",
             label: "unknown deliveries",
-            value: wide(report.unknown.len()),
+            value: wide(unknown.len()),
             link: Some("/unknown"),
         },
         Count {
@@ -77,8 +112,8 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         Count {
             key: "problems",
             label: "source problems",
-            value: wide(report.source_problems_count),
-            link: None,
+            value: wide(owed.problems),
+            link: Some("/problems"),
         },
     ];
     render(
@@ -88,11 +123,37 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
         "overview.html",
         context! {
             title => "Today",
-            today => report.today.to_string(),
+            today => today.to_string(),
             counts => counts,
-            owed_new => report.missing_count,
-            sent_by_step => report.sent_by_step,
-            by_status => report.counts,
+            owed_new => owed.new,
+            by_step => owed.by_step,
+            problems_bounded => owed.headline,
+            read_at => when(&app, kept.read_at),
+            max_age => super::kept::MAX_AGE.as_secs(),
+            next_tick => next_tick,
+            lock => app.lock.describe(),
+            holder => holder,
+            chart => chart::Chart::new(today, &kept.days),
         },
     )
+}
+
+/// "nobody", or the holder as `status` names it.
+fn holder_text(holder: Option<&Holder>) -> String {
+    let Some(h) = holder else {
+        return "nobody".to_owned();
+    };
+    let mut details = Vec::new();
+    if let Some(pid) = h.pid {
+        details.push(format!("backend pid {pid}"));
+    }
+    if let Some(ms) = h.ttl_left_ms {
+        details.push(format!("{ms} ms left"));
+    }
+    let who = h.replica_id.as_deref().unwrap_or("an unknown replica");
+    if details.is_empty() {
+        who.to_owned()
+    } else {
+        format!("{who} ({})", details.join(", "))
+    }
 }

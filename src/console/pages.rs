@@ -26,6 +26,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("overview.html", include_str!("templates/overview.html")),
     ("unknown.html", include_str!("templates/unknown.html")),
     ("activity.html", include_str!("templates/activity.html")),
+    ("problems.html", include_str!("templates/problems.html")),
+    ("preview.html", include_str!("templates/preview.html")),
     (
         "suppressions.html",
         include_str!("templates/suppressions.html"),
@@ -114,10 +116,10 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
         }
     };
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    // A route with a policy of its own (the preview's frame) keeps it.
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(HeaderValue::from_static(CSP));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

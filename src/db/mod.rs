@@ -17,6 +17,7 @@ pub mod explain;
 pub mod invoices;
 pub mod locks;
 pub mod migrate;
+pub mod overview;
 pub mod owed;
 pub mod owing;
 pub mod params;

@@ -67,6 +67,26 @@ pub struct OwedListing {
     pub total_new: i64,
 }
 
+/// SQL: `FROM ... WHERE` of the source rows `s` that owe step `w.key`
+/// today, each with its reminder row `r` for the step (NULL: a new claim;
+/// else a `failed` row with attempts left, a retry). Binds `$max_attempts`
+/// and [`Today::params`].
+macro_rules! owed_today {
+    () => {
+        concat!(
+            " FROM ",
+            windows!(),
+            " JOIN {src} s ON ",
+            in_window!("s"),
+            " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
+            " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
+            owes_flags!("s"),
+            " AND ",
+            invoice_gap_clear!(anti),
+        )
+    };
+}
+
 #[derive(FromRow)]
 struct Listed {
     #[sqlx(flatten)]
@@ -95,15 +115,7 @@ pub async fn owed_listing(
         source_columns!(),
         ", w.key AS step, CASE WHEN r.id IS NULL THEN 'new' ELSE 'retry' END AS kind,",
         " count(*) OVER () AS total, count(*) FILTER (WHERE r.id IS NULL) OVER () AS total_new",
-        " FROM ",
-        windows!(),
-        " JOIN {src} s ON ",
-        in_window!("s"),
-        " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
-        " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
-        owes_flags!("s"),
-        " AND ",
-        invoice_gap_clear!(anti),
+        owed_today!(),
         " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) o",
         " ORDER BY o.due_date, o.invoice_id COLLATE \"C\""
     ));
@@ -124,6 +136,42 @@ pub async fn owed_listing(
         total_new: rows.first().map_or(0, |r| r.total_new),
         rows: rows.into_iter().map(|r| r.owed).collect(),
     })
+}
+
+/// Today's owed rows by step: each step due today with how many rows owe
+/// it as a new claim and as a retry (steps that nobody owes are left
+/// out). The same rows [`owed_listing`] counts, counted in full: the new
+/// claims add up to its `total_new`.
+pub async fn owed_by_step(
+    db: &Db,
+    today: &Today,
+    max_attempts: u32,
+) -> Result<Vec<OwedStep>, sqlx::Error> {
+    let statement = db.statement(concat!(
+        "SELECT w.key AS step, count(*) FILTER (WHERE r.id IS NULL) AS new,",
+        " count(*) FILTER (WHERE r.id IS NOT NULL) AS retries",
+        owed_today!(),
+        " GROUP BY w.key ORDER BY w.key"
+    ));
+    let max_attempts = i64::from(max_attempts);
+    let params = today.params().with("max_attempts", &max_attempts);
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
+    .persistent(db.named())
+    .fetch_all(&mut *c)
+    .await)
+}
+
+/// One step's owed rows today ([`owed_by_step`]).
+#[derive(Debug, Clone, FromRow, serde::Serialize)]
+pub struct OwedStep {
+    pub step: StepKey,
+    /// Rows without a reminder for the step yet (the next tick claims them).
+    pub new: i64,
+    /// `failed` rows of the step with attempts left.
+    pub retries: i64,
 }
 
 /// Up to `limit` unpaid, unpaused source rows that no scan meets because

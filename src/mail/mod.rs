@@ -35,6 +35,7 @@ pub use smtp::Mailer;
 pub use templates::{TemplateError, Templates};
 pub use text::Rendered;
 pub use transaction::Accepted;
+pub use vars::sample;
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
 /// built under `message_id` ([`message_id`] makes it): what the tick sends

@@ -100,6 +100,17 @@ impl Templates {
         &self.company
     }
 
+    /// The locales with templates (built-in and `templates.dir`'s), sorted.
+    pub fn locales(&self) -> Vec<String> {
+        let mut locales: Vec<String> = self
+            .origins
+            .keys()
+            .filter_map(|name| name.split_once('/').map(|(l, _)| l.to_owned()))
+            .collect();
+        locales.dedup();
+        locales
+    }
+
     /// `company.reply_to`, for the Reply-To header.
     pub fn reply_to(&self) -> Option<&lettre::message::Mailbox> {
         self.company.reply_to.as_ref()

@@ -105,9 +105,9 @@ impl<'a> Vars<'a> {
     }
 }
 
-/// The reminder templates are checked against (its values parse; the
-/// error is the reason one would not).
-pub(super) fn sample(today: NaiveDate) -> Result<(Invoice, Customer), String> {
+/// The reminder templates are checked against (and the console's preview
+/// shows; its values parse, the error is the reason one would not).
+pub fn sample(today: NaiveDate) -> Result<(Invoice, Customer), String> {
     Ok((
         Invoice {
             id: InvoiceId("1".into()),

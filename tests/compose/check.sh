@@ -23,7 +23,9 @@
 #             workers' sending so that a tick lasts long enough to break.
 #             Then, from outside: every owed invoice mailed exactly once (the
 #             mail catcher's API against the reminders table), no Message-ID
-#             twice, `audit` 0 duplicates, every worker healthy, /healthz.
+#             twice, `audit` 0 duplicates, every worker healthy, /healthz;
+#             the console: sign in as the demo operator (curl, cookie jar),
+#             the overview answers 200 with the sent count.
 # 5. kill     more invoices seeded; the lock holder killed (SIGKILL) mid-tick:
 #             another replica takes over within the lease, the killed tick's
 #             unknown rows are settled as an operator would (each stored
@@ -238,9 +240,10 @@ say "built invoice-reminder:local ($version)"
 # --- 4. up ------------------------------------------------------------------
 part up
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-export MAILPIT_PORT PROMETHEUS_PORT
+export MAILPIT_PORT PROMETHEUS_PORT CONSOLE_PORT
 MAILPIT_PORT=$(free_port)
 PROMETHEUS_PORT=$(free_port)
+CONSOLE_PORT=$(free_port)
 compose() { docker compose -p "$project" -f docker-compose.yml -f tests/compose/check.yml "$@"; }
 # One-shot commands in a container of the worker's image and configuration.
 app() { compose run --rm --no-deps -T worker "$@"; }
@@ -291,6 +294,27 @@ await 60 "every owed invoice mailed" all_mailed
 check_exactly_once "after up"
 healthz_answers
 say "up: $replicas workers healthy, /healthz 200, $(sent_rows) sent = $(catcher_count) mailed, no Message-ID twice"
+
+# The console, as the README's demo section opens it: sign in as the demo
+# operator (config/docker.toml) with a cookie jar, then the overview shows
+# the reminders sent today. The cookie is Secure (the console listens on
+# every address in its container), so it is read from the jar and sent by
+# hand over plain HTTP to 127.0.0.1.
+console=http://127.0.0.1:$CONSOLE_PORT
+jar="$state/console.cookies"
+console_answers() { curl -fsS -o /dev/null "$console/login"; }
+await 30 "the console answering" console_answers
+login_status=$(curl -sS -c "$jar" -o /dev/null -w '%{http_code}' \
+  --data-urlencode username=demo --data-urlencode password=demo-operator "$console/login")
+[ "$login_status" = 303 ] || fail "POST /login as the demo operator answered $login_status, not 303"
+session=$(awk '$6 == "ir_console" { print $7 }' "$jar")
+[ -n "$session" ] || fail "POST /login set no ir_console cookie"
+overview=$(curl -sS -H "Cookie: ir_console=$session" -w '\n%{http_code}' "$console/")
+[ "$(tail -n 1 <<<"$overview")" = 200 ] || fail "GET / with the session answered $(tail -n 1 <<<"$overview"), not 200"
+shown=$(sed -n 's/.*data-count="sent_today">\([0-9]*\)<.*/\1/p' <<<"$overview")
+[ -n "$shown" ] || fail "the overview shows no sent_today count"
+[ "$shown" = "$(sent_rows)" ] || fail "the overview shows $shown sent today, the reminders table $(sent_rows)"
+say "console: signed in as demo at 127.0.0.1:$CONSOLE_PORT, the overview shows $shown sent today"
 
 # Starts more owed invoices and waits until the lock holder is mid-tick
 # (mail arriving), then prints the holder's container and run id.

@@ -257,6 +257,24 @@ pub async fn post_status(url: &str, body: &str, cookie: Option<&str>) -> u16 {
     client.request(request).await.unwrap().status().as_u16()
 }
 
+/// The status of a GET of `url` with `cookie`, and its header `name`.
+pub async fn get_header(url: &str, cookie: &str, name: &str) -> (u16, String) {
+    use http_body_util::Empty;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes_of::Bytes>>();
+    let request = hyper::Request::get(url)
+        .header("cookie", cookie)
+        .body(Empty::new())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let value = response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (response.status().as_u16(), value)
+}
+
 mod bytes_of {
     pub use hyper::body::Bytes;
 }

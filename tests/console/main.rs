@@ -11,6 +11,9 @@ mod common;
 
 mod browser;
 mod guards;
+mod overview;
 mod pages;
+mod preview;
+mod problems;
 mod suppressions;
 mod unknown;
