@@ -113,6 +113,7 @@ fn decided_in(
             all_suppressed: false,
             customer_last: None,
             customer_place,
+            console_pause: None,
         },
         Rules {
             stages: &stages,
@@ -265,6 +266,7 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
             suppressed: Vec::new(),
             all_suppressed: false,
             customer_last: None,
+            console_pause: None,
             customer_place: None,
         },
         Rules {
