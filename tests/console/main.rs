@@ -11,6 +11,8 @@ mod common;
 
 mod browser;
 mod guards;
+mod invoices;
 mod pages;
+mod search;
 mod suppressions;
 mod unknown;
