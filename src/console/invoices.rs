@@ -25,7 +25,8 @@ use crate::domain::InvoiceId;
 /// The archived message's own policy: sandboxed (no script, no forms, an
 /// opaque origin), nothing fetched but inline styles and `data:` images,
 /// and framed only by the console.
-pub const MESSAGE_CSP: &str = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'";
+pub const MESSAGE_CSP: &str =
+    "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'";
 
 /// How many invoices a customer's page lists at most.
 const CUSTOMER_INVOICES: u32 = 200;
@@ -111,7 +112,11 @@ pub(super) async fn invoice_page(
             started: r.row.started_at.map(|t| pages::when(app, t)),
             sent: r.row.sent_at.map(|t| pages::when(app, t)),
             message_id: r.row.message_id.clone(),
-            outcome: r.row.smtp_reply.clone().or_else(|| r.row.last_error.clone()),
+            outcome: r
+                .row
+                .smtp_reply
+                .clone()
+                .or_else(|| r.row.last_error.clone()),
         })
         .collect();
     let latest = explained

@@ -133,11 +133,25 @@ async fn change(
     let reason = crate::mail::text::sanitize(&form.reason, 500);
     if reason.is_empty() {
         let why = "Give a reason: it goes in the activity log. Nothing was changed.";
-        return page(app, signed, &what, StatusCode::UNPROCESSABLE_ENTITY, Some(why)).await;
+        return page(
+            app,
+            signed,
+            &what,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(why),
+        )
+        .await;
     }
     if change == Change::Unpause && form.confirm.as_deref() != Some("yes") {
         let why = "Unpausing can mail the customer at the next tick: tick the box that confirms it. Nothing was changed.";
-        return page(app, signed, &what, StatusCode::UNPROCESSABLE_ENTITY, Some(why)).await;
+        return page(
+            app,
+            signed,
+            &what,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some(why),
+        )
+        .await;
     }
     let subject = what.subject();
     let activity = NewActivity {

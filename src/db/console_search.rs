@@ -22,7 +22,8 @@ pub struct Found {
 /// The invoices `query` names exactly (the address case-insensitively),
 /// by invoice id, at most `limit`.
 pub async fn find(db: &Db, query: &str, limit: i64) -> Result<Vec<Found>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
+    on_db!(db, |c| {
+        sqlx::query_as(db.sql(
         "SELECT DISTINCT f.invoice_id, f.invoice_number, f.customer_id, f.email FROM (
            (SELECT s.invoice_id::text AS invoice_id, s.invoice_number, {customer} AS customer_id, s.email
               FROM {src} s WHERE s.invoice_id::text = $1 LIMIT $2)
@@ -41,5 +42,6 @@ pub async fn find(db: &Db, query: &str, limit: i64) -> Result<Vec<Found>, sqlx::
     .bind(query)
     .bind(limit)
     .fetch_all(&mut *c)
-    .await)
+    .await
+    })
 }

@@ -49,9 +49,14 @@ async fn explained_reason(world: &World, invoice: i64) -> (String, String) {
     let today = invoice_reminder::db::today(&db, settings.schedule.timezone)
         .await
         .unwrap();
-    let e = explain_invoice(&db, &settings, today, &InvoiceId::from(invoice.to_string().as_str()))
-        .await
-        .unwrap();
+    let e = explain_invoice(
+        &db,
+        &settings,
+        today,
+        &InvoiceId::from(invoice.to_string().as_str()),
+    )
+    .await
+    .unwrap();
     (e.reason.label().to_owned(), e.reason_detail)
 }
 
@@ -97,19 +102,30 @@ async fn a_paused_invoice_is_not_mailed_and_after_unpausing_with_reason_and_conf
 
     // Unpausing without the confirmation changes nothing.
     browser
-        .fill("form.unpause input[name=reason]", "settled with the customer")
+        .fill(
+            "form.unpause input[name=reason]",
+            "settled with the customer",
+        )
         .await;
     browser
         .submit("form.unpause button", &format!("{page}/unpause"))
         .await;
-    assert!(browser.text("#notice").await.contains("Nothing was changed"));
+    assert!(
+        browser
+            .text("#notice")
+            .await
+            .contains("Nothing was changed")
+    );
     assert_eq!(explained_reason(&world, held).await.0, "paused_in_console");
     tick(&world).await;
     assert_eq!(world.sink.count(), 1, "still paused");
 
     browser.goto(&format!("{}{page}", console.url)).await;
     browser
-        .fill("form.unpause input[name=reason]", "settled with the customer")
+        .fill(
+            "form.unpause input[name=reason]",
+            "settled with the customer",
+        )
         .await;
     browser.click("form.unpause input[name=confirm]").await;
     browser.submit("form.unpause button", &page).await;
@@ -134,7 +150,9 @@ async fn a_paused_invoice_is_not_mailed_and_after_unpausing_with_reason_and_conf
         "{log}"
     );
     assert!(
-        log.contains(&format!("olga unpause invoice {held} settled with the customer")),
+        log.contains(&format!(
+            "olga unpause invoice {held} settled with the customer"
+        )),
         "{log}"
     );
     browser.close().await;
@@ -142,7 +160,7 @@ async fn a_paused_invoice_is_not_mailed_and_after_unpausing_with_reason_and_conf
 
 #[tokio::test]
 async fn the_invoice_page_shows_the_message_id_sent_and_the_archived_message_with_its_hash_as_text()
- {
+{
     let mut world = World::new().await;
     world.set("archive.store", "database");
     let ids = common::insert_overdue(world.pool(), 1).await;
@@ -174,7 +192,11 @@ async fn the_invoice_page_shows_the_message_id_sent_and_the_archived_message_wit
         format!("<{message_id}>")
     );
     assert_eq!(browser.text("code.sha256").await, stored_hash);
-    assert_eq!(browser.text(".invoice-number").await, SCRIPT, "shown as text");
+    assert_eq!(
+        browser.text(".invoice-number").await,
+        SCRIPT,
+        "shown as text"
+    );
     assert!(browser.text("pre.message-text").await.contains(SCRIPT));
     let frame = browser
         .client
@@ -215,9 +237,17 @@ async fn the_invoice_page_shows_the_message_id_sent_and_the_archived_message_wit
     assert_eq!(status, 404, "only the invoice's own messages");
 
     browser
-        .goto(&format!("{}/invoices/{}", console.url, "%3Cb%3Enope%3C%2Fb%3E"))
+        .goto(&format!(
+            "{}/invoices/{}",
+            console.url, "%3Cb%3Enope%3C%2Fb%3E"
+        ))
         .await;
-    assert!(browser.text("main").await.contains("Invoice <b>nope</b> is not"));
+    assert!(
+        browser
+            .text("main")
+            .await
+            .contains("Invoice <b>nope</b> is not")
+    );
     let (status, _, _) = get(&format!("{}/invoices/nope", console.url), &cookie).await;
     assert_eq!(status, 404);
 

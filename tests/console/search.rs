@@ -23,14 +23,19 @@ async fn a_search_opens_the_one_invoice_it_finds_lists_several_and_says_when_not
     let title = browser.client.title().await.unwrap();
 
     let only = ids[2];
-    browser.fill("form.search input[name=q]", &format!("INV-{only}")).await;
+    browser
+        .fill("form.search input[name=q]", &format!("INV-{only}"))
+        .await;
     browser
         .submit("form.search button", &format!("/invoices/{only}"))
         .await;
     assert!(browser.text("h1").await.contains(&only.to_string()));
 
     browser
-        .fill("form.search input[name=q]", &format!("customer{only}@EXAMPLE.test"))
+        .fill(
+            "form.search input[name=q]",
+            &format!("customer{only}@EXAMPLE.test"),
+        )
         .await;
     browser
         .submit("form.search button", &format!("/invoices/{only}"))
@@ -41,7 +46,9 @@ async fn a_search_opens_the_one_invoice_it_finds_lists_several_and_says_when_not
     let numbers = browser.text("table.results").await;
     assert_eq!(numbers.matches(SCRIPT).count(), 2, "{numbers}");
 
-    browser.fill("form.search input[name=q]", "<b>nothing</b>").await;
+    browser
+        .fill("form.search input[name=q]", "<b>nothing</b>")
+        .await;
     browser.submit("form.search button", "/search").await;
     assert!(
         browser
@@ -55,6 +62,10 @@ async fn a_search_opens_the_one_invoice_it_finds_lists_several_and_says_when_not
         "no alert opened"
     );
     browser.goto(&format!("{}/", console.url)).await;
-    assert_eq!(browser.client.title().await.unwrap(), title, "title unchanged");
+    assert_eq!(
+        browser.client.title().await.unwrap(),
+        title,
+        "title unchanged"
+    );
     browser.close().await;
 }
