@@ -18,9 +18,9 @@ CREATE UNIQUE INDEX console_pauses_invoice ON console_pauses (invoice_id)
 CREATE UNIQUE INDEX console_pauses_customer ON console_pauses (customer_id)
     WHERE customer_id IS NOT NULL;
 
--- The console's search (invoice number, customer id, address) on the demo
--- tables behind the default source.relation; the invoice id is already
--- indexed (invoices_key).
+-- The console's search (invoice number, address) on the demo tables
+-- behind the default source.relation; the invoice id (invoices_key) and a
+-- customer's unpaid invoices (invoices_unpaid_customer_key) are indexed
+-- already.
 CREATE INDEX invoices_number ON invoices (number);
-CREATE INDEX invoices_customer_key ON invoices ((customer_id::text));
 CREATE INDEX customers_email_lower ON customers (lower(email));

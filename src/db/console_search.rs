@@ -1,8 +1,9 @@
-//! The console's search: the source's invoices whose id, number, customer
-//! id (customer mode) or address is the query, each lookup a probe of an
-//! index on the default source's tables (`invoices_key`,
-//! `invoices_number`, `invoices_customer_key`, `customers_email_lower`),
-//! the query bound, at most `limit` invoices.
+//! The console's search: the source's invoices whose id, number, or
+//! address is the query, and in customer mode the unpaid invoices of the
+//! customer it names; each lookup a probe of an index on the default
+//! source's tables (`invoices_key`, `invoices_number`,
+//! `invoices_unpaid_customer_key`, `customers_email_lower`), the query
+//! bound, at most `limit` invoices.
 
 use sqlx::FromRow;
 
@@ -19,8 +20,8 @@ pub struct Found {
     pub email: Option<String>,
 }
 
-/// The invoices `query` names exactly (the address case-insensitively),
-/// by invoice id, at most `limit`.
+/// The invoices `query` names exactly (the address case-insensitively;
+/// a customer id: its unpaid invoices), by invoice id, at most `limit`.
 pub async fn find(db: &Db, query: &str, limit: i64) -> Result<Vec<Found>, sqlx::Error> {
     on_db!(db, |c| {
         sqlx::query_as(db.sql(
@@ -32,7 +33,7 @@ pub async fn find(db: &Db, query: &str, limit: i64) -> Result<Vec<Found>, sqlx::
               FROM {src} s WHERE s.invoice_number = $1 LIMIT $2)
            UNION ALL
            (SELECT s.invoice_id::text, s.invoice_number, {customer}, s.email
-              FROM {src} s WHERE {customer} = $1 LIMIT $2)
+              FROM {src} s WHERE {customer} = $1 AND NOT s.is_paid LIMIT $2)
            UNION ALL
            (SELECT s.invoice_id::text, s.invoice_number, {customer}, s.email
               FROM {src} s WHERE lower(s.email) = lower($1) LIMIT $2)
