@@ -325,3 +325,44 @@ async fn a_viewers_pause_and_a_pause_without_the_token_change_nothing() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[tokio::test]
+async fn a_paused_customer_gets_no_statement_until_unpaused() {
+    let mut world = World::new().await;
+    world.set("reminders.group_by", "customer");
+    let ids = common::insert_overdue(world.pool(), 2).await;
+    let customer: i64 = sqlx::query_scalar(
+        "UPDATE invoices SET customer_id = (SELECT min(customer_id) FROM invoices)
+          RETURNING customer_id",
+    )
+    .fetch_all(world.pool())
+    .await
+    .unwrap()[0];
+    let console = browser::start(&world).await;
+    let browser = Browser::open().await;
+    browser.sign_in(&console, OPERATOR).await;
+    let page = format!("/customers/{customer}");
+    browser.goto(&format!("{}{page}", console.url)).await;
+    browser
+        .fill("form.pause input[name=reason]", "in insolvency")
+        .await;
+    browser.submit("form.pause button", &page).await;
+    assert!(browser.text("#paused").await.contains("in insolvency"));
+    let (reason, detail) = explained_reason(&world, ids[1]).await;
+    assert_eq!(reason, "paused_in_console");
+    assert!(
+        detail.contains(&format!("its customer {customer}")),
+        "{detail}"
+    );
+    tick(&world).await;
+    assert_eq!(world.sink.count(), 0, "no statement for a paused customer");
+
+    browser
+        .fill("form.unpause input[name=reason]", "out of insolvency")
+        .await;
+    browser.click("form.unpause input[name=confirm]").await;
+    browser.submit("form.unpause button", &page).await;
+    tick(&world).await;
+    assert_eq!(world.sink.count(), 1, "one statement after unpausing");
+    browser.close().await;
+}
