@@ -102,6 +102,13 @@ pub async fn explain_invoice(
         },
         _ => (None, None),
     };
+    let customer = sources
+        .first()
+        .filter(|_| sources.len() == 1)
+        .and_then(|s| s.row.customer_id.clone());
+    let console_pause = db::pauses::find(db, id, customer.as_deref())
+        .await
+        .map_err(db_failed("failed to read the console's pauses"))?;
     let facts = Facts {
         invoice_id: id.clone(),
         today,
@@ -112,6 +119,7 @@ pub async fn explain_invoice(
         all_suppressed,
         customer_last,
         customer_place,
+        console_pause,
     };
     Ok(decide(facts, rules(settings)))
 }

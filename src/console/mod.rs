@@ -22,12 +22,15 @@ mod activity;
 mod auth;
 mod chart;
 mod gate;
+mod invoices;
 mod kept;
 mod login;
 mod overview;
 mod pages;
+mod pause;
 mod preview;
 mod problems;
+mod search;
 mod session;
 mod suppressions;
 mod unknown;
@@ -162,6 +165,21 @@ fn router(app: App) -> Router {
             get(suppressions::list).post(suppressions::add),
         )
         .route("/suppressions/remove", post(suppressions::remove))
+        .route("/invoices/{id}", get(invoices::invoice))
+        .route(
+            "/invoices/{id}/messages/{message_id}",
+            get(invoices::message_html),
+        )
+        .route(
+            "/invoices/{id}/messages/{message_id}/raw",
+            get(invoices::message_raw),
+        )
+        .route("/invoices/{id}/pause", post(pause::pause_invoice))
+        .route("/invoices/{id}/unpause", post(pause::unpause_invoice))
+        .route("/customers/{id}", get(invoices::customer))
+        .route("/customers/{id}/pause", post(pause::pause_customer))
+        .route("/customers/{id}/unpause", post(pause::unpause_customer))
+        .route("/search", get(search::search))
         .route("/logout", post(login::logout))
         .route_layer(from_fn_with_state(app.clone(), gate::gate));
     let routes = Router::new()

@@ -2,8 +2,9 @@
 //! (every template is `.html`, so every value from the billing source or
 //! a form is escaped unless a template says otherwise, and none does),
 //! and the headers every answer carries: a Content-Security-Policy with
-//! no inline script or style and `frame-ancestors 'none'`, no caching, no
-//! sniffing. Bodies are read within `http.body_read_timeout`.
+//! no inline script or style and `frame-ancestors 'none'` (but for the
+//! archived message, which sets its own sandbox policy that only the
+//! console may frame), no caching, no sniffing. Bodies are read within `http.body_read_timeout`.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -32,6 +33,9 @@ const TEMPLATES: &[(&str, &str)] = &[
         "suppressions.html",
         include_str!("templates/suppressions.html"),
     ),
+    ("invoice.html", include_str!("templates/invoice.html")),
+    ("customer.html", include_str!("templates/customer.html")),
+    ("search.html", include_str!("templates/search.html")),
 ];
 
 /// The console's stylesheet, served at `/static/console.css`.
@@ -43,6 +47,7 @@ pub fn environment() -> Result<Environment<'static>, minijinja::Error> {
     for (name, source) in TEMPLATES {
         env.add_template(name, source)?;
     }
+    env.add_filter("segment", |value: String| segment(&value));
     Ok(env)
 }
 
@@ -116,7 +121,8 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
         }
     };
     let headers = response.headers_mut();
-    // A route with a policy of its own (the preview's frame) keeps it.
+    // A handler's own policy stands (the preview's frame, the archived
+    // message's sandbox).
     headers
         .entry(header::CONTENT_SECURITY_POLICY)
         .or_insert(HeaderValue::from_static(CSP));
@@ -144,6 +150,12 @@ pub async fn stylesheet() -> Response {
         STYLESHEET,
     )
         .into_response()
+}
+
+/// `value` as one path segment (percent-encoded): ids from the billing
+/// source may hold `/`, `?` or `#`.
+pub fn segment(value: &str) -> String {
+    percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
 /// A timestamp in the schedule's zone, with the zone named.

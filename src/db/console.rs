@@ -8,6 +8,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::pauses::Paused;
 use super::suppressions::{Added, NewSuppression};
 use crate::domain::ReminderId;
 
@@ -199,5 +200,37 @@ pub async fn overview_counts(
     .bind(today)
     .bind(timezone)
     .fetch_one(&mut *c)
+    .await)
+}
+
+/// Pauses `what` in the console (or replaces its reason) with `activity`,
+/// in one transaction.
+pub async fn pause(
+    db: &Db,
+    what: &Paused<'_>,
+    activity: &NewActivity<'_>,
+) -> Result<(), sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let reason = activity.reason.unwrap_or_default();
+        super::pauses::pause_on(c, db, what, reason, activity.user_name).await?;
+        record_on(c, db, activity, &[]).await
+    }
+    .await)
+}
+
+/// Ends the console pause of `what` with `activity`, in one transaction;
+/// false (and no record) if it was not paused.
+pub async fn unpause(
+    db: &Db,
+    what: &Paused<'_>,
+    activity: &NewActivity<'_>,
+) -> Result<bool, sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let removed = super::pauses::unpause_on(c, db, what).await?;
+        if removed {
+            record_on(c, db, activity, &[]).await?;
+        }
+        Ok::<_, sqlx::Error>(removed)
+    }
     .await)
 }

@@ -10,7 +10,8 @@
 //!   rows of [`windows!`]);
 //! - it is unpaid (`is_paid` false; NULL counts as paid: no reminder when
 //!   in doubt) and not paused (`paused` not true, `paused_until` before
-//!   today, "today" in `schedule.timezone`) ([`owes_flags!`]);
+//!   today, "today" in `schedule.timezone`; neither it nor, in customer
+//!   mode, its customer paused in the console) ([`owes_flags!`]);
 //! - it has every column a reminder needs ([`complete!`]);
 //! - no reminder of it was `sent` or `sending` within
 //!   `reminders.min_days_between` days ([`invoice_gap_clear!`]); in
@@ -85,7 +86,10 @@ macro_rules! in_window {
 }
 pub(crate) use in_window;
 
-/// SQL: row `$s` is unpaid and not paused today.
+/// SQL: row `$s` is unpaid and not paused today: neither by the source's
+/// own columns nor in the console (`console_pauses`: the invoice, or in
+/// customer mode its customer; two anti-joins on that small table's
+/// unique indexes).
 macro_rules! owes_flags {
     ($s:literal) => {
         concat!(
@@ -97,7 +101,11 @@ macro_rules! owes_flags {
             $s,
             ".paused_until IS NULL OR ",
             $s,
-            ".paused_until < $today)"
+            ".paused_until < $today)",
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.invoice_id = ",
+            $s,
+            ".invoice_id::text)",
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.customer_id = {customer})"
         )
     };
 }

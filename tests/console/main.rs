@@ -11,9 +11,11 @@ mod common;
 
 mod browser;
 mod guards;
+mod invoices;
 mod overview;
 mod pages;
 mod preview;
 mod problems;
+mod search;
 mod suppressions;
 mod unknown;

@@ -50,6 +50,8 @@ pub struct Facts {
     /// Customer mode: where the invoice stands in what its customer gets
     /// next, as the tick chooses it.
     pub customer_place: Option<CustomerPlace>,
+    /// The console pause of the invoice or its customer, if any.
+    pub console_pause: Option<crate::db::pauses::ConsolePause>,
 }
 
 /// Customer mode: where an invoice stands in its customer's mail today.
@@ -82,6 +84,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         all_suppressed,
         customer_last,
         customer_place,
+        console_pause,
     } = facts;
     let rows: Vec<ReminderView> = reminders
         .into_iter()
@@ -113,6 +116,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         paid: one.map(|s| s.is_paid != Some(false)),
         paused: one.map(|s| s.paused == Some(true)),
         paused_until: one.and_then(|s| s.paused_until),
+        console_pause: console_pause.clone(),
         due_date,
         days_overdue: due_date.map(|d| today.signed_duration_since(d).num_days()),
         due_step_today: due_step.map(|s| s.key.clone()),
@@ -151,6 +155,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
                 source,
                 rows: &rows,
                 customer_last,
+                console_pause: console_pause.as_ref(),
             };
             let verdict = day.verdict(due_step);
             if let Some((step, date)) = day.next_reminder() {
@@ -195,7 +200,7 @@ fn suppressed_verdict(
         Reason::WillSendToday | Reason::BackoffUntil | Reason::MinGapUntil
     );
     match verdict.0 {
-        Reason::SourceProblem | Reason::Paid | Reason::Paused => verdict,
+        Reason::SourceProblem | Reason::Paid | Reason::Paused | Reason::PausedInConsole => verdict,
         _ if skipped_today || (all_suppressed && would_send) => (
             Reason::Suppressed,
             "every recipient is on the suppression list (`suppress list`): no reminder goes to this invoice until one is removed".into(),

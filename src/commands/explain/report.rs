@@ -19,6 +19,9 @@ pub enum Reason {
     Paid,
     /// The pause flag, or `paused_until` today or later.
     Paused,
+    /// Paused in the operator console (`console_pauses`): the invoice, or
+    /// its customer.
+    PausedInConsole,
     /// Every recipient is on the suppression list (`suppress`, bounces):
     /// today's step was recorded `skipped`, or would be.
     Suppressed,
@@ -55,6 +58,7 @@ impl Reason {
             Self::SourceProblem => "source_problem",
             Self::Paid => "paid",
             Self::Paused => "paused",
+            Self::PausedInConsole => "paused_in_console",
             Self::Suppressed => "suppressed",
             Self::NotDueUntil => "not_due_until",
             Self::NoMoreSteps => "no_more_steps",
@@ -247,6 +251,8 @@ pub struct Explained {
     /// The pause flag, NULL counting as not paused.
     pub paused: Option<bool>,
     pub paused_until: Option<NaiveDate>,
+    /// The console pause that holds it back, if any.
+    pub console_pause: Option<crate::db::pauses::ConsolePause>,
     pub due_date: Option<NaiveDate>,
     /// Days from the due date to today (negative: not yet due).
     pub days_overdue: Option<i64>,

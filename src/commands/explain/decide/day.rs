@@ -6,6 +6,7 @@ use chrono::NaiveDate;
 use super::{Rules, Verdict, instant};
 use crate::commands::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::db::explain::{ReminderFacts, SourceFacts};
+use crate::db::pauses::ConsolePause;
 use crate::domain::StepKey;
 use crate::stages::{Step, shift};
 
@@ -17,6 +18,7 @@ pub(super) struct Day<'a> {
     pub(super) source: &'a SourceFacts,
     pub(super) rows: &'a [ReminderView],
     pub(super) customer_last: Option<NaiveDate>,
+    pub(super) console_pause: Option<&'a ConsolePause>,
 }
 
 impl Day<'_> {
@@ -85,6 +87,22 @@ impl Day<'_> {
                     "is_paid is true"
                 };
                 return (Reason::Paid, format!("{how}: no reminder is sent"), None);
+            }
+            if let Some(p) = self.console_pause {
+                let what = match &p.customer_id {
+                    Some(customer) => format!("its customer {customer} was"),
+                    None => "it was".to_owned(),
+                };
+                return (
+                    Reason::PausedInConsole,
+                    format!(
+                        "{what} paused in the console by {} at {} ({}): no reminder until an operator unpauses it",
+                        p.paused_by,
+                        instant(p.paused_at),
+                        p.reason
+                    ),
+                    None,
+                );
             }
             return match s.paused_until.filter(|_| s.paused != Some(true)) {
                 Some(until) => (
@@ -276,7 +294,7 @@ impl Day<'_> {
     /// of unknown delivery is never claimed again.
     pub(super) fn next_reminder(&self) -> Option<(&Step, NaiveDate)> {
         let s = self.source;
-        if s.is_paid != Some(false) || s.paused == Some(true) {
+        if s.is_paid != Some(false) || s.paused == Some(true) || self.console_pause.is_some() {
             return None;
         }
         let waits = [self.pause_ends(), self.gap_ends(None).map(|(_, ends)| ends)];

@@ -96,6 +96,22 @@ fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explaine
     decided_in(sources, reminders, None)
 }
 
+/// Invoice 7's facts today, with nothing suppressed or paused.
+fn facts(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Facts {
+    Facts {
+        invoice_id: InvoiceId::from("7"),
+        today: today(),
+        timezone: "UTC".into(),
+        sources,
+        reminders,
+        suppressed: Vec::new(),
+        all_suppressed: false,
+        customer_last: None,
+        customer_place: None,
+        console_pause: None,
+    }
+}
+
 fn decided_in(
     sources: Vec<SourceFacts>,
     reminders: Vec<ReminderFacts>,
@@ -104,15 +120,8 @@ fn decided_in(
     let stages = stages();
     decide(
         Facts {
-            invoice_id: InvoiceId::from("7"),
-            today: today(),
-            timezone: "UTC".into(),
-            sources,
-            reminders,
-            suppressed: Vec::new(),
-            all_suppressed: false,
-            customer_last: None,
             customer_place,
+            ..facts(sources, reminders)
         },
         Rules {
             stages: &stages,
@@ -256,17 +265,7 @@ fn a_reminder_sent_yesterday_holds_the_due_step_until_the_gap_ends() {
 fn no_gap_is_kept_when_min_days_between_is_zero() {
     let stages = stages();
     let e = decide(
-        Facts {
-            invoice_id: InvoiceId::from("7"),
-            today: today(),
-            timezone: "UTC".into(),
-            sources: vec![source(4)],
-            reminders: vec![row("upcoming", "sent", 0)],
-            suppressed: Vec::new(),
-            all_suppressed: false,
-            customer_last: None,
-            customer_place: None,
-        },
+        facts(vec![source(4)], vec![row("upcoming", "sent", 0)]),
         Rules {
             stages: &stages,
             min_days_between: 0,
@@ -352,4 +351,41 @@ fn a_step_recorded_superseded_says_so_and_is_not_called_suppressed() {
         "{}",
         e.reason_detail
     );
+}
+
+#[test]
+fn a_console_pause_holds_an_unpaid_invoice_back_with_no_next_date_and_paid_speaks_first() {
+    let decided_paused = |source: SourceFacts| {
+        let stages = stages();
+        let pause = crate::db::pauses::ConsolePause {
+            invoice_id: None,
+            customer_id: Some("C-1".into()),
+            reason: "disputed".into(),
+            paused_by: "olga".into(),
+            paused_at: noon(days_ago(1)),
+        };
+        decide(
+            Facts {
+                sources: vec![source],
+                console_pause: Some(pause),
+                ..facts(vec![], vec![])
+            },
+            Rules {
+                stages: &stages,
+                min_days_between: 2,
+                max_attempts: 5,
+            },
+        )
+    };
+    let mut held = source(10);
+    held.flags_owe = false;
+    let e = decided_paused(held.clone());
+    assert_eq!(e.reason, Reason::PausedInConsole);
+    assert!(
+        e.reason_detail
+            .contains("its customer C-1 was paused in the console by olga")
+    );
+    assert_eq!(next(&e), None);
+    held.is_paid = Some(true);
+    assert_eq!(decided_paused(held).reason, Reason::Paid);
 }
