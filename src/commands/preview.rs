@@ -166,8 +166,8 @@ pub fn samples(
     only: Option<(&str, &str)>,
 ) -> anyhow::Result<Vec<Sample>> {
     let stages = &settings.reminders.stages;
-    let (invoice, customer) =
-        mail::sample(today).map_err(|e| anyhow::anyhow!("the sample invoice does not parse: {e}"))?;
+    let (invoice, customer) = mail::sample(today)
+        .map_err(|e| anyhow::anyhow!("the sample invoice does not parse: {e}"))?;
     let mut found = Vec::new();
     for step in stages.steps() {
         for locale in templates.locales() {

@@ -130,7 +130,7 @@ async fn change(
     if let Err(answer) = known(app, signed, &what).await {
         return answer;
     }
-    let reason = crate::mail::text::sanitize(&form.reason, 500);
+    let reason = crate::domain::sanitize(&form.reason, 500);
     if reason.is_empty() {
         let why = "Give a reason: it goes in the activity log. Nothing was changed.";
         return page(
