@@ -1,5 +1,6 @@
-//! The console at 1M reminders: `GET /` (the overview) and `GET /unknown`
-//! answered by a console served in-process over a database of 1M
+//! The console at 1M reminders: `GET /` (the overview), `GET /unknown` and
+//! an invoice's page (`GET /invoices/500000`: `explain`, its history, its
+//! archived message) answered by a console served in-process over a database of 1M
 //! reminders, median and p95 of `CONSOLE_BENCH_REQUESTS` requests each
 //! after a first one, whose time is printed too (for `/` it includes the
 //! survey of what is owed, kept for 30 s) (BENCHMARKS.md, "The console at
@@ -182,7 +183,7 @@ async fn main() {
 
     let before = index_scans(&pool).await;
     let get = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    for path in ["/", "/unknown"] {
+    for path in ["/", "/unknown", "/invoices/500000"] {
         let mut times = Vec::with_capacity(requests);
         let mut first = Duration::ZERO;
         // One request first: a console that has just started answers it
@@ -207,7 +208,7 @@ async fn main() {
         }
         times.sort();
         println!(
-            "console: GET {path:<9} at 1M reminders: median {}, p95 {}, max {} ({requests} requests after the first, which took {})",
+            "console: GET {path:<17} at 1M reminders: median {}, p95 {}, max {} ({requests} requests after the first, which took {})",
             ms(percentile(&times, 50)),
             ms(percentile(&times, 95)),
             ms(*times.last().expect("a request")),
