@@ -1,3 +1,7 @@
+//! A customer's statement, chosen over rows built by hand: at most the
+//! cap, oldest due date first; broken rows, suppressed addresses, retry
+//! backoff, resent statements and the gap between statements.
+
 use std::collections::HashSet;
 
 use chrono::NaiveDate;
