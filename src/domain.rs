@@ -14,7 +14,7 @@ mod money;
 mod problem;
 mod step_key;
 mod text;
-pub use address::{MAX_RECIPIENTS, Recipients};
+pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
 pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use money::{Currency, Money};
 pub use problem::{Problem, SourceProblem};

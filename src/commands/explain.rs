@@ -134,7 +134,7 @@ async fn customer_place(
     customer: &str,
     id: &InvoiceId,
 ) -> anyhow::Result<CustomerPlace> {
-    let rows = db::customers::fetch_whole_customer(
+    let (rows, suppressed) = db::customers::fetch_whole_customer(
         db,
         &Today::from_settings(settings, today),
         &Retries::from_settings(&settings.reminders, 0),
@@ -143,12 +143,6 @@ async fn customer_place(
     )
     .await
     .map_err(db_failed("failed to read the customer's invoices"))?;
-    let suppressed = crate::tick::suppressed_addresses(
-        db,
-        rows.iter().filter_map(|r| r.row.customer_email.as_deref()),
-    )
-    .await
-    .map_err(db_failed("failed to read the suppression list"))?;
     let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
     let chosen = crate::tick::statements(rows, per_mail, &suppressed, today, &mut |_| {});
     if chosen.waiting.iter().any(|c| c == customer) {

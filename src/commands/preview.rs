@@ -245,7 +245,7 @@ async fn preview_statement(
         .await
         .context("failed to read the database clock")?;
     let read = "failed to read the customer's invoices from source.relation";
-    let rows = db::customers::fetch_whole_customer(
+    let (rows, suppressed) = db::customers::fetch_whole_customer(
         pool,
         &Today::from_settings(settings, today),
         &Retries::from_settings(&settings.reminders, 0),
@@ -254,12 +254,6 @@ async fn preview_statement(
     )
     .await
     .context(read)?;
-    let suppressed = tick::suppressed_addresses(
-        pool,
-        rows.iter().filter_map(|r| r.row.customer_email.as_deref()),
-    )
-    .await
-    .context("failed to read the suppression list")?;
     let by_key: std::collections::HashMap<Option<InvoiceId>, db::customers::CustomerRow> = rows
         .iter()
         .map(|r| (r.row.invoice_id.clone(), r.clone()))

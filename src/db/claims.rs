@@ -6,17 +6,19 @@
 use super::Db;
 use super::conn::on_db;
 use super::customers::Retries;
-use super::invoices::source_columns;
+use super::invoices::{OverdueKey, OwedPage, owed_page_on, source_columns};
 use super::locks::Fence;
 use super::owing::{
     Today, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
     windows,
 };
 use super::reminders::{
-    Claim, ClaimError, ClaimResult, ClaimedRow, check_fence, claim_results, keyed, thread_of,
+    Claim, ClaimError, ClaimResult, ClaimedRow, ask_suppressed, check_fence, claim_results, keyed,
+    thread_of,
 };
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
+use crate::stages::Window;
 
 /// Claims, for run `run_id`, the due step of each of `keys` (distinct
 /// invoice keys) that still owes it: unpaid, unpaused, in a window today,
@@ -35,6 +37,21 @@ pub async fn claim_steps(
     today: &Today,
     run_id: i64,
     fence: Option<Fence<'_>>,
+) -> Result<Claim, ClaimError> {
+    on_db!(db, tx, |c| {
+        check_fence(c, db, fence).await?;
+        claim_steps_on(c, db, keys, today, run_id, fence.map(|f| f.token)).await
+    })
+}
+
+/// [`claim_steps`] on `c`, in a transaction whose fence was checked.
+async fn claim_steps_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    keys: &[InvoiceId],
+    today: &Today,
+    run_id: i64,
+    token: Option<i64>,
 ) -> Result<Claim, ClaimError> {
     let statement = db.statement(concat!(
         "WITH ",
@@ -60,21 +77,76 @@ pub async fn claim_steps(
         " RETURNING id, invoice_id, attempts, period, message_id)",
         claim_results!()
     ));
-    let token = fence.map(|f| f.token);
     let params = today
         .params()
         .with("keys", &keys)
         .with("run_id", &run_id)
         .with("fence", &token);
-    let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
+    let results: Vec<ClaimResult> = sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+        .persistent(db.named())
+        .fetch_all(&mut *c)
+        .await?;
+    ask_suppressed(c, db, Claim::from_results(results)).await
+}
+
+/// What the claimer chose from one page of the scan: the keys to claim
+/// (distinct) and the steps to record superseded.
+#[derive(Debug, Default)]
+pub struct PageChoice {
+    pub keys: Vec<InvoiceId>,
+    pub superseded: Vec<Superseded>,
+}
+
+/// What [`claim_page`] did.
+#[derive(Debug, Default)]
+pub struct PageClaim {
+    /// The last row the page examined: the next page starts after it.
+    pub last: Option<OverdueKey>,
+    /// How many rows the page examined.
+    pub examined: usize,
+    /// How many keys the claim asked for.
+    pub asked: usize,
+    /// How many steps were recorded superseded.
+    pub superseded: u64,
+    pub claim: Claim,
+}
+
+/// Invoice mode, one transaction per page: reads the page of `window`
+/// after `after` (`invoices::fetch_owed_page`), lets `choose` decide from
+/// it, records the steps it found superseded ([`record_superseded`]) and
+/// claims the keys it chose ([`claim_steps`]), with the fence checked once
+/// before all of it. One commit for what were four.
+#[allow(clippy::too_many_arguments)]
+pub async fn claim_page(
+    db: &Db,
+    window: &Window,
+    today: &Today,
+    after: Option<OverdueKey>,
+    limit: u32,
+    run_id: i64,
+    fence: Option<Fence<'_>>,
+    choose: impl FnOnce(OwedPage) -> PageChoice,
+) -> Result<PageClaim, ClaimError> {
+    let token = fence.map(|f| f.token);
+    on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-            .persistent(db.named())
-            .fetch_all(&mut *c)
-            .await
-            .map_err(ClaimError::from)
-    })?;
-    Ok(Claim::from_results(results))
+        let page = owed_page_on(c, db, window, today, after, limit).await?;
+        let mut done = PageClaim {
+            last: page.last.clone(),
+            examined: page.examined,
+            ..PageClaim::default()
+        };
+        let chosen = choose(page);
+        done.asked = chosen.keys.len();
+        if !chosen.superseded.is_empty() {
+            done.superseded =
+                record_superseded_on(c, db, &chosen.superseded, run_id, token).await?;
+        }
+        if !chosen.keys.is_empty() {
+            done.claim = claim_steps_on(c, db, &chosen.keys, today, run_id, token).await?;
+        }
+        Ok::<_, ClaimError>(done)
+    })
 }
 
 /// What a customer-mode claim takes: whole customers' rows, new steps and
@@ -168,19 +240,19 @@ pub async fn claim_statements(
         .with("customers", &claim.customers)
         .with("continued", &claim.continued)
         .with("fence", &token);
-    let results: Vec<ClaimResult> = on_db!(db, tx, |c| {
+    on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
         sqlx::query_with(locks.sql(), locks.args(&params)?)
             .persistent(db.named())
             .execute(&mut *c)
             .await?;
-        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-            .persistent(db.named())
-            .fetch_all(&mut *c)
-            .await
-            .map_err(ClaimError::from)
-    })?;
-    Ok(Claim::from_results(results))
+        let results: Vec<ClaimResult> =
+            sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+                .persistent(db.named())
+                .fetch_all(&mut *c)
+                .await?;
+        ask_suppressed(c, db, Claim::from_results(results)).await
+    })
 }
 
 /// Invoice mode: re-claims up to `limit` `failed` reminders whose step is
@@ -188,14 +260,15 @@ pub async fn claim_statements(
 /// over, for invoices that still owe a reminder, are on exactly one source
 /// row and have a value in every column a reminder needs. Rows this run
 /// already tried are skipped, so each row gets at most one attempt per
-/// tick.
+/// tick. The rows come back as a [`Claim`] (with their suppressed
+/// addresses), never with repeated keys.
 pub async fn reclaim_failed(
     db: &Db,
     today: &Today,
     retries: &Retries,
     limit: u32,
     fence: Option<Fence<'_>>,
-) -> Result<Vec<ClaimedRow>, ClaimError> {
+) -> Result<Claim, ClaimError> {
     let statement = db.statement(concat!(
         "WITH picked AS (SELECT r.id FROM {ir}.reminders r",
         " JOIN {src} s ON s.invoice_id::text = r.invoice_id",
@@ -233,11 +306,16 @@ pub async fn reclaim_failed(
         .with("fence", &token);
     on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-            .persistent(db.named())
-            .fetch_all(&mut *c)
-            .await
-            .map_err(ClaimError::from)
+        let claimed: Vec<ClaimedRow> =
+            sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+                .persistent(db.named())
+                .fetch_all(&mut *c)
+                .await?;
+        let claim = Claim {
+            claimed,
+            ..Claim::default()
+        };
+        ask_suppressed(c, db, claim).await
     })
 }
 
@@ -263,31 +341,41 @@ pub async fn record_superseded(
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<u64, ClaimError> {
+    on_db!(db, tx, |c| {
+        check_fence(c, db, fence).await?;
+        record_superseded_on(c, db, steps, run_id, fence.map(|f| f.token)).await
+    })
+}
+
+/// [`record_superseded`] on `c`, in a transaction whose fence was checked.
+async fn record_superseded_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    steps: &[Superseded],
+    run_id: i64,
+    token: Option<i64>,
+) -> Result<u64, ClaimError> {
     let keys: Vec<&str> = steps.iter().map(|s| s.invoice_id.as_str()).collect();
     let periods: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
     let customers: Vec<Option<&str>> = steps.iter().map(|s| s.customer_id.as_deref()).collect();
     let reasons: Vec<&str> = steps.iter().map(|s| s.reason.as_str()).collect();
-    let token = fence.map(|f| f.token);
-    on_db!(db, tx, |c| {
-        check_fence(c, db, fence).await?;
-        sqlx::query(db.sql(
-            "INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id, last_error)
-             SELECT u.k, u.p, 'skipped', $5, $6, u.c, u.e
-               FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(k, p, c, e)
-              WHERE (SELECT count(*) FROM {src} s WHERE s.invoice_id::text = u.k) = 1
-              ORDER BY u.k
-             ON CONFLICT (invoice_id, period) DO NOTHING",
-        ))
-        .persistent(db.named())
-        .bind(&keys)
-        .bind(&periods)
-        .bind(&customers)
-        .bind(&reasons)
-        .bind(run_id)
-        .bind(token)
-        .execute(&mut *c)
-        .await
-        .map(|done| done.rows_affected())
-        .map_err(ClaimError::from)
-    })
+    sqlx::query(db.sql(
+        "INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id, last_error)
+         SELECT u.k, u.p, 'skipped', $5, $6, u.c, u.e
+           FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(k, p, c, e)
+          WHERE (SELECT count(*) FROM {src} s WHERE s.invoice_id::text = u.k) = 1
+          ORDER BY u.k
+         ON CONFLICT (invoice_id, period) DO NOTHING",
+    ))
+    .persistent(db.named())
+    .bind(&keys)
+    .bind(&periods)
+    .bind(&customers)
+    .bind(&reasons)
+    .bind(run_id)
+    .bind(token)
+    .execute(&mut *c)
+    .await
+    .map(|done| done.rows_affected())
+    .map_err(ClaimError::from)
 }

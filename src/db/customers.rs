@@ -12,6 +12,8 @@
 //! before it decides what goes into a customer's mail. Nothing here
 //! claims: the claim re-checks every condition in its own statement.
 
+use std::collections::HashSet;
+
 use chrono::NaiveDate;
 use sqlx::FromRow;
 
@@ -23,8 +25,10 @@ use super::owing::{
     windows,
 };
 use super::params::Params;
+use super::suppressions::suppressed_among_on;
 use crate::domain::ReminderId;
 use crate::domain::StepKey;
+use crate::domain::lowercase_addresses;
 
 /// What a run's reads need to know of itself: rows it already tried this
 /// tick are not retried again, nor rows out of attempts, nor rows whose
@@ -195,6 +199,9 @@ pub struct CustomerPage {
     /// The last examined row's `(due date, key)`: where a read of one
     /// customer continues.
     pub last: Option<(NaiveDate, String)>,
+    /// The owed rows' addresses on the suppression list, lower-cased, read
+    /// in the page's own transaction (one commit for both).
+    pub suppressed: HashSet<String>,
 }
 
 async fn read(
@@ -202,14 +209,21 @@ async fn read(
     statement: &super::conn::Prepared,
     params: &Params<'_>,
 ) -> Result<CustomerPage, sqlx::Error> {
-    let rows: Vec<ReadRow> = on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)?;
+    let (rows, suppressed): (Vec<ReadRow>, Vec<String>) = on_db!(db, tx, |c| {
+        let rows: Vec<ReadRow> = sqlx::query_as_with(statement.sql(), statement.args(params)?)
+            .persistent(db.named())
+            .fetch_all(&mut *c)
+            .await?;
+        let asked = lowercase_addresses(
+            rows.iter()
+                .filter(|r| r.state.is_some())
+                .filter_map(|r| r.row.customer_email.as_deref()),
+        );
+        let suppressed = suppressed_among_on(c, db, &asked).await?;
+        Ok::<_, sqlx::Error>((rows, suppressed))
+    })?;
     let mut page = CustomerPage {
+        suppressed: suppressed.into_iter().collect(),
         owed: Vec::new(),
         customers: Vec::with_capacity(rows.len()),
         last: rows.last().and_then(|r| {
@@ -304,23 +318,26 @@ pub async fn fetch_customer_rows(
 }
 
 /// Every row of `customer` that owes a step (or is held back from one),
-/// read `limit` rows at a time, in `(due date, key)` order.
+/// read `limit` rows at a time, in `(due date, key)` order, and their
+/// addresses on the suppression list, lower-cased.
 pub async fn fetch_whole_customer(
     db: &Db,
     today: &Today,
     retries: &Retries,
     customer: &str,
     limit: u32,
-) -> Result<Vec<CustomerRow>, sqlx::Error> {
+) -> Result<(Vec<CustomerRow>, HashSet<String>), sqlx::Error> {
     let mut rows = Vec::new();
+    let mut suppressed = HashSet::new();
     let mut after = None;
     loop {
         let page = fetch_customer_rows(db, today, retries, customer, after, limit).await?;
         let examined = page.customers.len();
         after = page.last;
         rows.extend(page.owed);
+        suppressed.extend(page.suppressed);
         if examined < usize::try_from(limit).unwrap_or(usize::MAX) || after.is_none() {
-            return Ok(rows);
+            return Ok((rows, suppressed));
         }
     }
 }

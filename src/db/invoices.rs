@@ -254,6 +254,20 @@ pub async fn fetch_owed_page(
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
+    on_db!(db, |c| owed_page_on(c, db, window, today, after, limit)
+        .await)
+}
+
+/// [`fetch_owed_page`] on `c` (inside a caller's transaction: a page and
+/// its claim are one).
+pub(super) async fn owed_page_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    window: &Window,
+    today: &Today,
+    after: Option<OverdueKey>,
+    limit: u32,
+) -> Result<OwedPage, sqlx::Error> {
     let statement = db.statement(PAGE);
     let (after_date, after_key) = match after {
         Some(k) => (Some(k.due_date), Some(k.id)),
@@ -261,13 +275,10 @@ pub async fn fetch_owed_page(
     };
     let limit = i64::from(limit);
     let params = page_params(today, window, &after_date, &after_key, &limit);
-    let rows: Vec<PageRow> = on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)?;
+    let rows: Vec<PageRow> = sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+        .persistent(db.named())
+        .fetch_all(&mut *c)
+        .await?;
     let examined = rows.len();
     // Rows are in the window with a key: neither is NULL.
     let last = rows.iter().rev().find_map(|r| {

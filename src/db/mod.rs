@@ -26,6 +26,7 @@ pub mod pauses;
 pub mod relay_pace;
 pub mod reminders;
 pub mod resolve;
+pub mod returned;
 pub mod runs;
 pub mod seed;
 pub mod session;
@@ -78,44 +79,54 @@ fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
 }
 
 /// A connection of their own (a pool of one, connected on first use) for
-/// the tick's three busiest phases: the claimer, the marker and the
-/// recorder. Their statements are then prepared once per process, not once
-/// per pooled connection (each first use of a statement on a connection is
-/// a transaction of its own), and a mark never queues behind the other
-/// phases for a connection. No ping before each use (it was a round trip
-/// per mark): a connection that breaks is closed by the call that found it
-/// broken (`conn::Db::settle`), and the next call opens a new one.
+/// the tick's two busiest phases: the claimer, and the marker (which also
+/// writes the results). Their statements are then prepared once per
+/// process, not once per pooled connection (each first use of a statement
+/// on a connection is a transaction of its own), and a mark never queues
+/// behind the other phases for a connection. No ping before each use (it
+/// was a round trip per mark): a connection that breaks is closed by the
+/// call that found it broken (`conn::Db::settle`), and the next call opens
+/// a new one.
+///
+/// The marker's connection runs nothing but writes that find their rows by
+/// primary key (`deliveries`), so on a direct connection it is opened with
+/// `enable_seqscan = off`: on a small table PostgreSQL would rather read
+/// the whole of `reminders` than probe its key a few hundred times, a cost
+/// per reminder that depends on how many reminders the table already
+/// holds. Behind a transaction pooler no startup option can be set.
 #[derive(Clone, Debug)]
 pub struct PhaseDbs {
     pub claims: Db,
     pub marks: Db,
-    pub records: Db,
 }
 
 impl PhaseDbs {
-    /// Three pools of one connection each, beside `db`: to the same
-    /// server with the same options as its pool, sharing its names and
-    /// source shape.
+    /// Two pools of one connection each, beside `db`: to the same server
+    /// with the same options as its pool, sharing its names and source
+    /// shape.
     pub fn new(settings: &Settings, db: &Db) -> Self {
         let options = (*db.pool().connect_options()).clone();
-        let one = || {
+        let one = |options: sqlx::postgres::PgConnectOptions| {
             let pool = PgPoolOptions::new()
                 .max_connections(1)
                 .acquire_timeout(settings.database.connect_timeout)
                 .test_before_acquire(false)
-                .connect_lazy_with(options.clone());
+                .connect_lazy_with(options);
             db.with_pool(pool)
         };
+        let by_key = match db.pooled() {
+            true => options.clone(),
+            false => options.clone().options([("enable_seqscan", "off")]),
+        };
         Self {
-            claims: one(),
-            marks: one(),
-            records: one(),
+            claims: one(options),
+            marks: one(by_key),
         }
     }
 
-    /// Closes the three connections.
+    /// Closes the two connections.
     pub async fn close(&self) {
-        for db in [&self.claims, &self.marks, &self.records] {
+        for db in [&self.claims, &self.marks] {
             db.pool().close().await;
         }
     }

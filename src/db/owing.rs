@@ -25,10 +25,11 @@
 //! mail), in the zone's days: a reminder claimed on day D blocks days D to
 //! D + min_days_between - 1.
 //!
-//! Per-row probes (`OFFSET 0` keeps them probes of their index) serve the
-//! pages and claims, a few hundred rows each; listings over a whole
-//! backlog use the plain `NOT EXISTS` the planner may turn into an
-//! anti-join (1M probes took 6 s, a hash anti-join under one, measured).
+//! Per-row lookups ([`reminders_of!`]: one invoice's or one customer's
+//! reminders, through the index meant and no other) serve the pages and
+//! claims, a few hundred rows each; listings over a whole backlog use the
+//! plain `NOT EXISTS` the planner may turn into an anti-join, which over
+//! a whole backlog beats a lookup per row.
 
 use chrono::NaiveDate;
 
@@ -128,23 +129,75 @@ macro_rules! gap_start {
 }
 pub(crate) use gap_start;
 
-/// SQL: no reminder of row `s`'s invoice was `sent` or `sending` within
-/// the gap. `probe`: a probe of the (invoice_id, period) index per row;
-/// `anti`: a condition the planner may turn into an anti-join.
-macro_rules! invoice_gap_clear {
-    (probe) => {
+/// SQL: the reminders of one invoice (`invoice`, `$key` its key as text)
+/// or one customer (`customer`, `$key` its customer key as text; `in gap`:
+/// only those claimed within the gap), as a row source for a
+/// per-row lookup. The subquery's only conditions are the key (and the
+/// start) of the index the lookup means, UNIQUE (invoice_id, period) or
+/// `reminders_customer_claimed`; `OFFSET 0` keeps the lookup's other
+/// conditions (a status, a date) out of it. Pushed in, they let PostgreSQL
+/// combine that index with any other index on `reminders` whose condition
+/// they imply (a bitmap AND with an index of every reminder sent today,
+/// say), and read that index whole for every row: a cost per reminder
+/// that grows with what was already sent, whatever the statistics say
+/// (BENCHMARKS.md, "Lookups that read a bounded number of rows").
+macro_rules! reminders_of {
+    (invoice $($key:expr),+) => {
         concat!(
-            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
-            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
+            "(SELECT * FROM {ir}.reminders WHERE invoice_id = ",
+            $($key),+,
+            " OFFSET 0)"
+        )
+    };
+    (customer $($key:expr),+) => {
+        concat!(
+            "(SELECT * FROM {ir}.reminders WHERE customer_id = ",
+            $($key),+,
+            " OFFSET 0)"
+        )
+    };
+    (customer $key:literal in gap) => {
+        concat!(
+            "(SELECT * FROM {ir}.reminders WHERE customer_id = ",
+            $key,
+            " AND claimed_at >= ",
             $crate::db::owing::gap_start!(),
             " OFFSET 0)"
         )
     };
+}
+pub(crate) use reminders_of;
+
+/// SQL: the reminder `g` blocks the gap (`sent` or `sending`, claimed
+/// within it).
+macro_rules! blocks_gap {
+    () => {
+        concat!(
+            "g.status IN ('sent', 'sending') AND g.claimed_at >= ",
+            $crate::db::owing::gap_start!()
+        )
+    };
+}
+pub(crate) use blocks_gap;
+
+/// SQL: no reminder of row `s`'s invoice was `sent` or `sending` within
+/// the gap. `probe`: a lookup of the invoice's own reminders per row
+/// ([`reminders_of!`]); `anti`: a condition the planner may turn into an
+/// anti-join, for listings over a whole backlog.
+macro_rules! invoice_gap_clear {
+    (probe) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM ",
+            $crate::db::owing::reminders_of!(invoice "s.invoice_id::text"),
+            " g WHERE ",
+            $crate::db::owing::blocks_gap!(),
+            ")"
+        )
+    };
     (anti) => {
         concat!(
-            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text",
-            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
-            $crate::db::owing::gap_start!(),
+            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.invoice_id = s.invoice_id::text AND ",
+            $crate::db::owing::blocks_gap!(),
             ")"
         )
     };
@@ -153,14 +206,16 @@ pub(crate) use invoice_gap_clear;
 
 /// SQL: row `s`'s customer got no statement `sent` or `sending` within the
 /// gap, but for statements that left invoices for the next tick
-/// (`continued`). A probe of the (customer_id, claimed_at) index.
+/// (`continued`). A lookup of the customer's reminders of the gap per row
+/// ([`reminders_of!`]).
 macro_rules! customer_gap_clear {
     () => {
         concat!(
-            "NOT EXISTS (SELECT 1 FROM {ir}.reminders g WHERE g.customer_id = s.customer_id::text",
-            " AND g.status IN ('sent', 'sending') AND NOT g.continued AND g.claimed_at >= ",
-            $crate::db::owing::gap_start!(),
-            " OFFSET 0)"
+            "NOT EXISTS (SELECT 1 FROM ",
+            $crate::db::owing::reminders_of!(customer "s.customer_id::text" in gap),
+            " g WHERE ",
+            $crate::db::owing::blocks_gap!(),
+            " AND NOT g.continued)"
         )
     };
 }
@@ -173,20 +228,28 @@ pub(crate) use customer_gap_clear;
 macro_rules! gap_until {
     (invoice) => {
         concat!(
-            "(SELECT (max(g.claimed_at) AT TIME ZONE $tz)::date + $gap_days::int FROM {ir}.reminders g",
-            " WHERE g.invoice_id = s.invoice_id::text AND g.status IN ('sent', 'sending')",
-            " AND g.claimed_at >= ",
-            $crate::db::owing::gap_start!(),
-            ")"
+            "((",
+            $crate::db::owing::gap_until!(@latest invoice),
+            ") AT TIME ZONE $tz)::date + $gap_days::int"
         )
     };
     (customer) => {
         concat!(
-            "(SELECT (max(g.claimed_at) AT TIME ZONE $tz)::date + $gap_days::int FROM {ir}.reminders g",
-            " WHERE (g.invoice_id = s.invoice_id::text OR (g.customer_id = s.customer_id::text AND NOT g.continued))",
-            " AND g.status IN ('sent', 'sending') AND g.claimed_at >= ",
-            $crate::db::owing::gap_start!(),
-            ")"
+            "((GREATEST((",
+            $crate::db::owing::gap_until!(@latest invoice),
+            "), (SELECT max(g.claimed_at) FROM ",
+            $crate::db::owing::reminders_of!(customer "s.customer_id::text" in gap),
+            " g WHERE ",
+            $crate::db::owing::blocks_gap!(),
+            " AND NOT g.continued))) AT TIME ZONE $tz)::date + $gap_days::int"
+        )
+    };
+    (@latest invoice) => {
+        concat!(
+            "SELECT max(g.claimed_at) FROM ",
+            $crate::db::owing::reminders_of!(invoice "s.invoice_id::text"),
+            " g WHERE ",
+            $crate::db::owing::blocks_gap!()
         )
     };
 }

@@ -4,8 +4,8 @@
 //! the webhook message ids seen in the last ten minutes, so a replayed
 //! bounce is refused by every replica alike.
 //!
-//! The tick asks about a whole claimed batch in one statement
-//! ([`suppressed_among`]); a bounce is recorded with its message id in one
+//! The tick asks about a whole claimed batch in one statement, in the
+//! claim's own transaction ([`suppressed_among_on`]); a bounce is recorded with its message id in one
 //! transaction ([`record_bounce`]), so a request the database did not take
 //! can be sent again.
 
@@ -146,14 +146,27 @@ pub async fn suppressed_among(db: &Db, addresses: &[String]) -> Result<Vec<Strin
     if addresses.is_empty() {
         return Ok(Vec::new());
     }
-    on_db!(db, |c| sqlx::query_scalar(db.sql(
+    on_db!(db, |c| suppressed_among_on(c, db, addresses).await)
+}
+
+/// [`suppressed_among`] on `c` (inside a caller's transaction: a claim
+/// asks about its rows' addresses in its own).
+pub(crate) async fn suppressed_among_on(
+    c: &mut sqlx::PgConnection,
+    db: &Db,
+    addresses: &[String],
+) -> Result<Vec<String>, sqlx::Error> {
+    if addresses.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(db.sql(
         "SELECT a FROM unnest($1::text[]) a
-          WHERE EXISTS (SELECT 1 FROM {ir}.suppressions s WHERE lower(s.address) = lower(a))"
+          WHERE EXISTS (SELECT 1 FROM {ir}.suppressions s WHERE lower(s.address) = lower(a))",
     ))
     .persistent(db.named())
     .bind(addresses)
     .fetch_all(&mut *c)
-    .await)
+    .await
 }
 
 /// Records a bounce: with a webhook message id, first remembers it

@@ -83,6 +83,24 @@ impl Recipients {
     }
 }
 
+/// The addresses of `cells` (source `email` cells; a cell that does not
+/// parse has none), lower-cased, sorted, each once: what the suppression
+/// list is asked about, in the form its answers are compared in.
+pub fn lowercase_addresses<'a>(cells: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut all: Vec<String> = cells
+        .filter_map(|cell| Recipients::parse(cell).ok())
+        .flat_map(|r| {
+            r.addresses()
+                .iter()
+                .map(|a| a.to_string().to_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

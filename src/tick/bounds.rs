@@ -10,7 +10,8 @@
 //!   will not be sent. This is what a SIGKILL can leave in `sending`.
 //! * [`MarkWindow`]: at most `send_concurrency` letters marked started
 //!   and not yet finished. The marker [`opens`](MarkWindow::open) room
-//!   for a group of letters before marking them, one permit per letter,
+//!   for a group of letters (the window less two per connection) before
+//!   marking them, one permit per letter,
 //!   and a letter's permit is dropped when its send ends. This is what a SIGKILL
 //!   can leave unknown besides the mail the server took but we never
 //!   recorded.
@@ -53,8 +54,8 @@ impl ClaimBound {
     pub fn for_settings(reminders: &ReminderSettings, rows_per_letter: usize) -> Self {
         let window_rows = match rows_per_letter {
             0 | 1 => 0,
-            n => MarkWindow::new(reminders.send_concurrency)
-                .size()
+            n => usize::try_from(reminders.send_concurrency)
+                .unwrap_or(usize::MAX)
                 .saturating_mul(n),
         };
         Self::new(reminders.batch_size, window_rows)
@@ -143,35 +144,39 @@ pub(super) struct MarkWindow {
 }
 
 impl MarkWindow {
-    /// The window, as a multiple of `send_concurrency`: one, so a SIGKILL
-    /// leaves at most `send_concurrency` never-sent rows unknown. The
-    /// senders still never wait for a mark, because `send_concurrency` is
-    /// several times `smtp.pool_size`: letters marked ahead wait for a
-    /// connection while the next group is marked (BENCHMARKS.md, "The mark
-    /// window in two groups").
-    const SIZE: usize = 1;
-
-    /// A group is half the window (32 of 64 at the default): two groups are
-    /// in flight, so while the senders work through one, the next is
-    /// marked. A group marked only once all but half a round of sends had
-    /// left the window kept the senders waiting out every mark's round trip
-    /// and WAL flush, with a machine partly idle. Marks cost one commit per
-    /// group. A group takes more rows when more room has freed by the time
-    /// it is marked.
-    pub fn new(send_concurrency: u32) -> Self {
-        let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
-        let size = sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS);
+    /// The window is `send_concurrency` letters, so a SIGKILL leaves at
+    /// most that many never-sent letters unknown.
+    ///
+    /// A group is the window less two letters per connection
+    /// (`2 × smtp.pool_size`): a mark is taken once that much room is
+    /// free, and the letters still in the window (one on each connection,
+    /// one waiting for it) keep the connections busy while the mark's
+    /// round trip and commit take place. Marks then cost one commit per
+    /// group (BENCHMARKS.md, "The mark window"). At least half the window,
+    /// so a window not much larger than the pool still marks in two
+    /// groups; a group takes more letters when more room has freed by the
+    /// time it is marked.
+    pub fn new(send_concurrency: u32, pool_size: u32) -> Self {
+        let size = usize::try_from(send_concurrency)
+            .unwrap_or(1)
+            .clamp(1, Semaphore::MAX_PERMITS);
         Self {
             permits: Arc::new(Semaphore::new(size)),
             size,
-            group: Self::group_for(send_concurrency),
+            group: Self::group_for(send_concurrency, pool_size),
         }
     }
 
-    /// The most letters one mark takes at `send_concurrency`.
-    pub fn group_for(send_concurrency: u32) -> usize {
-        let sc = usize::try_from(send_concurrency).unwrap_or(1).max(1);
-        (sc.saturating_mul(Self::SIZE).min(Semaphore::MAX_PERMITS) / 2).max(1)
+    /// The letters one mark takes once the window has room for them, at
+    /// `send_concurrency` and `smtp.pool_size`.
+    pub fn group_for(send_concurrency: u32, pool_size: u32) -> usize {
+        let size = usize::try_from(send_concurrency)
+            .unwrap_or(1)
+            .clamp(1, Semaphore::MAX_PERMITS);
+        let busy = usize::try_from(pool_size)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2);
+        size.saturating_sub(busy).max(size / 2).max(1)
     }
 
     /// The most rows marked and not finished.
@@ -256,9 +261,17 @@ mod tests {
         assert!(fifth.await.is_err(), "a fifth row was let in");
     }
 
+    #[test]
+    fn a_mark_takes_the_window_less_two_letters_per_connection_and_at_least_half_of_it() {
+        assert_eq!(MarkWindow::group_for(64, 8), 48);
+        assert_eq!(MarkWindow::group_for(64, 30), 32);
+        assert_eq!(MarkWindow::group_for(16, 8), 8);
+        assert_eq!(MarkWindow::group_for(1, 8), 1);
+    }
+
     #[tokio::test]
     async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
-        let window = MarkWindow::new(32);
+        let window = MarkWindow::new(32, 8);
         assert_eq!((window.size(), window.group()), (32, 16));
         let first = window.open(16, 16).await.unwrap_or_default();
         assert_eq!(first.len(), 16, "a group");

@@ -301,7 +301,7 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
         pending.deliveries.remove(0);
     }
     while let Some((run_id, unsent)) = pending.hand_backs.first() {
-        match db::deliveries::hand_back(db, *run_id, &unsent.ids, &unsent.fresh).await {
+        match db::returned::hand_back(db, *run_id, &unsent.ids, &unsent.fresh).await {
             Ok(n) => tracing::info!(
                 run_id,
                 handed_back = n,

@@ -1,16 +1,16 @@
 //! The mark phase: claimed letters (a letter is the rows of one mail) are
 //! recorded as started (`started_at`), each row with the Message-ID its
 //! mail carries, a group of letters at a time, ahead of the senders, and
-//! only then handed to them.
+//! only then handed to them; each mark also writes the results that
+//! finished since the last one (`record.rs`).
 //!
-//! A mark is its own statement and commit, but it is not on the send path:
-//! while one group is being sent the next is marked, so a send never waits
-//! for a round trip or a WAL flush. At most [`MarkWindow::size`] letters
-//! (`send_concurrency`) are marked and not finished at any moment: that,
-//! plus the mail the server took whose result was not yet written, is all a
-//! SIGKILL can leave unknown. A mark is taken once the window has room for
-//! a group ([`MarkWindow::group`]: half the window), so marks cost one
-//! commit per group.
+//! At most [`MarkWindow::size`] letters (`send_concurrency`) are marked and
+//! not finished at any moment: that, plus the mail the server took whose
+//! result was not yet written, is all a SIGKILL can leave unknown. A mark
+//! is taken once the window has room for a group ([`MarkWindow::group`]):
+//! the window less the letters that keep the connections busy while the
+//! mark's round trip and commit take place, so marks cost one commit per
+//! group, and results none of their own while mail flows.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run handed back (this run's lease looked over) is never sent here.
@@ -20,17 +20,18 @@
 //! handed back at the end of the run too, or by a later run if this process
 //! dies.
 
-use std::sync::Arc;
-
 use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use super::TickError;
 use super::bounds::MarkWindow;
 use super::pipeline::{Pipeline, Stop};
+use super::record::Finished;
 use super::timings::Spent;
 use crate::db;
-use crate::domain::{Counts, Letter, ReminderId, count_of};
+use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
 
 /// A letter whose rows are marked started, with its place in the mark
 /// window (released when its send ends).
@@ -48,62 +49,106 @@ pub(super) struct Marker {
     window: MarkWindow,
     /// Claimed letters waiting for room in the window.
     buffer: VecDeque<Letter>,
+    /// Results waiting to be written.
+    finished: Finished,
 }
 
 impl Marker {
     pub fn new(p: Arc<Pipeline>, window: MarkWindow) -> Self {
+        let finished = Finished::new(p.ctx().settings.reminders.batch_size);
         Self {
             p,
             window,
             buffer: VecDeque::new(),
+            finished,
         }
     }
 
     /// Marks claimed letters a group at a time and passes each marked one
-    /// on, until the claimer is done and every row is marked or skipped.
-    pub async fn run(mut self, mut claimed: mpsc::Receiver<Batch>, to_send: mpsc::Sender<Marked>) {
+    /// on, writing the results that finished with each mark, until the
+    /// claimer is done, every row is marked or skipped, and every result
+    /// is written (or kept for later).
+    pub async fn run(
+        mut self,
+        mut claimed: mpsc::Receiver<Batch>,
+        mut results: mpsc::Receiver<Vec<Attempted>>,
+        to_send: mpsc::Sender<Marked>,
+    ) -> Result<(), TickError> {
+        let mut to_send = Some(to_send);
+        let (mut claiming, mut sending) = (true, true);
+        let mut arrived = Vec::new();
         loop {
-            if self.buffer.is_empty() {
-                let waiting = claimed.recv();
-                match self
-                    .p
-                    .timings()
-                    .time(Spent::MarkWaitingForRows, waiting)
-                    .await
-                {
+            if self.p.stop_reason().is_some() {
+                self.skip_buffered();
+            }
+            // Nothing more to mark: the senders finish what they have.
+            if !claiming && self.buffer.is_empty() {
+                to_send = None;
+            }
+            if to_send.is_none() && !sending {
+                break;
+            }
+            let marking = to_send.is_some() && !self.buffer.is_empty();
+            let n = self.buffer.len().min(self.window.group());
+            let wanted = self.buffer.len();
+            let deadline = self.finished.deadline();
+            tokio::select! {
+                biased;
+                batch = claimed.recv(), if claiming => match batch {
                     Some(batch) => self.buffer.extend(batch),
-                    None => return,
+                    None => claiming = false,
+                },
+                got = results.recv_many(&mut arrived, usize::MAX), if sending => {
+                    if got == 0 {
+                        sending = false;
+                    }
+                    for letter in arrived.drain(..) {
+                        self.finished.add(letter);
+                    }
+                    if self.finished.due() || (!marking && !sending) {
+                        self.record().await;
+                    }
                 }
-                if self.buffer.is_empty() {
-                    continue;
-                }
+                permits = self.window.open(n, wanted), if marking => match permits {
+                    Some(permits) => self.mark_group(permits, to_send.as_ref()).await,
+                    None => self.skip_buffered(),
+                },
+                () = sleep_until(deadline), if deadline.is_some() => self.record().await,
             }
-            // A group takes what has already arrived, never waits for more.
-            while self.buffer.len() < self.window.group()
-                && let Ok(batch) = claimed.try_recv()
-            {
-                self.buffer.extend(batch);
-            }
-            self.mark_group(&to_send).await;
         }
+        if !self.finished.is_empty() {
+            self.record().await;
+        }
+        self.finished.outcome()
     }
 
-    /// Marks the next group (waiting for room in the window) and passes its
-    /// rows on; or, once the tick has stopped, lets go of every buffered row.
-    async fn mark_group(&mut self, to_send: &mpsc::Sender<Marked>) {
-        if self.p.stop_reason().is_some() {
-            return self.skip_buffered();
+    /// Writes the results waiting, without a mark.
+    async fn record(&mut self) {
+        let results = self.finished.take(&self.p);
+        if results.is_empty() {
+            return;
         }
-        let n = self.buffer.len().min(self.window.group());
-        let opening = self.window.open(n, self.buffer.len());
-        let Some(permits) = self
+        let writing = db::deliveries::record_deliveries(
+            &self.p.ctx().phases.marks,
+            self.p.run_id(),
+            self.p.ctx().settings.reminders.max_attempts,
+            &results,
+        );
+        let written = self
             .p
             .timings()
-            .time(Spent::MarkWaitingForRoom, opening)
-            .await
-        else {
-            return self.skip_buffered();
-        };
+            .time(Spent::RecordStatements, writing)
+            .await;
+        self.finished.written(&self.p, results, written);
+    }
+
+    /// Marks the next group, one letter per permit (the window's room for
+    /// it), with the results waiting, and passes its rows on.
+    async fn mark_group(
+        &mut self,
+        permits: Vec<OwnedSemaphorePermit>,
+        to_send: Option<&mpsc::Sender<Marked>>,
+    ) {
         // Waiting for room may have outlasted the lease.
         if self.p.stop_reason().is_some() {
             return self.skip_buffered();
@@ -120,19 +165,30 @@ impl Marker {
         }
         // Before the statement: a mark whose reply is lost may have taken.
         self.p.unsent().add(&letters);
-        let marking = db::deliveries::mark_started(
+        let results = self.finished.take(&self.p);
+        let marks = db::deliveries::Marks {
+            ids: &ids,
+            message_ids: &message_ids,
+        };
+        let writing = db::deliveries::write_progress(
             &self.p.ctx().phases.marks,
             self.p.run_id(),
-            &ids,
-            &message_ids,
+            self.p.ctx().settings.reminders.max_attempts,
+            marks,
+            &results,
         );
-        let marked = self.p.timings().time(Spent::MarkStatements, marking).await;
-        let marked: HashSet<ReminderId> = match marked {
-            Ok(marked) => marked.into_iter().collect(),
+        let written = self.p.timings().time(Spent::MarkStatements, writing).await;
+        let marked: HashSet<ReminderId> = match written {
+            Ok(progress) => {
+                self.finished
+                    .written(&self.p, results, Ok(progress.recorded));
+                progress.marked.into_iter().collect()
+            }
             Err(e) => {
                 if self.p.stop(Stop::RecordFailed) {
                     tracing::error!(error = %e, "rows cannot be marked started; no more mail is started this tick");
                 }
+                self.finished.written(&self.p, results, Err(e));
                 // The mark may have committed with its reply lost: these rows
                 // were never sent, so the end of the run returns them.
                 self.p.bound().release(ids.len());
@@ -153,9 +209,16 @@ impl Marker {
             if letter.rows.is_empty() {
                 continue;
             }
-            if let Err(unsent) = to_send.send(Marked { letter, permit }).await {
+            let sent = match to_send {
+                Some(to_send) => to_send
+                    .send(Marked { letter, permit })
+                    .await
+                    .map_err(|e| e.0.letter),
+                None => Err(letter),
+            };
+            if let Err(unsent) = sent {
                 // The senders are gone: handed back at the end of the run.
-                self.p.not_sent(&unsent.0.letter);
+                self.p.not_sent(&unsent);
             }
         }
         if skipped > 0 {
@@ -173,5 +236,13 @@ impl Marker {
         let n = self.buffer.iter().map(|l| l.rows.len()).sum();
         self.buffer.clear();
         self.p.bound().release(n);
+    }
+}
+
+/// Sleeps until `deadline` (forever without one: its branch is disabled).
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }

@@ -262,7 +262,7 @@ async fn finish(
     let (ctx, run_id) = (p.ctx(), p.run_id());
     let unsent = p.unsent().take();
     let mut counts = p.counts();
-    match db::deliveries::hand_back(&ctx.db, run_id, &unsent.ids, &unsent.fresh).await {
+    match db::returned::hand_back(&ctx.db, run_id, &unsent.ids, &unsent.fresh).await {
         Ok(n) => counts.handed_back = u32::try_from(n).unwrap_or(u32::MAX),
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }

@@ -1,12 +1,13 @@
-//! The four phases of a tick, running concurrently, each a struct of its
-//! own with its own file: **claim** (`claim/`: owed invoices, page by
-//! page, checked row by row, grouped into letters), **mark** (`mark.rs`: claimed rows recorded
-//! as started, a group at a time, ahead of the senders), **send**
-//! (`send.rs`: marked rows built and sent, `send_concurrency` at a time
-//! over the SMTP pool) and **record** (`record.rs`: results written in one
-//! statement per chunk). A backlog moves at the pace of the slower of the
-//! database and SMTP; per message the order never changes: claim
-//! committed, start recorded, send, status written.
+//! The phases of a tick, running concurrently, each a struct of its own
+//! with its own file: **claim** (`claim/`: owed invoices, page by page,
+//! checked row by row, grouped into letters), **mark** (`mark.rs`:
+//! claimed rows recorded as started, a group at a time, ahead of the
+//! senders, each mark also **recording** the results that finished since
+//! the last, `record.rs`) and **send** (`send.rs`: marked rows built and
+//! sent, `send_concurrency` at a time over the SMTP pool). A backlog moves
+//! at the pace of the slower of the database and SMTP; per message the
+//! order never changes: claim committed, start recorded, send, status
+//! written.
 //!
 //! This file wires them together; what they share is [`Pipeline`]
 //! (`pipeline.rs`), below every phase.
@@ -22,11 +23,10 @@ use super::bounds::MarkWindow;
 use super::claim::{Claimer, Grouping};
 use super::mark::{Batch, Marker};
 use super::pipeline::Pipeline;
-use super::record::Recorder;
 use super::send::Sender;
 use crate::domain::Attempted;
 
-/// Runs the four phases, each a task of its own, until the claimer runs
+/// Runs the phases, each a task of its own, until the claimer runs
 /// out of work (or stops) and everything it claimed has been attempted
 /// and recorded. Meanwhile keeps the run's lease ahead of the database
 /// clock. The phase tasks are aborted if this future is dropped; a
@@ -37,7 +37,10 @@ pub(super) async fn claim_send_record(
     grouping: Arc<dyn Grouping>,
 ) -> Result<(), TickError> {
     let reminders = &pipeline.ctx().settings.reminders;
-    let window = MarkWindow::new(reminders.send_concurrency);
+    let window = MarkWindow::new(
+        reminders.send_concurrency,
+        pipeline.ctx().settings.smtp.pool_size,
+    );
     let (to_mark, claimed) = mpsc::channel::<Batch>(1);
     // Never full: marked rows are bounded by the window.
     let (to_send, marked) = mpsc::channel(window.size());
@@ -59,11 +62,9 @@ pub(super) async fn claim_send_record(
     );
     let p = Arc::clone(pipeline);
     phases.spawn(
-        async move {
-            Marker::new(p, window).run(claimed, to_send).await;
-            Ok(())
-        }
-        .instrument(span.clone()),
+        Marker::new(p, window)
+            .run(claimed, results, to_send)
+            .instrument(span.clone()),
     );
     let p = Arc::clone(pipeline);
     phases.spawn(
@@ -71,10 +72,8 @@ pub(super) async fn claim_send_record(
             Sender::new(p).run(marked, to_record).await;
             Ok(())
         }
-        .instrument(span.clone()),
+        .instrument(span),
     );
-    let p = Arc::clone(pipeline);
-    phases.spawn(Recorder::new(p).run(results).instrument(span));
     let work = async {
         let mut first_error = Ok(());
         while let Some(ended) = phases.join_next().await {

@@ -17,19 +17,15 @@ pub(super) enum Spent {
     ClaimPages,
     /// The claimer ran claim statements.
     ClaimStatements,
-    /// The marker waited for claimed rows.
-    MarkWaitingForRows,
-    /// The marker waited for room in the mark window.
-    MarkWaitingForRoom,
-    /// The marker ran mark statements.
+    /// The marker ran mark statements (with the results they carried).
     MarkStatements,
     /// The senders waited for a marked row (a send slot stood idle).
     SendWaitingForRows,
-    /// The recorder ran its statements.
+    /// The marker wrote results without a mark.
     RecordStatements,
 }
 
-const KINDS: usize = 8;
+const KINDS: usize = 6;
 
 /// Accumulated times, one per [`Spent`].
 #[derive(Debug, Default)]
@@ -66,8 +62,6 @@ impl Timings {
             claim_waiting_for_room_ms = self.ms(ClaimWaitingForRoom),
             claim_pages_ms = self.ms(ClaimPages),
             claim_statements_ms = self.ms(ClaimStatements),
-            mark_waiting_for_rows_ms = self.ms(MarkWaitingForRows),
-            mark_waiting_for_room_ms = self.ms(MarkWaitingForRoom),
             mark_statements_ms = self.ms(MarkStatements),
             send_slots_idle_ms = self.ms(SendWaitingForRows),
             record_statements_ms = self.ms(RecordStatements),

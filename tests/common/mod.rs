@@ -263,10 +263,10 @@ impl World {
         self.context_with(self.settings()).await
     }
 
+    /// A replica's context with `settings`, its pool connected as `run`
+    /// connects it (the session settings of `db::session` included).
     pub async fn context_with(&self, settings: Settings) -> Context {
-        let pool = PgPoolOptions::new()
-            .max_connections(5)
-            .connect(&self.db.url)
+        let pool = invoice_reminder::db::connect(&settings)
             .await
             .expect("connect replica pool");
         Context::new(settings, pool).expect("build context")

@@ -2,7 +2,7 @@
 //! source is walked in customer order, a page of whole customers at a
 //! time, so one read finds everything a customer is owed today, new steps
 //! and due retries alike; each customer's statement is chosen
-//! (`choose::statements`) and claimed with a few other customers' in one
+//! (`choose::statements`) and claimed with its page's other customers' in one
 //! statement, and handed on as one letter per customer.
 //!
 //! Every (invoice, step) is still claimed under UNIQUE (invoice_id,
@@ -12,7 +12,7 @@
 //! goes on the next tick, which the customer gap lets through (the
 //! statement is `continued`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -21,7 +21,7 @@ use super::choose::{Statement, statements};
 use super::claiming::Claiming;
 use super::grouping::Grouping;
 use super::hand_on::{pass_on, screen};
-use super::window::{Customers, customer_page, suppressed_on};
+use super::window::{Customers, customer_page};
 use crate::config::ReminderSettings;
 use crate::db;
 use crate::db::claims::StatementClaim;
@@ -31,7 +31,6 @@ use crate::domain::{MAX_RECIPIENTS, Recipients};
 use crate::mail;
 use crate::problems;
 use crate::tick::TickError;
-use crate::tick::bounds::MarkWindow;
 use crate::tick::mark::Batch;
 use crate::tick::timings::Spent;
 use lettre::Address;
@@ -40,8 +39,6 @@ use lettre::Address;
 pub(super) struct CustomerStatements {
     /// `reminders.max_invoices_per_mail`.
     per_mail: usize,
-    /// The most customers one claim takes: a mark's group of letters.
-    per_claim: usize,
 }
 
 impl CustomerStatements {
@@ -50,7 +47,6 @@ impl CustomerStatements {
             per_mail: usize::try_from(reminders.max_invoices_per_mail)
                 .unwrap_or(usize::MAX)
                 .max(1),
-            per_claim: MarkWindow::group_for(reminders.send_concurrency),
         }
     }
 }
@@ -88,8 +84,12 @@ impl CustomerStatements {
             return Ok(());
         };
         loop {
-            let Customers { rows, next } = page;
-            let claims = self.choose(c, rows).await?;
+            let Customers {
+                rows,
+                next,
+                suppressed,
+            } = page;
+            let claims = self.choose(c, rows, &suppressed).await?;
             let Some(claims) = claims else {
                 return Ok(());
             };
@@ -115,19 +115,19 @@ impl CustomerStatements {
         }
     }
 
-    /// A page's statements, in groups of whole customers for one claim
-    /// each; the steps the gap holds back past their window are recorded
+    /// A page's statements, in groups of whole customers of at most
+    /// `batch_size` rows for one claim each; the steps the gap holds back past their window are recorded
     /// `superseded`. Ok(None): stop claiming (fenced).
     async fn choose(
         &self,
         c: &Claiming,
         rows: Vec<db::customers::CustomerRow>,
+        suppressed: &HashSet<String>,
     ) -> Result<Option<Vec<Vec<Statement>>>, TickError> {
         if rows.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let suppressed = suppressed_on(c, &rows).await?;
-        let chosen = statements(rows, self.per_mail, &suppressed, c.today().date, &mut |p| {
+        let chosen = statements(rows, self.per_mail, suppressed, c.today().date, &mut |p| {
             c.p().problem(p)
         });
         if !c.record_superseded(&chosen.superseded).await? {
@@ -137,9 +137,7 @@ impl CustomerStatements {
         let mut groups: Vec<Vec<Statement>> = Vec::new();
         let mut rows_in = 0usize;
         for statement in chosen.statements {
-            let full = groups.last().is_none_or(|g| {
-                g.len() >= self.per_claim || rows_in.saturating_add(statement.rows()) > most
-            });
+            let full = groups.is_empty() || rows_in.saturating_add(statement.rows()) > most;
             if full {
                 groups.push(Vec::new());
                 rows_in = 0;
@@ -186,12 +184,13 @@ impl CustomerStatements {
             c.p().fence(),
         );
         let taken = c.p().timings().time(Spent::ClaimStatements, claiming).await;
-        let Some(taken) = c.fenced(taken, "claiming reminders")? else {
+        let Some(mut taken) = c.fenced(taken, "claiming reminders")? else {
             return Ok(false);
         };
+        let suppressed = std::mem::take(&mut taken.suppressed);
         let rows = c.took(claim.keys.len(), taken);
         reserved.keep(rows.len());
-        let rows = screen(c, rows).await?;
+        let rows = screen(c, rows, &suppressed).await;
         let letters = letters(c, &group, rows);
         Ok(pass_on(c, batches, letters).await)
     }

@@ -4,6 +4,8 @@
 //! (`invoice-{id}.{step}@…`: the same reminder always carries the same
 //! one).
 
+use std::collections::HashSet;
+
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
@@ -11,11 +13,11 @@ use super::choose::{invoice_keys, superseded_of_page};
 use super::claiming::Claiming;
 use super::grouping::Grouping;
 use super::hand_on::{pass_on, screen};
-use super::window::invoice_page;
 use crate::db;
-use crate::db::invoices::{OverdueKey, SourceRow};
+use crate::db::claims::PageChoice;
+use crate::db::invoices::{OverdueKey, OwedPage, SourceRow};
 use crate::db::reminders::ClaimedRow;
-use crate::domain::{Claimed, InvoiceId, Letter, LetterKind, SourceProblem};
+use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
 use crate::mail;
 use crate::stages::Window;
 use crate::tick::TickError;
@@ -74,21 +76,22 @@ async fn claim_retries(c: &Claiming, batches: &mpsc::Sender<Batch>) -> Result<bo
             c.p().fence(),
         )
         .await;
-        let Some(rows) = c.fenced(reclaimed, "re-claiming failed reminders")? else {
+        let Some(claim) = c.fenced(reclaimed, "re-claiming failed reminders")? else {
             return Ok(false);
         };
-        reserved.keep(rows.len());
-        if rows.is_empty() {
+        reserved.keep(claim.claimed.len());
+        if claim.claimed.is_empty() {
             return Ok(true);
         }
-        if !hand_on(c, batches, rows).await? {
+        if !hand_on(c, batches, claim.claimed, &claim.suppressed).await {
             return Ok(false);
         }
     }
 }
 
-/// Claims the invoices of one step's window, page by page. Ok(false): stop
-/// claiming altogether (stopped, fenced, limit reached).
+/// Claims the invoices of one step's window, page by page, each page read
+/// and claimed in one transaction. Ok(false): stop claiming altogether
+/// (stopped, fenced, limit reached).
 async fn claim_window(
     c: &Claiming,
     window: &Window,
@@ -99,56 +102,54 @@ async fn claim_window(
         let Some(limit) = c.room(0) else {
             return Ok(false);
         };
-        let page = invoice_page(c, window, after, limit).await?;
-        let Some(last) = page.last else {
+        // Room for the whole page, before its transaction begins: what
+        // the claim does not take goes back at once.
+        let Some(reserved) = c
+            .reserve(usize::try_from(limit).unwrap_or(usize::MAX))
+            .await
+        else {
+            return Ok(false);
+        };
+        let choose = |page: OwedPage| PageChoice {
+            superseded: superseded_of_page(
+                &page.held,
+                &window.step.key,
+                window.due_from,
+                c.today().date,
+                &mut |p| c.p().problem(p),
+            ),
+            keys: invoice_keys(page.owed, &mut |p| c.p().problem(p)),
+        };
+        let claiming = db::claims::claim_page(
+            &c.p().ctx().phases.claims,
+            window,
+            c.today(),
+            after.clone(),
+            limit,
+            c.p().run_id(),
+            c.p().fence(),
+            choose,
+        );
+        let done = c.p().timings().time(Spent::ClaimStatements, claiming).await;
+        let Some(mut done) = c.fenced(done, "claiming reminders")? else {
+            return Ok(false);
+        };
+        c.superseded(done.superseded);
+        let full_page = done.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
+        let suppressed = std::mem::take(&mut done.claim.suppressed);
+        let rows = c.took(done.asked, done.claim);
+        reserved.keep(rows.len());
+        if !rows.is_empty() && !hand_on(c, batches, rows, &suppressed).await {
+            return Ok(false);
+        }
+        let Some(last) = done.last else {
             return Ok(true);
         };
         after = Some(last);
-        let full_page = page.examined >= usize::try_from(limit).unwrap_or(usize::MAX);
-        let superseded_steps = superseded_of_page(
-            &page.held,
-            &window.step.key,
-            window.due_from,
-            c.today().date,
-            &mut |p| c.p().problem(p),
-        );
-        if !c.record_superseded(&superseded_steps).await? {
-            return Ok(false);
-        }
-        let keys = invoice_keys(page.owed, &mut |p| c.p().problem(p));
-        if !keys.is_empty() && !claim_keys(c, &keys, batches).await? {
-            return Ok(false);
-        }
         if !full_page {
             return Ok(true);
         }
     }
-}
-
-/// Claims `keys` (distinct), each for its due step, and hands on what it
-/// took. Ok(false): stop claiming altogether.
-async fn claim_keys(
-    c: &Claiming,
-    keys: &[InvoiceId],
-    batches: &mpsc::Sender<Batch>,
-) -> Result<bool, TickError> {
-    let Some(reserved) = c.reserve(keys.len()).await else {
-        return Ok(false);
-    };
-    let claiming = db::claims::claim_steps(
-        &c.p().ctx().phases.claims,
-        keys,
-        c.today(),
-        c.p().run_id(),
-        c.p().fence(),
-    );
-    let claim = c.p().timings().time(Spent::ClaimStatements, claiming).await;
-    let Some(claim) = c.fenced(claim, "claiming reminders")? else {
-        return Ok(false);
-    };
-    let rows = c.took(keys.len(), claim);
-    reserved.keep(rows.len());
-    hand_on(c, batches, rows).await
 }
 
 /// Checks claimed rows and passes each on as a letter of its own.
@@ -156,14 +157,15 @@ async fn hand_on(
     c: &Claiming,
     batches: &mpsc::Sender<Batch>,
     rows: Vec<ClaimedRow>,
-) -> Result<bool, TickError> {
+    suppressed: &HashSet<String>,
+) -> bool {
     let domain = &c.p().ctx().settings.smtp.message_id_domain;
-    let letters = screen(c, rows)
-        .await?
+    let letters = screen(c, rows, suppressed)
+        .await
         .into_iter()
         .map(|row| letter(row, domain))
         .collect();
-    Ok(pass_on(c, batches, letters).await)
+    pass_on(c, batches, letters).await
 }
 
 /// A reminder's letter, under its Message-ID.

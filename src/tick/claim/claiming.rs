@@ -169,6 +169,12 @@ impl Claiming {
         let Some(recorded) = self.fenced(recording.await, "recording superseded steps")? else {
             return Ok(false);
         };
+        self.superseded(recorded);
+        Ok(true)
+    }
+
+    /// `recorded` steps were recorded superseded: counted, and logged.
+    pub fn superseded(&self, recorded: u64) {
         if recorded > 0 {
             tracing::info!(
                 superseded = recorded,
@@ -179,6 +185,5 @@ impl Claiming {
             superseded: u32::try_from(recorded).unwrap_or(u32::MAX),
             ..Counts::default()
         });
-        Ok(true)
     }
 }

@@ -3,8 +3,8 @@
 //! mail go to the marker as letters. A claimed row that is not handed on
 //! is never marked: the end of the run hands it back.
 //!
-//! Each claimed batch is checked against the suppression list in one
-//! statement: a row whose recipients are all suppressed goes straight to
+//! Each claimed batch is checked against the suppression list by the
+//! claim itself, in its own transaction: a row whose recipients are all suppressed goes straight to
 //! the record phase (`skipped`, reason `suppressed`), never marked or sent;
 //! from a row with some of them suppressed, those are left out of `To`.
 
@@ -14,19 +14,22 @@ use tokio::sync::mpsc;
 
 use super::choose::repeated;
 use super::claiming::Claiming;
-use crate::db;
 use crate::db::reminders::ClaimedRow;
 use crate::domain::Recipients;
 use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, Problem, SkipReason, count_of};
 use crate::tick::mark::Batch;
-use crate::tick::{TickError, db_err};
 use lettre::Address;
 
 /// The claimed rows worth sending, checked again. A row that fails its
 /// check now, or whose reminder id came back more than once, is dropped
 /// (its room freed; the end of the run hands it back). Rows whose recipients
-/// are all suppressed go to the record phase instead.
-pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Claimed>, TickError> {
+/// are all suppressed (`suppressed`: the claim's answer, lower-cased) go
+/// to the record phase instead.
+pub(super) async fn screen(
+    c: &Claiming,
+    rows: Vec<ClaimedRow>,
+    suppressed: &HashSet<String>,
+) -> Vec<Claimed> {
     c.p().add(&Counts {
         claimed: count_of(rows.len()),
         ..Counts::default()
@@ -65,61 +68,33 @@ pub(super) async fn screen(c: &Claiming, rows: Vec<ClaimedRow>) -> Result<Vec<Cl
         }
     }
     c.p().bound().release(dropped);
-    match suppress(c, batch).await {
-        Ok(batch) => Ok(batch),
-        Err((e, unsent)) => {
-            // Never sent: the end of the run returns them.
-            c.p().bound().release(unsent);
-            Err(db_err("reading the suppression list")(e))
-        }
-    }
+    suppress(c, batch, suppressed).await
 }
 
-/// Looks the batch's recipients up in the suppression list (one
-/// statement) and returns the rows to send, each addressed to its
-/// recipients that are not suppressed. Rows with none left are recorded
-/// `skipped` (sent to the record phase, which frees their room). On error,
-/// the number of rows dropped with it.
-async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sqlx::Error, usize)> {
-    let recipients: Vec<Vec<String>> = batch
-        .iter()
-        .map(|row| {
-            row.customer
-                .email
-                .addresses()
-                .iter()
-                .map(ToString::to_string)
-                .collect()
-        })
-        .collect();
-    let mut asked: Vec<String> = recipients.iter().flatten().cloned().collect();
-    asked.sort_unstable();
-    asked.dedup();
-    let suppressed: HashSet<String> = db::suppressions::suppressed_among(&c.p().ctx().db, &asked)
-        .await
-        .map_err(|e| (e, batch.len()))?
-        .into_iter()
-        .collect();
+/// The rows of `batch` to send, each addressed to its recipients that are
+/// not `suppressed`. Rows with none left are recorded `skipped` (sent to
+/// the record phase, which frees their room).
+async fn suppress(c: &Claiming, batch: Vec<Claimed>, suppressed: &HashSet<String>) -> Vec<Claimed> {
     if suppressed.is_empty() {
-        return Ok(batch);
+        return batch;
     }
     let mut to_send = Vec::with_capacity(batch.len());
-    for (mut row, addresses) in batch.into_iter().zip(recipients) {
+    for mut row in batch {
+        let all = row.customer.email.addresses().len();
         let kept: Vec<Address> = row
             .customer
             .email
             .addresses()
             .iter()
-            .zip(&addresses)
-            .filter(|(_, text)| !suppressed.contains(*text))
-            .map(|(a, _)| a.clone())
+            .filter(|a| !suppressed.contains(&a.to_string().to_lowercase()))
+            .cloned()
             .collect();
-        if kept.len() == addresses.len() {
+        if kept.len() == all {
             to_send.push(row);
         } else if let Some(kept) = Recipients::of(kept) {
             tracing::debug!(
                 invoice_id = %row.invoice.id,
-                left_out = addresses.len().saturating_sub(kept.addresses().len()),
+                left_out = all.saturating_sub(kept.addresses().len()),
                 "suppressed recipients left out of To"
             );
             row.customer.email = kept;
@@ -142,7 +117,7 @@ async fn suppress(c: &Claiming, batch: Vec<Claimed>) -> Result<Vec<Claimed>, (sq
             }
         }
     }
-    Ok(to_send)
+    to_send
 }
 
 /// Passes `letters` to the marker; false if it is gone (the rows, never

@@ -26,7 +26,7 @@
 //! ```
 //!
 //! A claimed row that is not handed on is never marked: the end of the run
-//! hands it back (`deliveries::hand_back` sweeps the run's unstarted rows, so
+//! hands it back (`returned::hand_back` sweeps the run's unstarted rows, so
 //! even a claim whose reply was lost leaves nothing behind). Below this
 //! phase nothing asks which grouping is in use: a letter carries its kind
 //! and its Message-ID.

@@ -18,7 +18,7 @@ const UNUSABLE_REPORTED: u32 = 1_000;
 pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
     let s = &c.p().ctx().settings;
     let database = &c.p().ctx().db;
-    let retired = db::deliveries::retire_failed(database, c.today(), s.reminders.max_attempts)
+    let retired = db::returned::retire_failed(database, c.today(), s.reminders.max_attempts)
         .await
         .map_err(db_err(
             "discarding failed reminders that will not be retried",
@@ -33,7 +33,7 @@ pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
             ..Counts::default()
         });
     }
-    let handed_back = db::deliveries::hand_back_abandoned(database)
+    let handed_back = db::returned::hand_back_abandoned(database)
         .await
         .map_err(db_err("handing back rows that ended runs never started"))?;
     if handed_back > 0 {
@@ -54,7 +54,7 @@ pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
         );
     }
     if let Some(after) = s.reminders.resend_unknown_after {
-        let n = db::deliveries::resend_unknown(database, after)
+        let n = db::returned::resend_unknown(database, after)
             .await
             .map_err(db_err("handing back unknown deliveries for resending"))?;
         if n > 0 {

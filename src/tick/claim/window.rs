@@ -1,39 +1,25 @@
-//! Reading the window: the pages of the source a tick walks, and the
-//! suppression list for the addresses on them. Each read is timed for the
-//! tick's diagnostics; none claims anything.
+//! Reading the window in customer mode: the pages of the source a tick
+//! walks, each with its suppressed addresses; and (for `explain` and
+//! `preview`) the suppression list for a set of addresses. Each read is
+//! timed for the tick's diagnostics; none claims anything. Invoice mode
+//! reads each page in its claim's transaction (`by_invoice.rs`).
 
 use std::collections::HashSet;
 
 use super::claiming::Claiming;
 use crate::db::customers::{CustomerPage, CustomerRow};
-use crate::db::invoices::{OverdueKey, OwedPage};
 use crate::db::{self, Db};
-use crate::domain::Recipients;
-use crate::stages::Window;
+use crate::domain::lowercase_addresses;
 use crate::tick::timings::Spent;
 use crate::tick::{TickError, db_err};
 
-/// Invoice mode: the next `limit` unpaid rows of `window` after `after`.
-pub(super) async fn invoice_page(
-    c: &Claiming,
-    window: &Window,
-    after: Option<OverdueKey>,
-    limit: u32,
-) -> Result<OwedPage, TickError> {
-    let reading =
-        db::invoices::fetch_owed_page(&c.p().ctx().phases.claims, window, c.today(), after, limit);
-    c.p()
-        .timings()
-        .time(Spent::ClaimPages, reading)
-        .await
-        .map_err(db_err("reading the invoices that owe a reminder"))
-}
-
-/// Customer mode: a page of whole customers, and the customer the next
-/// page starts after (None: this was the last page).
+/// Customer mode: a page of whole customers, the customer the next page
+/// starts after (None: this was the last page), and the page's addresses
+/// on the suppression list (lower-cased), read with it.
 pub(super) struct Customers {
     pub rows: Vec<CustomerRow>,
     pub next: Option<String>,
+    pub suppressed: HashSet<String>,
 }
 
 /// Customer mode: the page after customer `after`, of as many rows as the
@@ -68,18 +54,21 @@ pub(super) async fn customer_page(
     let CustomerPage {
         mut owed,
         customers,
+        suppressed,
         ..
     } = page;
     let Some(last) = customers.last().cloned() else {
         return Ok(Some(Customers {
             rows: Vec::new(),
             next: None,
+            suppressed,
         }));
     };
     if !full {
         return Ok(Some(Customers {
             rows: owed,
             next: None,
+            suppressed,
         }));
     }
     if let Some(before) = customers.iter().rev().find(|c| **c != last) {
@@ -87,21 +76,24 @@ pub(super) async fn customer_page(
         return Ok(Some(Customers {
             rows: owed,
             next: Some(before.clone()),
+            suppressed,
         }));
     }
+    let (rows, suppressed) = whole_customer(c, &last, limit).await?;
     Ok(Some(Customers {
-        rows: whole_customer(c, &last, limit).await?,
+        rows,
         next: Some(last),
+        suppressed,
     }))
 }
 
 /// Every row of `customer` that owes a step (or is held back from one),
-/// read `limit` rows at a time.
+/// read `limit` rows at a time, and their suppressed addresses.
 async fn whole_customer(
     c: &Claiming,
     customer: &str,
     limit: u32,
-) -> Result<Vec<CustomerRow>, TickError> {
+) -> Result<(Vec<CustomerRow>, HashSet<String>), TickError> {
     let reading = db::customers::fetch_whole_customer(
         &c.p().ctx().phases.claims,
         c.today(),
@@ -118,20 +110,6 @@ async fn whole_customer(
         ))
 }
 
-/// The addresses on `rows` that are on the suppression list, lower-cased
-/// (one statement).
-pub(super) async fn suppressed_on(
-    c: &Claiming,
-    rows: &[CustomerRow],
-) -> Result<HashSet<String>, TickError> {
-    suppressed_addresses(
-        &c.p().ctx().db,
-        rows.iter().filter_map(|r| r.row.customer_email.as_deref()),
-    )
-    .await
-    .map_err(db_err("reading the suppression list"))
-}
-
 /// The addresses of `cells` (source `email` cells; a cell that does not
 /// parse has none) that are on the suppression list, lower-cased: one
 /// statement.
@@ -139,17 +117,7 @@ pub async fn suppressed_addresses<'a>(
     db: &Db,
     cells: impl Iterator<Item = &'a str>,
 ) -> Result<HashSet<String>, sqlx::Error> {
-    let mut asked: Vec<String> = cells
-        .filter_map(|cell| Recipients::parse(cell).ok())
-        .flat_map(|r| {
-            r.addresses()
-                .iter()
-                .map(|a| a.to_string().to_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    asked.sort_unstable();
-    asked.dedup();
+    let asked = lowercase_addresses(cells);
     Ok(db::suppressions::suppressed_among(db, &asked)
         .await?
         .into_iter()
