@@ -86,12 +86,14 @@ fn cost_line(run: &Run) -> String {
     let per_k = |n: i64| n as f64 * 1000.0 / run.sent.max(1) as f64;
     match run.cost {
         Some(c) => format!(
-            "{} commits ({:.1} per 1,000 reminders), {} rows inserted, {} updated, \
-             {:.2} s CPU, peak RSS {:.1} MiB",
+            "{} commits ({:.1} per 1,000 reminders), {} rows inserted, {} updated ({} HOT), \
+             {:.1} rows read per reminder, {:.2} s CPU, peak RSS {:.1} MiB",
             c.commits,
             per_k(c.commits),
             c.inserted,
             c.updated,
+            c.hot_updated,
+            c.rows_read as f64 / run.sent.max(1) as f64,
             run.cpu_secs,
             run.rss_kib as f64 / 1024.0
         ),
@@ -186,11 +188,21 @@ pub fn print_tables(rows: &[Row], baseline: Option<&str>) {
     println!();
     println!(
         "what a run cost (medians): commits, rows inserted and updated (pg_stat_database of the \
-         run's database, around the child only), CPU of the child (user + system)"
+         run's database, around the child only), of those updates the HOT ones and rows read \
+         per reminder (the database's own statistics views), CPU of the child (user + system)"
     );
     println!(
-        "{:>8}  {:<22}  {:>8}  {:>9}  {:>9}  {:>9}  {:>7}  {:>10}",
-        "backlog", "build", "commits", "per 1k", "inserted", "updated", "CPU s", "CPU ms/1k"
+        "{:>8}  {:<22}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>7}  {:>10}",
+        "backlog",
+        "build",
+        "commits",
+        "per 1k",
+        "inserted",
+        "updated",
+        "HOT",
+        "read/rem",
+        "CPU s",
+        "CPU ms/1k"
     );
     let base_label = baseline.map(|rev| format!("baseline {rev}"));
     for row in rows {
@@ -236,13 +248,18 @@ fn print_cost<'a>(row: &'a Row, label: &str, run: impl Fn(&'a RoundResult) -> Op
             .unwrap_or_else(|| "-".into())
     };
     println!(
-        "{:>8}  {:<22}  {:>8}  {:>9}  {:>9}  {:>9}  {:>7}  {:>10}",
+        "{:>8}  {:<22}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>7}  {:>10}",
         row.size,
         label,
         cell(m(&|r| r.cost.map(|c| c.commits as f64)), 0),
         cell(m(&|r| r.cost.map(|c| per_k(r, c.commits))), 1),
         cell(m(&|r| r.cost.map(|c| c.inserted as f64)), 0),
         cell(m(&|r| r.cost.map(|c| c.updated as f64)), 0),
+        cell(m(&|r| r.cost.map(|c| c.hot_updated as f64)), 0),
+        cell(
+            m(&|r| r.cost.map(|c| c.rows_read as f64 / r.sent.max(1) as f64)),
+            1
+        ),
         cell(m(&|r| Some(r.cpu_secs)), 2),
         cell(
             m(&|r| Some(r.cpu_secs * 1000.0 * 1000.0 / r.sent.max(1) as f64)),

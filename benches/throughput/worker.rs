@@ -63,12 +63,17 @@ pub struct Run {
     pub cost: Option<DbCost>,
 }
 
-/// `pg_stat_database` deltas of the bench database around one child.
+/// `pg_stat_database` deltas of the bench database around one child, and
+/// from its own statistics views: rows PostgreSQL read (`seq_tup_read` of
+/// every table and `idx_tup_read` of every index) and the updates of
+/// `reminders` that were HOT (no index entries).
 #[derive(Clone, Copy, Default)]
 pub struct DbCost {
     pub commits: i64,
     pub inserted: i64,
     pub updated: i64,
+    pub rows_read: i64,
+    pub hot_updated: i64,
 }
 
 /// One operator command (`audit`, `check-source`): how long and how it
@@ -386,6 +391,7 @@ impl Stats {
     /// reports up to a second later, possibly during the child's run), then
     /// reads the counters and which backends are the bench's.
     pub async fn before_child(&self, db: &BenchDb) -> Before {
+        let (rows_read, hot_updated) = read_and_hot(db).await;
         let mut held = Vec::new();
         for _ in 0..db.pool.size() {
             let mut conn = db.pool.acquire().await.expect("acquire");
@@ -398,7 +404,11 @@ impl Stats {
         drop(held);
         let own_pids = self.client_pids(&db.name).await;
         Before {
-            counters: self.counters(&db.name).await,
+            counters: DbCost {
+                rows_read,
+                hot_updated,
+                ..self.counters(&db.name).await
+            },
             own_pids,
         }
     }
@@ -419,10 +429,13 @@ impl Stats {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let after = self.counters(&db.name).await;
+        let (rows_read, hot_updated) = read_and_hot(db).await;
         DbCost {
             commits: after.commits - before.counters.commits,
             inserted: after.inserted - before.counters.inserted,
             updated: after.updated - before.counters.updated,
+            rows_read: rows_read - before.counters.rows_read,
+            hot_updated: hot_updated - before.counters.hot_updated,
         }
     }
 
@@ -449,8 +462,25 @@ impl Stats {
             commits,
             inserted,
             updated,
+            ..DbCost::default()
         }
     }
+}
+
+/// Rows read in `db` so far (every table's `seq_tup_read` and every
+/// index's `idx_tup_read`), and HOT updates of `reminders`: only a session
+/// of the database itself sees them, so they are read on the bench's own
+/// pool (reading them reads no user table).
+async fn read_and_hot(db: &BenchDb) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT COALESCE(sum(seq_tup_read), 0) FROM pg_stat_user_tables)::bigint
+              + (SELECT COALESCE(sum(idx_tup_read), 0) FROM pg_stat_user_indexes)::bigint,
+                (SELECT COALESCE(sum(n_tup_hot_upd), 0) FROM pg_stat_user_tables
+                  WHERE relname = 'reminders')::bigint",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .expect("read statistics views")
 }
 
 /// All lock keys of one benchmark run live under this prefix (deleted at the end).

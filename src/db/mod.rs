@@ -116,7 +116,10 @@ impl PhaseDbs {
         };
         let by_key = match db.pooled() {
             true => options.clone(),
-            false => options.clone().options([("enable_seqscan", "off")]),
+            false => options.clone().options([
+                ("enable_seqscan", "off"),
+                ("plan_cache_mode", "force_generic_plan"),
+            ]),
         };
         Self {
             claims: one(options),

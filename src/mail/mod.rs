@@ -20,6 +20,7 @@ pub mod templates;
 pub mod text;
 pub mod transaction;
 mod vars;
+pub mod written;
 
 use chrono::NaiveDate;
 

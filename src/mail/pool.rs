@@ -59,6 +59,9 @@ pub(super) struct Pooled {
     pub conn: AsyncSmtpConnection,
     /// The server offered PIPELINING (RFC 2920) on this connection.
     pub pipelining: bool,
+    /// Whether a message's end has left us on it (None: not watched, so
+    /// every failure after a message began counts as after its end).
+    pub written: Option<Arc<super::written::Written>>,
     _open: Open,
 }
 
@@ -80,7 +83,12 @@ pub(super) struct Connecting {
 impl Connecting {
     /// The attempt succeeded: the connection counts open from the same
     /// instant it stops counting as connecting.
-    pub fn opened(mut self, conn: AsyncSmtpConnection, pipelining: bool) -> Pooled {
+    pub fn opened(
+        mut self,
+        conn: AsyncSmtpConnection,
+        pipelining: bool,
+        written: Option<Arc<super::written::Written>>,
+    ) -> Pooled {
         self.opened = true;
         self.counts.send_modify(|c| {
             c.connecting = c.connecting.saturating_sub(1);
@@ -89,6 +97,7 @@ impl Connecting {
         Pooled {
             conn,
             pipelining,
+            written,
             _open: Open(Arc::clone(&self.counts)),
         }
     }

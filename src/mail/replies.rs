@@ -1,10 +1,8 @@
 //! What a failed send was ([`SendError`]) and what it means for its row
 //! ([`classify`]), and what an SMTP reply or a broken connection says
 //! beyond its code: that the relay throttles us (send less, the relay is
-//! up), that an address does not exist (put it on the suppression list),
-//! or that the connection was cut before the server read the end of the
-//! message (it has nothing). `transaction` decides with these what a
-//! failed send was.
+//! up), or that an address does not exist (put it on the suppression
+//! list). `transaction` decides with these what a failed send was.
 
 use crate::domain::{Delivery, InvoiceId};
 
@@ -43,6 +41,10 @@ pub enum SendError {
     /// The server answered the message with a negative reply.
     #[error("refused by the SMTP server: {reason}")]
     Refused { reason: String, permanent: bool },
+    /// The connection broke while the message was still being written:
+    /// its end never left us, so the server does not have it.
+    #[error("not delivered: {reason}")]
+    Cut { reason: String },
     /// The message was handed over but no reply came: it may be delivered.
     #[error("delivery unknown: {reason}")]
     Unknown { reason: String },
@@ -67,7 +69,7 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
         | SendError::LoginRefused { .. }
         | SendError::Throttled { .. }
         | SendError::NotStarted => Delivery::Deferred { error },
-        SendError::NotDelivered { replied: false, .. } => {
+        SendError::NotDelivered { replied: false, .. } | SendError::Cut { .. } => {
             tracing::warn!(%invoice_id, %error, "reminder not sent; it goes back unattempted");
             Delivery::Deferred { error }
         }
@@ -150,25 +152,6 @@ fn says_the_address_is_gone(reply: &str) -> bool {
         "unknown recipient",
     ];
     coded || WORDS.iter().any(|w| text.contains(w))
-}
-
-/// Whether the connection failed in a way that says the server never read
-/// the end of the message: a write that failed (the final dot never left
-/// us), or a reset (its end closed with our data unread). A connection
-/// closed in order, or a timeout, says nothing of the kind.
-pub(super) fn cut_before_the_end(e: &LettreSmtpError) -> bool {
-    use std::io::ErrorKind;
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
-            );
-        }
-        cause = c.source();
-    }
-    false
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use super::pool::{Pool, Pooled};
 use super::replies::SendError;
 use super::replies::says_throttled;
 use super::transaction::{Accepted, transact};
+use super::written::{OnWritten, Watched, Written};
 use crate::config::{SmtpSettings, SmtpTls};
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
@@ -62,6 +63,10 @@ struct MailerInner {
     pool: Pool,
     hello: ClientId,
 }
+
+/// A connection made: the session, whether it offers PIPELINING, and what
+/// watches its writes (None with implicit TLS).
+type Connected = (AsyncSmtpConnection, bool, Option<Arc<Written>>);
 
 /// Why no connection could be made.
 enum ConnectError {
@@ -164,10 +169,11 @@ impl Mailer {
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
+        on_written: Option<OnWritten>,
     ) -> Result<Accepted, SendError> {
         let started = Instant::now();
         self.inner.watch.started();
-        let result = self.send_once(mail, may_start).await;
+        let result = self.send_once(mail, may_start, on_written).await;
         self.inner
             .durations
             .observe(started.elapsed().as_secs_f64());
@@ -183,6 +189,7 @@ impl Mailer {
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
+        mut on_written: Option<OnWritten>,
     ) -> Result<Accepted, SendError> {
         let pool = &self.inner.pool;
         let limit = self.inner.settings.timeout;
@@ -193,22 +200,27 @@ impl Mailer {
                     pool.put_idle(pooled);
                     return Err(SendError::NotStarted);
                 }
-                match self.transact(pooled, mail).await {
-                    // The connection broke while idle (the server closed it):
-                    // nothing was delivered, so a fresh one is safe.
-                    Err(SendError::NotDelivered { replied: false, .. }) => {}
+                // A connection that breaks before its first reply (the
+                // server closed it while idle) gets the message on a fresh
+                // one: nothing was delivered, and its end never left us.
+                let (on_retry, on_this) = split_callback(on_written.take());
+                match self.transact(pooled, mail, on_this).await {
+                    Err(SendError::NotDelivered { replied: false, .. }) => {
+                        on_written = on_retry
+                            .and_then(|r| r.lock().unwrap_or_else(|p| p.into_inner()).take())
+                    }
                     other => return other,
                 }
             }
             let connecting = pool.connecting();
             match self.connect().await {
-                Ok((conn, pipelining)) => {
-                    let pooled = connecting.opened(conn, pipelining);
+                Ok((conn, pipelining, written)) => {
+                    let pooled = connecting.opened(conn, pipelining, written);
                     if !may_start() {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }
-                    return self.transact(pooled, mail).await;
+                    return self.transact(pooled, mail, on_written).await;
                 }
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
@@ -275,9 +287,12 @@ impl Mailer {
         &self,
         mut pooled: Pooled,
         mail: &OutgoingMail,
+        on_written: Option<OnWritten>,
     ) -> Result<Accepted, SendError> {
         let (result, reusable) = transact(
             &mut pooled.conn,
+            pooled.written.as_deref(),
+            on_written,
             pooled.pipelining,
             mail,
             self.inner.settings.timeout,
@@ -302,14 +317,16 @@ impl Mailer {
     }
 
     /// A new connection, greeted, upgraded and logged in as configured,
-    /// and whether the server offers PIPELINING on it.
-    async fn connect(&self) -> Result<(AsyncSmtpConnection, bool), ConnectError> {
+    /// whether the server offers PIPELINING on it, and (but with implicit
+    /// TLS, where lettre opens the socket) what watches its writes.
+    async fn connect(&self) -> Result<Connected, ConnectError> {
         let s = &self.inner.settings;
         let at = |e: &dyn std::fmt::Display| {
             format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port)
         };
         let tls = self.tls().map_err(|e| ConnectError::Failed(at(&e)))?;
         let connecting = async {
+            let mut watch = None;
             let mut conn = match (s.tls, tls.clone()) {
                 // Implicit TLS: lettre wraps the socket itself.
                 (SmtpTls::Tls, Some(params)) => AsyncSmtpConnection::connect_tokio1(
@@ -332,9 +349,14 @@ impl Mailer {
                     // and the final "." separately).
                     tcp.set_nodelay(true)
                         .map_err(|e| ConnectError::Failed(at(&e)))?;
-                    AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.inner.hello)
-                        .await
-                        .map_err(|e| refusal(&e, at(&e)))?
+                    let written = Arc::new(Written::default());
+                    watch = Some(Arc::clone(&written));
+                    AsyncSmtpConnection::connect_with_transport(
+                        Box::new(Watched::new(tcp, written)),
+                        &self.inner.hello,
+                    )
+                    .await
+                    .map_err(|e| refusal(&e, at(&e)))?
                 }
             };
             if s.tls == SmtpTls::Starttls {
@@ -364,7 +386,7 @@ impl Mailer {
                     });
                 }
             }
-            Ok::<_, ConnectError>((conn, pipelining))
+            Ok::<_, ConnectError>((conn, pipelining, watch))
         };
         match timeout(s.timeout, connecting).await {
             Ok(result) => result,
@@ -386,6 +408,27 @@ async fn offers_pipelining(conn: &mut AsyncSmtpConnection, hello: &ClientId) -> 
             .any(|line| line.trim().eq_ignore_ascii_case("PIPELINING")),
         Err(_) => false,
     }
+}
+
+/// A callback kept aside while a transaction may call it.
+type Kept = Arc<std::sync::Mutex<Option<OnWritten>>>;
+
+/// `on_written` for one transaction, and a way to get it back if that
+/// transaction ends before the message's end left us: the callback is
+/// kept in a shared slot, and the transaction gets one that takes it out.
+fn split_callback(on_written: Option<OnWritten>) -> (Option<Kept>, Option<OnWritten>) {
+    let Some(call) = on_written else {
+        return (None, None);
+    };
+    let slot = Arc::new(std::sync::Mutex::new(Some(call)));
+    let taken = Arc::clone(&slot);
+    let on_this: OnWritten = Box::new(move || {
+        let call = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(call) = call {
+            call();
+        }
+    });
+    (Some(slot), Some(on_this))
 }
 
 /// A connect error with a 4xx reply is the server being busy with us

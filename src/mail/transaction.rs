@@ -1,23 +1,25 @@
 //! One SMTP transaction, and what we know after it fails.
 //!
 //! The one thing the job must know after a failure is *whether the server
-//! might have accepted the message*:
+//! might have accepted the message*, and RFC 5321 answers it: the server
+//! has the message once it read the final dot, and only its reply can say
+//! it did not take it. So:
 //! * connecting, EHLO, STARTTLS, AUTH, MAIL, RCPT or DATA failing (network
 //!   error, timeout or a 4xx/5xx reply) means nothing was delivered:
 //!   [`SendError::NotDelivered`] (a retry is safe);
-//! * so does a connection cut while the message data was going out: RFC
-//!   5321 gives the message to the server only with its reply to the final
-//!   dot, and a server that never read the final dot has nothing. A failed
-//!   write, or a reset (RST) instead of a reply, says the dot was never
-//!   read: a reset is what a server's end sends when it closes with our data
-//!   still unread (a relay restarting mid-message, a process killed), and a
-//!   write fails only before all of it, dot included, left us;
+//! * so does a connection that breaks while the message is still being
+//!   written (a write that fails, or a deadline that passes, before the
+//!   final dot has left us): [`SendError::Cut`], which goes back
+//!   unattempted to the next tick;
 //! * a 4xx/5xx reply to the end of the message means it was refused:
 //!   [`SendError::Refused`], transient or permanent;
-//! * a reply lost or late *after* the whole message was handed over (the
-//!   connection closed in order, or no reply within the deadline) is
-//!   [`SendError::Unknown`]: the server may have accepted it. We never retry
-//!   those (at-most-once); the row stays `sending` and `audit` lists it.
+//! * any other failure once the final dot has left us (a reset, an EOF, a
+//!   read error, no reply within the deadline) is [`SendError::Unknown`]:
+//!   the server may have accepted it. We never retry those (at-most-once);
+//!   the row stays `sending` and `audit` lists it. Whether the dot has
+//!   left us is the connection's [`Written`]; a connection without one
+//!   (implicit TLS) counts every failure after the message began as
+//!   unknown.
 //!
 //! With a server that offers PIPELINING (RFC 2920), MAIL, every RCPT and
 //! DATA go out in one write and their replies are read in order: two round
@@ -41,7 +43,8 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 use tokio::time::timeout;
 
 use super::OutgoingMail;
-use super::replies::{SendError, cut_before_the_end, rejects_the_address, throttles};
+use super::replies::{SendError, rejects_the_address, throttles};
+use super::written::{OnWritten, Written};
 
 /// The server took the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,9 +70,31 @@ impl Accepted {
 
 /// One SMTP transaction on `conn`, each step within `limit`. Says whether
 /// the connection can be reused (success, or MAIL/RCPT refused and the
-/// session reset).
+/// session reset). `written` watches the connection's writes; `on_written`
+/// is called once the message's end has left us (never, if it does not;
+/// it is dropped when the transaction ends).
 pub(super) async fn transact(
     conn: &mut AsyncSmtpConnection,
+    written: Option<&Written>,
+    on_written: Option<OnWritten>,
+    pipelining: bool,
+    mail: &OutgoingMail,
+    limit: Duration,
+) -> (Result<Accepted, SendError>, bool) {
+    if let Some(w) = written {
+        w.reset();
+    }
+    let outcome = transact_watched(conn, written, on_written, pipelining, mail, limit).await;
+    if let Some(w) = written {
+        w.reset();
+    }
+    outcome
+}
+
+async fn transact_watched(
+    conn: &mut AsyncSmtpConnection,
+    written: Option<&Written>,
+    on_written: Option<OnWritten>,
     pipelining: bool,
     mail: &OutgoingMail,
     limit: Duration,
@@ -168,6 +193,15 @@ pub(super) async fn transact(
     // half of the end marker, so the server receives exactly `mail.bytes`
     // (the bytes hashed for the proof), not one empty line more.
     let data = mail.bytes.strip_suffix(b"\r\n").unwrap_or(&mail.bytes);
+    // Unwatched, `on_written` lives until the transaction ends: the reply
+    // is the first sign the end has left us.
+    let _unwatched = match written {
+        Some(w) => {
+            w.arm(on_written);
+            None
+        }
+        None => on_written,
+    };
     let sent = match std::str::from_utf8(data) {
         Ok(text) => step(limit, conn.command(Content(text))).await,
         Err(_) => step(limit, conn.message(data)).await,
@@ -183,14 +217,12 @@ pub(super) async fn transact(
         },
         other => other,
     };
+    let after_the_end = written.is_none_or(Written::written);
     match sent {
         Ok(response) => (Ok(Accepted::from_response(&response)), true),
-        Err(StepError::Smtp(e)) if cut_before_the_end(&e) => (
-            Err(SendError::NotDelivered {
-                reason: format!("the connection was cut before the end of the message: {e}"),
-                connect: false,
-                permanent: false,
-                replied: false,
+        Err(e) if !after_the_end && !is_reply(&e) => (
+            Err(SendError::Cut {
+                reason: format!("the connection broke before the end of the message left us: {e}"),
             }),
             false,
         ),

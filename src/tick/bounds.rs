@@ -9,12 +9,14 @@
 //!   [`released`](ClaimBound::release) when its result is written or it
 //!   will not be sent. This is what a SIGKILL can leave in `sending`.
 //! * [`MarkWindow`]: at most `send_concurrency` letters marked started
-//!   and not yet finished. The marker [`opens`](MarkWindow::open) room
-//!   for a group of letters (the window less two per connection) before
-//!   marking them, one permit per letter,
-//!   and a letter's permit is dropped when its send ends. This is what a SIGKILL
-//!   can leave unknown besides the mail the server took but we never
-//!   recorded.
+//!   whose message has not been written to a connection yet (its final
+//!   dot has not left us). The marker waits for
+//!   [`room`](MarkWindow::room) for a group of letters (the window less
+//!   two per connection) before marking them, and
+//!   [`takes`](MarkWindow::take) one permit per letter; a letter's permit
+//!   is dropped once its message was written to a connection (or its
+//!   send ended without that). This is what a SIGKILL can leave
+//!   unknown besides the mail the server took but we never recorded.
 //!
 //! Neither can be inflated by a bookkeeping slip: a release never returns
 //! more than is outstanding, and every count saturates.
@@ -135,7 +137,8 @@ impl Reservation<'_> {
     }
 }
 
-/// Rows marked started and not finished: at most `send_concurrency`.
+/// Letters marked started whose end has not left us: at most
+/// `send_concurrency`.
 #[derive(Debug, Clone)]
 pub(super) struct MarkWindow {
     permits: Arc<Semaphore>,
@@ -179,7 +182,7 @@ impl MarkWindow {
         size.saturating_sub(busy).max(size / 2).max(1)
     }
 
-    /// The most rows marked and not finished.
+    /// The most letters marked whose end has not left us.
     pub fn size(&self) -> usize {
         self.size
     }
@@ -189,17 +192,24 @@ impl MarkWindow {
         self.group
     }
 
-    /// Waits for room for `n` rows (at most a group), then takes whatever
-    /// more room is free (up to `wanted` rows in all), and returns one
-    /// permit per row; each is given back when it is dropped.
-    pub async fn open(&self, n: usize, wanted: usize) -> Option<Vec<OwnedSemaphorePermit>> {
+    /// Waits for room for `n` letters (at most a group): one permit for all
+    /// of them, to hand to [`MarkWindow::take`]. An owned future, so a
+    /// waiter can keep its place across other work.
+    pub fn room(
+        &self,
+        n: usize,
+    ) -> impl Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send + 'static
+    {
         let n = n.clamp(1, self.group);
-        let mut all = Arc::clone(&self.permits)
-            .acquire_many_owned(u32::try_from(n).unwrap_or(1))
-            .await
-            .ok()?;
+        Arc::clone(&self.permits).acquire_many_owned(u32::try_from(n).unwrap_or(1))
+    }
+
+    /// The room [`MarkWindow::room`] found, and whatever more is free (up
+    /// to `wanted` letters in all), as one permit per letter; each is given
+    /// back when it is dropped.
+    pub fn take(&self, mut all: OwnedSemaphorePermit, wanted: usize) -> Vec<OwnedSemaphorePermit> {
         let more = wanted
-            .saturating_sub(n)
+            .saturating_sub(all.num_permits())
             .min(self.permits.available_permits());
         if more > 0
             && let Ok(extra) =
@@ -215,10 +225,18 @@ impl MarkWindow {
             }
         }
         singles.push(all);
-        Some(singles)
+        singles
     }
 
-    /// Rows marked and not finished now.
+    /// Waits for room for `n` letters, then takes up to `wanted` (see
+    /// [`MarkWindow::room`] and [`MarkWindow::take`]).
+    #[cfg(test)]
+    pub async fn open(&self, n: usize, wanted: usize) -> Option<Vec<OwnedSemaphorePermit>> {
+        let first = self.room(n).await.ok()?;
+        Some(self.take(first, wanted))
+    }
+
+    /// Letters marked whose end has not left us, now.
     #[cfg(test)]
     pub fn in_use(&self) -> usize {
         self.size.saturating_sub(self.permits.available_permits())

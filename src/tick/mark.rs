@@ -5,7 +5,7 @@
 //! finished since the last one (`record.rs`).
 //!
 //! At most [`MarkWindow::size`] letters (`send_concurrency`) are marked and
-//! not finished at any moment: that, plus the mail the server took whose
+//! not yet written to a connection at any moment: that, plus the mail the server took whose
 //! result was not yet written, is all a SIGKILL can leave unknown. A mark
 //! is taken once the window has room for a group ([`MarkWindow::group`]):
 //! the window less the letters that keep the connections busy while the
@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use super::TickError;
 use super::bounds::MarkWindow;
 use super::pipeline::{Pipeline, Stop};
-use super::record::Finished;
+use super::record::{Finished, RECORD_EVERY};
 use super::timings::Spent;
 use crate::db;
 use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
@@ -77,6 +77,13 @@ impl Marker {
         let mut to_send = Some(to_send);
         let (mut claiming, mut sending) = (true, true);
         let mut arrived = Vec::new();
+        // The wait for room and the results' deadline live across the
+        // loop's turns: a turn per result must not make a new waiter and a
+        // new timer each time.
+        let mut room: Option<Room> = None;
+        let timer = tokio::time::sleep(RECORD_EVERY);
+        tokio::pin!(timer);
+        let mut timer_at = None;
         loop {
             if self.p.stop_reason().is_some() {
                 self.skip_buffered();
@@ -89,15 +96,39 @@ impl Marker {
                 break;
             }
             let marking = to_send.is_some() && !self.buffer.is_empty();
-            let n = self.buffer.len().min(self.window.group());
-            let wanted = self.buffer.len();
+            if !marking {
+                room = None;
+            } else if room.is_none() {
+                let n = self.buffer.len().min(self.window.group());
+                room = Some(Box::pin(self.window.room(n)));
+            }
             let deadline = self.finished.deadline();
+            if deadline != timer_at {
+                if let Some(at) = deadline {
+                    timer.as_mut().reset(at);
+                }
+                timer_at = deadline;
+            }
             tokio::select! {
                 biased;
                 batch = claimed.recv(), if claiming => match batch {
                     Some(batch) => self.buffer.extend(batch),
                     None => claiming = false,
                 },
+                permit = wait_for(&mut room) => {
+                    room = None;
+                    match permit {
+                        Ok(first) => {
+                            // Every result that came in rides with this mark.
+                            while let Ok(letter) = results.try_recv() {
+                                self.finished.add(letter);
+                            }
+                            let permits = self.window.take(first, self.buffer.len());
+                            self.mark_group(permits, to_send.as_ref()).await;
+                        }
+                        Err(_) => self.skip_buffered(),
+                    }
+                }
                 got = results.recv_many(&mut arrived, usize::MAX), if sending => {
                     if got == 0 {
                         sending = false;
@@ -109,11 +140,7 @@ impl Marker {
                         self.record().await;
                     }
                 }
-                permits = self.window.open(n, wanted), if marking => match permits {
-                    Some(permits) => self.mark_group(permits, to_send.as_ref()).await,
-                    None => self.skip_buffered(),
-                },
-                () = sleep_until(deadline), if deadline.is_some() => self.record().await,
+                () = &mut timer, if timer_at.is_some() => self.record().await,
             }
         }
         if !self.finished.is_empty() {
@@ -239,10 +266,17 @@ impl Marker {
     }
 }
 
-/// Sleeps until `deadline` (forever without one: its branch is disabled).
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
+/// A wait for room in the mark window (see `MarkWindow::room`).
+type Room = std::pin::Pin<
+    Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>,
+>;
+
+/// The room, once the wait for it ends (never, without one).
+async fn wait_for(
+    room: &mut Option<Room>,
+) -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    match room {
+        Some(room) => room.await,
         None => std::future::pending().await,
     }
 }

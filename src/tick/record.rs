@@ -27,7 +27,7 @@ pub(super) const RECORD_EVERY: Duration = Duration::from_secs(1);
 /// Results are written on their own once `batch_size /
 /// RECORD_CHUNKS_PER_BATCH` rows wait: claim room comes back only once
 /// results are written, and the claimer needs a whole page of it
-/// (BENCHMARKS.md, "Results written per half batch").
+/// (BENCHMARKS.md, "Results written with the marks").
 const RECORD_CHUNKS_PER_BATCH: usize = 2;
 
 /// Results waiting to be written.
@@ -83,7 +83,9 @@ impl Finished {
         self.since = None;
         let results = std::mem::take(&mut self.results);
         if self.failure.is_some() {
+            let n = results.len();
             self.defer(p, results);
+            p.bound().release(n);
             return Vec::new();
         }
         results

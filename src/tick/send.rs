@@ -1,6 +1,9 @@
 //! The send phase: marked reminders are built and sent, `send_concurrency`
-//! at a time over the SMTP pool. Each send holds its row's place in the
-//! mark window until it ends; its result goes to the record phase.
+//! at a time over the SMTP pool. Each send holds its letter's place in the
+//! mark window until the end of its message has left us on a connection
+//! (or the send ends without that): from then on its fate is the relay's,
+//! and the place is free for the next mark. Its result goes to the
+//! marker, which records it.
 //!
 //! A sent message's proof (the server's reply, the SHA-256 of its bytes,
 //! and the bytes themselves with `archive.store = "database"`) goes with
@@ -57,11 +60,10 @@ impl Sender {
     /// build, send, classify; one result per row, all the same. None:
     /// nothing was sent (returned at the end).
     async fn attempt(&self, marked: Marked) -> Option<Vec<Attempted>> {
-        // Held until this send ends: the letter's place in the mark window.
-        let Marked {
-            letter,
-            permit: _window,
-        } = marked;
+        // The letter's place in the mark window: held until its end has
+        // left us on a connection (or the send ends without that).
+        let Marked { letter, permit } = marked;
+        let mut window = Some(permit);
         let ctx = self.p.ctx();
         let first = letter.rows.first()?;
         let invoice_id = first.invoice.id.clone();
@@ -102,7 +104,10 @@ impl Sender {
         // the end of the run's to return (a send that does not start puts
         // them back).
         self.p.unsent().handed_over(&letter);
-        match ctx.mailer.send(&mail, &may_start).await {
+        let on_written: Option<mail::written::OnWritten> = window
+            .take()
+            .map(|permit| -> mail::written::OnWritten { Box::new(move || drop(permit)) });
+        match ctx.mailer.send(&mail, &may_start, on_written).await {
             Ok(accepted) => {
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
                 finished(mail::sent(mail, accepted, archive))

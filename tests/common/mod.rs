@@ -525,3 +525,28 @@ pub async fn redis_conn() -> redis::aio::MultiplexedConnection {
         .await
         .expect("connect to Redis (is it running? see README)")
 }
+
+/// A templates directory of the test's own, removed on drop.
+pub struct TemplateDir {
+    pub path: PathBuf,
+}
+
+impl TemplateDir {
+    pub fn new(files: &[(&str, &str)]) -> Self {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("templates-{}", uuid::Uuid::new_v4().simple()));
+        for (name, source) in files {
+            let file = path.join(name);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, source).unwrap();
+        }
+        std::fs::create_dir_all(&path).unwrap();
+        Self { path }
+    }
+}
+
+impl Drop for TemplateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

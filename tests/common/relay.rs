@@ -3,7 +3,8 @@
 //! connection-limiting fronts do, optionally before the accepted ones have
 //! greeted), reply to RCPT with 4xx or 5xx, require AUTH and refuse bad
 //! credentials, offer STARTTLS with a certificate from a CA of the
-//! test's own, and cut connections half-way through a message's data.
+//! test's own, cut connections while a message's data is being written,
+//! and read a message through its final dot and reset instead of replying.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,11 +35,17 @@ pub struct RelayOptions {
     /// Offer PIPELINING (RFC 2920). Without it, a client must wait for
     /// each reply; the relay counts commands that arrive behind another.
     pub pipelining: bool,
-    /// The first this many messages are cut half-way through their data:
-    /// the relay reads their headers, then drops the connection with a
-    /// reset, as a relay restarting mid-message does (a server's end that
-    /// closes with data unread sends a reset).
+    /// The first this many messages are cut while the client is still
+    /// writing them: after its `354` the relay reads nothing more and drops
+    /// the connection with a reset, as a relay restarting mid-message does
+    /// (a server's end that closes with data unread sends a reset). Only a
+    /// message larger than the sockets' buffers is still being written
+    /// then.
     pub cut_messages: usize,
+    /// The first this many messages are read through their final dot, and
+    /// then the connection is dropped with a reset instead of a reply, as
+    /// when a relay's process dies after queueing a message.
+    pub reset_after_end: usize,
 }
 
 /// What a connection beyond the limit is told before it is closed.
@@ -60,6 +67,10 @@ struct State {
     /// Messages still to cut half-way (see [`RelayOptions::cut_messages`]).
     to_cut: AtomicUsize,
     cut: AtomicUsize,
+    /// Messages still to read and leave unanswered (see
+    /// [`RelayOptions::reset_after_end`]), and those read so.
+    to_reset: AtomicUsize,
+    unanswered: Mutex<Vec<String>>,
     messages: Mutex<Vec<String>>,
 }
 
@@ -87,6 +98,9 @@ impl Relay {
             .limit
             .store(options.max_connections.unwrap_or(0), Ordering::SeqCst);
         state.to_cut.store(options.cut_messages, Ordering::SeqCst);
+        state
+            .to_reset
+            .store(options.reset_after_end, Ordering::SeqCst);
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -94,7 +108,7 @@ impl Relay {
                     (shared.clone(), options.clone(), acceptor.clone());
                 tokio::spawn(async move {
                     let _ = stream.set_nodelay(true);
-                    if options.cut_messages > 0 {
+                    if options.cut_messages > 0 || options.reset_after_end > 0 {
                         // Closed with a reset, as with data left unread.
                         let _ = stream.set_zero_linger();
                     }
@@ -193,9 +207,14 @@ impl Relay {
         self.state.rcpt_commands.load(Ordering::SeqCst)
     }
 
-    /// Messages cut half-way through their data.
+    /// Messages cut while the client was still writing them.
     pub fn cut_messages(&self) -> usize {
         self.state.cut.load(Ordering::SeqCst)
+    }
+
+    /// Messages read through their final dot and left without a reply.
+    pub fn unanswered(&self) -> Vec<String> {
+        self.state.unanswered.lock().unwrap().clone()
     }
 
     pub fn auth_failures(&self) -> usize {
@@ -366,10 +385,17 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
             "DATA" => {
                 conn.get_mut().write_all(b"354 go ahead\r\n").await.ok()?;
                 let mut message = String::new();
-                let cut = state
-                    .to_cut
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
+                let take_one = |left: &AtomicUsize| {
+                    left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                };
+                if take_one(&state.to_cut) {
+                    // Nothing of the data read: the connection goes, with
+                    // a reset, while the client writes.
+                    state.cut.fetch_add(1, Ordering::SeqCst);
+                    return None;
+                }
+                let reset = take_one(&state.to_reset);
                 loop {
                     line.clear();
                     if conn.read_line(&mut line).await.ok()? == 0 {
@@ -378,13 +404,12 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                     if line == ".\r\n" {
                         break;
                     }
-                    if cut && line == "\r\n" {
-                        // The headers read, the body not: the connection
-                        // goes, with a reset.
-                        state.cut.fetch_add(1, Ordering::SeqCst);
-                        return None;
-                    }
                     message.push_str(&line);
+                }
+                if reset {
+                    // The whole message read, final dot included; no reply.
+                    state.unanswered.lock().unwrap().push(message);
+                    return None;
                 }
                 state.messages.lock().unwrap().push(message);
                 "250 2.0.0 queued\r\n".into()

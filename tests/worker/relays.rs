@@ -8,7 +8,7 @@ use invoice_reminder::tick::{TickOutcome, run_tick};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::relay::{Relay, RelayOptions};
-use crate::common::{self, World};
+use crate::common::{self, TemplateDir, World, cli};
 
 async fn world_for(relay: &Relay) -> World {
     let mut world = World::new().await;
@@ -315,16 +315,75 @@ async fn a_refused_rcpt_in_a_pipelined_envelope_delivers_nothing_and_is_retried_
     assert!(relay.pipelined_commands() > 0);
 }
 
+/// A relay that reads a reminder through its final dot and then resets the
+/// connection without a reply may have queued it: the row stays unknown,
+/// `audit` lists it with the Message-ID the relay read, and no later tick
+/// mails it again (RFC 5321: after the final dot only the relay's reply
+/// says "not taken").
 #[tokio::test]
-async fn a_connection_cut_half_way_through_the_data_costs_no_attempt_and_the_next_tick_mails_the_reminder_once()
+async fn a_relay_that_resets_after_the_final_dot_leaves_the_reminder_unknown_and_it_is_never_mailed_again()
+ {
+    let relay = Relay::start(RelayOptions {
+        reset_after_end: 1,
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world.set("reminders.send_concurrency", 1);
+    common::insert_overdue(world.pool(), 1).await;
+
+    for _ in 0..2 {
+        let ctx = world.context().await;
+        let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+        ctx.mailer.shutdown().await;
+        assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
+    }
+
+    let unanswered = relay.unanswered();
+    assert_eq!(
+        (unanswered.len(), relay.messages()),
+        (1, 0),
+        "read once, never again"
+    );
+    assert_eq!(statuses(&world).await, vec![("sending".to_owned(), 1, 1)]);
+    let audit = cli(&world, &["audit", "--json"]).await;
+    let report: serde_json::Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let unknown = report["unknown"].as_array().cloned().unwrap_or_default();
+    assert_eq!(unknown.len(), 1, "{report}");
+    let message_id = unknown[0]["message_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !message_id.is_empty() && unanswered[0].contains(message_id.trim_matches(['<', '>'])),
+        "audit names the Message-ID the relay read: {message_id}"
+    );
+}
+
+/// A relay that drops the connection while the client is still writing a
+/// reminder's data (a message larger than the sockets' buffers) never had
+/// its end: no attempt is used, and the next tick mails it once.
+#[tokio::test]
+async fn a_connection_broken_while_the_data_is_still_being_written_costs_no_attempt_and_the_next_tick_mails_it_once()
  {
     let relay = Relay::start(RelayOptions {
         cut_messages: 1,
         ..RelayOptions::default()
     })
     .await;
+    // Four megabytes of text: more than the sockets' buffers take at once.
+    let body = format!("{}\n", "Please pay this invoice. ".repeat(40)).repeat(4_000);
+    let dir = TemplateDir::new(&[
+        ("en/overdue.subject.j2", "Payment reminder\n"),
+        ("en/overdue.txt.j2", &body),
+    ]);
     let mut world = world_for(&relay).await;
-    world.set("reminders.send_concurrency", 1);
+    // Rendering megabytes takes a debug build a while: a lease to match.
+    world
+        .set("reminders.send_concurrency", 1)
+        .set("templates.dir", dir.path.display())
+        .set("lock.ttl", "30s")
+        .set("lock.renew_every", "5s");
     common::insert_overdue(world.pool(), 1).await;
 
     let ctx = world.context().await;
@@ -336,7 +395,7 @@ async fn a_connection_cut_half_way_through_the_data_costs_no_attempt_and_the_nex
     assert_eq!(
         statuses(&world).await,
         vec![("failed".to_owned(), 1, 0)],
-        "not unknown, and no attempt used: the relay never had the message"
+        "not unknown, and no attempt used: the relay never had the message's end"
     );
 
     let ctx = world.context().await;

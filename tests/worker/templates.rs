@@ -2,12 +2,10 @@
 //! locale, HTML that cannot be injected into, the user's own templates,
 //! and `preview`. Broken templates stop start-up.
 
-use std::path::PathBuf;
-
 use invoice_reminder::tick::run_tick;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{self, World};
+use crate::common::{self, TemplateDir, World};
 
 async fn tick(world: &World) {
     let ctx = world.context().await;
@@ -21,31 +19,6 @@ pub(crate) fn mail_for(world: &World, invoice: i64) -> common::smtp::Received {
         .into_iter()
         .find(|m| m.invoice_id() == Some(invoice))
         .unwrap_or_else(|| panic!("no mail for invoice {invoice}"))
-}
-
-/// A templates directory of the test's own, removed on drop.
-struct TemplateDir {
-    path: PathBuf,
-}
-
-impl TemplateDir {
-    fn new(files: &[(&str, &str)]) -> Self {
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("templates-{}", uuid::Uuid::new_v4().simple()));
-        for (name, source) in files {
-            let file = path.join(name);
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(file, source).unwrap();
-        }
-        std::fs::create_dir_all(&path).unwrap();
-        Self { path }
-    }
-}
-
-impl Drop for TemplateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }
 
 #[tokio::test]
