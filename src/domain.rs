@@ -12,12 +12,14 @@ mod address;
 mod delivery;
 mod money;
 mod problem;
+mod relay_rate;
 mod step_key;
 mod text;
 pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
 pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use money::{Currency, Money};
 pub use problem::{Problem, SourceProblem};
+pub use relay_rate::LearnedRate;
 pub use step_key::StepKey;
 pub use text::sanitize;
 

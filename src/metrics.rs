@@ -71,6 +71,7 @@ struct Inner {
     http_listener_full: Family<ActionLabel, Counter>,
     smtp_accepted_rate: Gauge<f64, AtomicU64>,
     smtp_pace: Gauge<f64, AtomicU64>,
+    smtp_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -163,14 +164,20 @@ impl Default for Metrics {
         let smtp_accepted_rate = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "smtp_accepted_per_second",
-            "Messages a second the SMTP relay accepted in this replica's last tick that it throttled (set smtp.max_per_second a little below it)",
+            "Messages a second the SMTP relay accepted between its last two throttles, as this replica measured it (the pacer holds a little below it)",
             smtp_accepted_rate.clone(),
         );
         let smtp_pace = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "smtp_pace_per_second",
-            "Messages a second this replica sends at after its last tick (0: no limit); lower than smtp.max_per_second while the relay throttles",
+            "Messages a second this replica's sends are held to after its last tick (0: no limit); lower than smtp.max_per_second while the relay throttles",
             smtp_pace.clone(),
+        );
+        let smtp_refused = Counter::default();
+        registry.register(
+            "smtp_throttled",
+            "Messages the SMTP relay refused as throttling (4.7.x, too much mail, too many connections; the pacer's probes included); none of them used an attempt",
+            smtp_refused.clone(),
         );
         Self {
             inner: Arc::new(Inner {
@@ -191,6 +198,7 @@ impl Default for Metrics {
                 http_listener_full,
                 smtp_accepted_rate,
                 smtp_pace,
+                smtp_refused,
             }),
         }
     }
@@ -239,15 +247,17 @@ impl Metrics {
         m.tick_duration.observe(took.as_secs_f64());
     }
 
-    /// The relay throttled a tick after accepting `accepted` messages a
-    /// second (None: too few to measure).
-    pub fn smtp_throttled(&self, accepted: Option<f64>) {
-        if let Some(rate) = accepted {
-            self.inner.smtp_accepted_rate.set(rate);
-        }
+    /// The relay accepted `per_second` between its last two throttles.
+    pub fn smtp_accepted(&self, per_second: f64) {
+        self.inner.smtp_accepted_rate.set(per_second);
     }
 
-    /// The pace the next tick sends at (None: no limit).
+    /// The relay refused `n` messages as throttling.
+    pub fn smtp_refused(&self, n: u64) {
+        self.inner.smtp_refused.inc_by(n);
+    }
+
+    /// The rate sends are held to (None: no limit).
     pub fn smtp_pace(&self, per_second: Option<f64>) {
         self.inner.smtp_pace.set(per_second.unwrap_or(0.0));
     }

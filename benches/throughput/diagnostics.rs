@@ -211,7 +211,8 @@ pub async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
             let templates = &templates;
             async move {
                 let mail = compose(settings, templates, invoice, customer, today);
-                mailer.send(&mail, &|| true, None).await.is_ok()
+                let mut stopped = std::future::pending::<()>();
+                mailer.send(&mail, &|| true, &mut stopped, None).await.is_ok()
             }
         })
         .buffer_unordered(settings.reminders.send_concurrency as usize)

@@ -1,63 +1,73 @@
-//! The pace the SMTP relay was last found to take (`mail::pace`), one row
-//! per relay (`smtp.host:smtp.port`), so every replica sends at what the
-//! relay last allowed, whichever replica learnt it.
+//! The rate the SMTP relay was found to take (`mail::pace`), one row per
+//! relay (`smtp.host:smtp.port`), so every replica holds what the relay
+//! last allowed, whichever replica learnt it. Ages are read and written on
+//! the database's clock, so replicas with skewed clocks agree on them.
+
+use std::time::Duration;
 
 use super::Db;
 use super::conn::on_db;
+use super::params::Params;
+use crate::domain::LearnedRate;
 
-/// A stored pace: messages a second (None: no limit) and connections.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StoredPace {
-    pub per_second: Option<f64>,
-    pub connections: i32,
-}
+const READ: &str = "SELECT per_second, accepted_per_second, raises,
+                           EXTRACT(EPOCH FROM now() - COALESCE(quiet_since, updated_at))::float8
+                      FROM {ir}.relay_pace WHERE relay = $relay";
 
-/// The pace stored for `relay`, if any.
-pub async fn read(db: &Db, relay: &str) -> Result<Option<StoredPace>, sqlx::Error> {
-    let row: Option<(Option<f64>, i32)> = on_db!(db, |c| sqlx::query_as(
-        db.sql("SELECT per_second, connections FROM {ir}.relay_pace WHERE relay = $1")
-    )
-    .persistent(db.named())
-    .bind(relay)
-    .fetch_optional(&mut *c)
-    .await)?;
-    Ok(row.map(|(per_second, connections)| StoredPace {
+const WRITE: &str = "INSERT INTO {ir}.relay_pace AS p
+        (relay, per_second, connections, accepted_per_second, throttled_at, raises, quiet_since)
+    VALUES ($relay, $per_second, $connections, $measured,
+            CASE WHEN $throttled THEN now() END, $raises,
+            now() - make_interval(secs => $quiet_for))
+    ON CONFLICT (relay) DO UPDATE
+       SET per_second = EXCLUDED.per_second, connections = EXCLUDED.connections,
+           accepted_per_second = COALESCE(EXCLUDED.accepted_per_second, p.accepted_per_second),
+           throttled_at = COALESCE(EXCLUDED.throttled_at, p.throttled_at),
+           raises = EXCLUDED.raises, quiet_since = EXCLUDED.quiet_since,
+           updated_at = now()";
+
+/// What is stored for `relay`, if anything.
+pub async fn read(db: &Db, relay: &str) -> Result<Option<LearnedRate>, sqlx::Error> {
+    let statement = db.statement(READ);
+    let params = Params::new().with("relay", &relay);
+    let row: Option<(Option<f64>, Option<f64>, i32, Option<f64>)> =
+        on_db!(db, |c| sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+            .persistent(db.named())
+            .fetch_optional(&mut *c)
+            .await)?;
+    Ok(row.map(|(per_second, measured, raises, quiet_for)| LearnedRate {
         per_second,
-        connections,
+        measured,
+        raises: u32::try_from(raises).unwrap_or(0),
+        quiet_for: quiet_for
+            .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
+            .unwrap_or_default(),
     }))
 }
 
-/// Stores `pace` for `relay`; `throttled`: the relay throttled the tick
-/// after accepting this many messages a second (None: too few to measure,
-/// and the last measured rate is kept).
+/// Stores `learned` for `relay`; `throttled`: the relay throttled since the
+/// last write. `connections`: `smtp.pool_size`.
 pub async fn write(
     db: &Db,
     relay: &str,
-    pace: StoredPace,
-    throttled: Option<Option<f64>>,
+    learned: &LearnedRate,
+    throttled: bool,
+    connections: i32,
 ) -> Result<(), sqlx::Error> {
-    let (was_throttled, accepted) = match throttled {
-        Some(accepted) => (true, accepted),
-        None => (false, None),
-    };
-    on_db!(db, |c| sqlx::query(db.sql(
-        "INSERT INTO {ir}.relay_pace AS p
-                (relay, per_second, connections, accepted_per_second, throttled_at)
-         VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN now() END)
-         ON CONFLICT (relay) DO UPDATE
-            SET per_second = EXCLUDED.per_second, connections = EXCLUDED.connections,
-                accepted_per_second = COALESCE(EXCLUDED.accepted_per_second,
-                                               p.accepted_per_second),
-                throttled_at = CASE WHEN $5 THEN now() ELSE p.throttled_at END,
-                updated_at = now()"
-    ))
-    .persistent(db.named())
-    .bind(relay)
-    .bind(pace.per_second)
-    .bind(pace.connections)
-    .bind(accepted)
-    .bind(was_throttled)
-    .execute(&mut *c)
-    .await
-    .map(|_| ()))
+    let statement = db.statement(WRITE);
+    let raises = i32::try_from(learned.raises).unwrap_or(i32::MAX);
+    let quiet_for = learned.quiet_for.as_secs_f64();
+    let params = Params::new()
+        .with("relay", &relay)
+        .with("per_second", &learned.per_second)
+        .with("connections", &connections)
+        .with("measured", &learned.measured)
+        .with("throttled", &throttled)
+        .with("raises", &raises)
+        .with("quiet_for", &quiet_for);
+    on_db!(db, |c| sqlx::query_with(statement.sql(), statement.args(&params)?)
+        .persistent(db.named())
+        .execute(&mut *c)
+        .await
+        .map(|_| ()))
 }

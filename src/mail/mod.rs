@@ -11,6 +11,7 @@ pub mod format;
 mod links;
 mod load;
 pub mod message;
+mod connect;
 pub mod pace;
 mod pool;
 mod replies;

@@ -1,236 +1,412 @@
-//! How fast, and over how many connections, we send to a relay that
-//! throttles: additive increase, multiplicative decrease (AIMD), decided
-//! once per tick from what the relay did in it.
+//! How fast we send to a relay that throttles: the pacer.
 //!
-//! A relay throttles with 4.7.x replies, `421` on connect, or "too many
-//! connections" / "too much mail" (Postfix's anvil limits, Office 365's
-//! concurrency cap). That is not an outage: the tick stops starting mail
-//! (the rows go back unattempted) and the next tick sends at half the rate
-//! the relay accepted before it refused, over half the connections. Every
-//! tick that sends without being throttled raises the rate by
-//! [`STEP_PER_SECOND`] (and the connections by one), never above
-//! `smtp.max_per_second` and `smtp.pool_size`, so the rate settles just
-//! under what the relay allows and follows it when its limits change. The
-//! pace is stored in the database (`relay_pace`), so every replica shares
-//! it (see docs/operating.md, "A relay that throttles").
+//! A relay throttles with its own signals (`421` or 4.7.x on connect, EHLO
+//! or MAIL, "too many connections", "too much mail"); a 4.7.x on one RCPT
+//! is that recipient's, not the relay's. A throttle is not an outage:
+//!
+//! - **Pause and probe.** The refused message waits, with every other one,
+//!   while single probes ask the relay again after growing gaps
+//!   ([`FIRST_GAP`] × [`GAP_GROWTH`], at most [`MAX_GAP`]); the first probe
+//!   it accepts ends the pause. A refused message uses no attempt.
+//! - **Learn the long-term rate.** The messages the relay accepted from the
+//!   end of one pause to the end of the next, over the time between them,
+//!   is the rate it lets through over time (its bursts and windows
+//!   included); a pause is taken to have ended halfway between its last
+//!   refused probe and the accepted one. A little below it ([`HOLD`]) is
+//!   held by a GCRA rate limiter (`governor`), messages spaced evenly,
+//!   never faster than `smtp.max_per_second`; a throttle while a rate is
+//!   held lowers it.
+//! - **Probe above it, and let go.** Every [`QUIET`] without a throttle
+//!   raises the rate by [`RAISE`]; after [`FREE_AFTER`] raises without one
+//!   the limit is dropped: the relay stopped throttling.
+//! - **Give up within the tick's bound.** A pause longer than the tick may
+//!   wait ([`Pacer::give_up_at`]) ends the tick `throttled`, the rest
+//!   unattempted; a stop (shutdown, a lost lease) wakes every waiting send.
+//!
+//! The learnt rate is stored per relay (`db::relay_pace`) and shared by the
+//! replicas (docs/operating.md, "A relay that throttles").
 
+use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The lowest rate a throttled relay takes us down to (messages a second).
-pub const MIN_PER_SECOND: f64 = 0.1;
+use crate::domain::LearnedRate;
 
-/// How much each tick that was not throttled adds to the rate.
-pub const STEP_PER_SECOND: f64 = 1.0;
+/// The first gap between a throttle and the probe after it.
+pub const FIRST_GAP: Duration = Duration::from_millis(250);
+/// Each refused probe makes the next gap this much longer.
+pub const GAP_GROWTH: f64 = 1.5;
+/// The longest gap between probes.
+pub const MAX_GAP: Duration = Duration::from_secs(2);
+/// The share of the measured rate that is held.
+pub const HOLD: f64 = 0.95;
+/// A measurement over less time than this is a burst, not a rate.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+/// How long without a throttle before the rate is raised.
+pub const QUIET: Duration = Duration::from_secs(300);
+/// How much a quiet stretch raises the rate.
+pub const RAISE: f64 = 1.1;
+/// Raises without a throttle after which the limit is dropped.
+pub const FREE_AFTER: u32 = 3;
 
-/// How we send now: at most `per_second` messages a second (None: as
-/// fast as the connections go), over at most `connections`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pace {
-    pub per_second: Option<f64>,
-    pub connections: u32,
-}
-
-impl Pace {
-    /// The configured pace: `smtp.max_per_second` (0: none) and
-    /// `smtp.pool_size`.
-    pub fn configured(max_per_second: Option<u32>, pool_size: u32) -> Self {
-        Self {
-            per_second: max_per_second.map(f64::from),
-            connections: pool_size.max(1),
-        }
-    }
-
-    /// `stored` (the pace the relay was last found to take), never faster
-    /// or wider than configured.
-    pub fn within(self, stored: Option<Pace>) -> Self {
-        let Some(stored) = stored else {
-            return self;
-        };
-        Self {
-            per_second: match (self.per_second, stored.per_second) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
-            connections: self.connections.min(stored.connections).max(1),
-        }
-    }
-}
-
-/// What the relay did with one tick's mail.
+/// What the relay did since [`Pacer::take_seen`] was last called.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Seen {
-    /// Messages it accepted.
     pub accepted: u64,
-    /// From the first message started to the last one accepted.
-    pub sending: Duration,
-    /// It throttled us (after `accepted` messages over `sending`).
-    pub throttled: bool,
+    /// Messages it refused as throttling (probes included).
+    pub refused: u64,
+    /// Throttles that started a pause.
+    pub pauses: u64,
 }
 
-impl Seen {
-    /// The rate the relay accepted (messages a second), if it accepted any
-    /// over a measurable time.
-    pub fn accepted_per_second(&self) -> Option<f64> {
-        let secs = self.sending.as_secs_f64();
-        (self.accepted > 0 && secs > 0.0).then(|| self.accepted as f64 / secs)
+/// A send's permission: at the held rate, or the probe of a pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Open,
+    Probe,
+}
+
+/// Why no slot came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// The stop future resolved.
+    Stopped,
+    /// The relay kept refusing past [`Pacer::give_up_at`].
+    GaveUp,
+}
+
+/// The clock of `tokio::time` (paused in tests), as governor's.
+#[derive(Debug, Clone)]
+struct TokioClock(Instant);
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+    fn now(&self) -> Duration {
+        self.0.elapsed()
     }
 }
 
-/// The pace for the next tick, after `now` met `seen`, within
-/// `configured`. Unchanged when the tick sent nothing (nothing learnt).
-pub fn next_pace(now: Pace, seen: &Seen, configured: Pace) -> Pace {
-    if seen.throttled {
-        let accepted = seen.accepted_per_second();
-        let base = match (now.per_second, accepted) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(MIN_PER_SECOND * 2.0),
+type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
+
+/// Paces one replica's sends to one relay. Shared by every send.
+pub struct Pacer {
+    configured: Option<f64>,
+    clock: TokioClock,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+struct State {
+    learned: LearnedRate,
+    changed_at: Instant,
+    limiter: Option<Limiter>,
+    /// When the last pause ended, and what the relay accepted since (None:
+    /// no pause yet in this stretch of sending).
+    resumed_at: Option<Instant>,
+    accepted_since: u64,
+    pause: Option<Pause>,
+    give_up_at: Option<Instant>,
+    seen: Seen,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    until: Instant,
+    gap: Duration,
+    probing: bool,
+    /// The last refusal: the throttle, then each refused probe.
+    refused_at: Instant,
+}
+
+enum Wait {
+    Until(Option<Instant>),
+    GaveUp,
+}
+
+impl Pacer {
+    /// A pacer within `smtp.max_per_second` (None: no limit).
+    pub fn new(max_per_second: Option<u32>) -> Self {
+        let now = Instant::now();
+        let mut state = State {
+            learned: LearnedRate::default(),
+            changed_at: now,
+            limiter: None,
+            resumed_at: None,
+            accepted_since: 0,
+            pause: None,
+            give_up_at: None,
+            seen: Seen::default(),
         };
-        return Pace {
-            per_second: Some((base / 2.0).max(MIN_PER_SECOND)),
-            connections: (now.connections / 2).max(1),
-        };
-    }
-    if seen.accepted == 0 {
-        return now;
-    }
-    let per_second = now.per_second.map(|r| {
-        let raised = r + STEP_PER_SECOND;
-        configured.per_second.map_or(raised, |max| raised.min(max))
-    });
-    Pace {
-        per_second,
-        connections: now
-            .connections
-            .saturating_add(1)
-            .min(configured.connections)
-            .max(1),
-    }
-}
-
-/// What the relay does with this tick's mail, noted as sends start and
-/// end; [`Watch::take`] reads it at the end of the tick and starts over.
-#[derive(Debug, Default)]
-pub(super) struct Watch(Mutex<Watched>);
-
-#[derive(Debug, Default)]
-struct Watched {
-    first_start: Option<Instant>,
-    last_accepted: Option<Instant>,
-    accepted: u64,
-    throttled: bool,
-}
-
-impl Watch {
-    fn watched(&self) -> MutexGuard<'_, Watched> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn started(&self) {
-        self.watched().first_start.get_or_insert_with(Instant::now);
-    }
-
-    /// A message was accepted; counted only until the relay throttled.
-    pub fn accepted(&self) {
-        let mut w = self.watched();
-        if !w.throttled {
-            w.accepted = w.accepted.saturating_add(1);
-            w.last_accepted = Some(Instant::now());
+        let configured = max_per_second.map(f64::from);
+        let clock = TokioClock(now);
+        state.limiter = limiter(&clock, held(configured, None));
+        Self {
+            configured,
+            clock,
+            state: Mutex::new(state),
+            changed: Notify::new(),
         }
     }
 
-    pub fn throttled(&self) {
-        self.watched().throttled = true;
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn take(&self) -> Seen {
-        let w = std::mem::take(&mut *self.watched());
-        Seen {
-            accepted: w.accepted,
-            sending: match (w.first_start, w.last_accepted) {
-                (Some(first), Some(last)) => last.saturating_duration_since(first),
-                _ => Duration::ZERO,
-            },
-            throttled: w.throttled,
+    /// Takes up `learned` (read from the database as a tick starts); what
+    /// the relay accepted since a throttle starts over, as sending does.
+    pub fn restore(&self, learned: LearnedRate) {
+        let mut s = self.state();
+        let now = Instant::now();
+        let rate_changed = s.learned.per_second != learned.per_second;
+        s.learned = learned;
+        s.changed_at = now.checked_sub(learned.quiet_for).unwrap_or(now);
+        s.resumed_at = None;
+        s.accepted_since = 0;
+        if rate_changed {
+            s.limiter = limiter(&self.clock, held(self.configured, learned.per_second));
         }
     }
+
+    /// The rate as learnt now, to store.
+    pub fn learned(&self) -> LearnedRate {
+        let s = self.state();
+        LearnedRate {
+            quiet_for: s.changed_at.elapsed(),
+            ..s.learned
+        }
+    }
+
+    /// The rate sends are held to now (None: no limit).
+    pub fn per_second(&self) -> Option<f64> {
+        held(self.configured, self.state().learned.per_second)
+    }
+
+    /// Whether sending is paused by a throttle.
+    pub fn paused(&self) -> bool {
+        self.state().pause.is_some()
+    }
+
+    /// A pause lasting past `at` gives up (None: never).
+    pub fn give_up_at(&self, at: Option<Instant>) {
+        self.state().give_up_at = at;
+        self.changed.notify_waiters();
+    }
+
+    /// What the relay did since the last call.
+    pub fn take_seen(&self) -> Seen {
+        std::mem::take(&mut self.state().seen)
+    }
+
+    /// Waits for this send's slot: a place under the held rate, or the
+    /// probe of a pause. `stopped` resolving wakes it at once.
+    pub async fn ready<S>(&self, stopped: &mut S) -> Result<Slot, NotReady>
+    where
+        S: Future<Output = ()> + Unpin + ?Sized,
+    {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let until = match self.try_slot() {
+                Ok(slot) => return Ok(slot),
+                Err(Wait::GaveUp) => return Err(NotReady::GaveUp),
+                Err(Wait::Until(until)) => until,
+            };
+            let sleep = async {
+                match until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut *stopped => return Err(NotReady::Stopped),
+                () = changed => {}
+                () = sleep => {}
+            }
+        }
+    }
+
+    fn try_slot(&self) -> Result<Slot, Wait> {
+        let mut guard = self.state();
+        let s = &mut *guard;
+        let now = Instant::now();
+        let give_up_at = s.give_up_at;
+        if let Some(pause) = s.pause.as_mut() {
+            if give_up_at.is_some_and(|at| now >= at) {
+                return Err(Wait::GaveUp);
+            }
+            if pause.probing {
+                return Err(Wait::Until(give_up_at));
+            }
+            if now >= pause.until {
+                pause.probing = true;
+                return Ok(Slot::Probe);
+            }
+            let until = give_up_at.map_or(pause.until, |at| at.min(pause.until));
+            return Err(Wait::Until(Some(until)));
+        }
+        match s.limiter.as_ref().map(Limiter::check) {
+            None | Some(Ok(())) => Ok(Slot::Open),
+            Some(Err(not_until)) => {
+                let wait = not_until.wait_time_from(self.clock.now());
+                Err(Wait::Until(Some(now + wait)))
+            }
+        }
+    }
+
+    /// The relay accepted the message sent in `slot`. Some: the rate
+    /// learnt as this ended a pause. Only a probe ends a pause: a message
+    /// that was on its way when the pause began says nothing of now.
+    pub fn accepted(&self, slot: Slot) -> Option<f64> {
+        let mut guard = self.state();
+        let s = &mut *guard;
+        s.seen.accepted = s.seen.accepted.saturating_add(1);
+        let learned = match slot {
+            Slot::Probe => {
+                let pause = s.pause.take();
+                self.changed.notify_waiters();
+                self.resumed(s, pause)
+            }
+            Slot::Open => {
+                s.accepted_since = s.accepted_since.saturating_add(1);
+                None
+            }
+        };
+        self.raise_when_quiet(s);
+        learned
+    }
+
+    /// The relay answered `slot`'s message otherwise than by throttling
+    /// (a refusal of the message or its recipient): a probe so answered
+    /// ends the pause, the relay takes mail again.
+    pub fn answered(&self, slot: Slot) {
+        if slot == Slot::Probe {
+            let mut s = self.state();
+            s.pause = None;
+            s.resumed_at = Some(Instant::now());
+            s.accepted_since = 0;
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// A pause ended with an accepted probe now: the stretch since the
+    /// last pause ended is measured (the relay's window, from its burst to
+    /// halfway between the last refusal and this acceptance), and the
+    /// probe starts the next stretch.
+    fn resumed(&self, s: &mut State, pause: Option<Pause>) -> Option<f64> {
+        let now = Instant::now();
+        let measured = match (s.resumed_at, pause) {
+            (Some(from), Some(pause)) => {
+                let half = now.saturating_duration_since(pause.refused_at) / 2;
+                let over = (pause.refused_at + half).saturating_duration_since(from);
+                (over >= MIN_INTERVAL && s.accepted_since > 0)
+                    .then(|| s.accepted_since as f64 / over.as_secs_f64())
+            }
+            _ => None,
+        };
+        s.resumed_at = Some(now);
+        s.accepted_since = 1;
+        let measured = measured?;
+        let rate = measured * HOLD;
+        let rate = s.learned.per_second.map_or(rate, |held| rate.min(held * HOLD));
+        s.learned.measured = Some(measured);
+        s.learned.per_second = Some(rate);
+        s.limiter = limiter(&self.clock, held(self.configured, Some(rate)));
+        Some(rate)
+    }
+
+    /// `slot` was not used (the send did not start): a probe goes to the
+    /// next waiting send.
+    pub fn returned(&self, slot: Slot) {
+        if slot == Slot::Probe {
+            if let Some(pause) = self.state().pause.as_mut() {
+                pause.probing = false;
+            }
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// The relay throttled the message sent in `slot`: pause (true: this
+    /// throttle started the pause), or wait longer for the next probe.
+    pub fn throttled(&self, slot: Slot) -> bool {
+        let mut guard = self.state();
+        let s = &mut *guard;
+        let now = Instant::now();
+        s.seen.refused = s.seen.refused.saturating_add(1);
+        if let Some(pause) = s.pause.as_mut() {
+            if slot == Slot::Probe {
+                let gap = pause.gap.mul_f64(GAP_GROWTH).min(MAX_GAP);
+                *pause = Pause {
+                    until: now + gap,
+                    gap,
+                    probing: false,
+                    refused_at: now,
+                };
+                self.changed.notify_waiters();
+            }
+            return false;
+        }
+        s.seen.pauses = s.seen.pauses.saturating_add(1);
+        s.pause = Some(Pause {
+            until: now + FIRST_GAP,
+            gap: FIRST_GAP,
+            probing: false,
+            refused_at: now,
+        });
+        s.changed_at = now;
+        s.learned.raises = 0;
+        true
+    }
+
+    /// Sending stopped for now (the tick ended): the next stretch measures
+    /// from its own first throttle, and no pause outlives the tick.
+    pub fn ended(&self) {
+        let mut s = self.state();
+        s.resumed_at = None;
+        s.accepted_since = 0;
+        s.pause = None;
+        s.give_up_at = None;
+    }
+
+    fn raise_when_quiet(&self, s: &mut State) {
+        let Some(rate) = s.learned.per_second else {
+            return;
+        };
+        if s.changed_at.elapsed() < QUIET {
+            return;
+        }
+        s.changed_at = Instant::now();
+        s.learned.raises = s.learned.raises.saturating_add(1);
+        s.learned.per_second = (s.learned.raises < FREE_AFTER).then_some(rate * RAISE);
+        if s.learned.per_second.is_none() {
+            s.learned.raises = 0;
+        }
+        s.limiter = limiter(&self.clock, held(self.configured, s.learned.per_second));
+    }
+}
+
+/// The rate to hold: the lower of the configured and the learnt one.
+fn held(configured: Option<f64>, learned: Option<f64>) -> Option<f64> {
+    match (configured, learned) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A GCRA limiter letting one message through every 1/`per_second`
+/// seconds, without bursts.
+fn limiter(clock: &TokioClock, per_second: Option<f64>) -> Option<Limiter> {
+    let period = Duration::try_from_secs_f64(1.0 / per_second?).ok()?;
+    let quota = Quota::with_period(period)?;
+    Some(RateLimiter::direct_with_clock(quota, clock.clone()))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const OPEN: Pace = Pace {
-        per_second: None,
-        connections: 8,
-    };
-
-    #[test]
-    fn a_throttled_tick_halves_the_rate_the_relay_accepted_and_the_connections() {
-        let seen = Seen {
-            accepted: 300,
-            sending: Duration::from_secs(3),
-            throttled: true,
-        };
-        let next = next_pace(OPEN, &seen, OPEN);
-        assert_eq!(next.per_second, Some(50.0));
-        assert_eq!(next.connections, 4);
-        // Throttled again at the lower pace: half of the pace, not of more.
-        let again = next_pace(next, &seen, OPEN);
-        assert_eq!((again.per_second, again.connections), (Some(25.0), 2));
-    }
-
-    #[test]
-    fn a_tick_that_was_not_throttled_adds_a_step_up_to_the_configured_pace() {
-        let now = Pace {
-            per_second: Some(9.5),
-            connections: 2,
-        };
-        let seen = Seen {
-            accepted: 10,
-            sending: Duration::from_secs(1),
-            throttled: false,
-        };
-        let configured = Pace {
-            per_second: Some(10.0),
-            connections: 3,
-        };
-        let next = next_pace(now, &seen, configured);
-        assert_eq!((next.per_second, next.connections), (Some(10.0), 3));
-        assert_eq!(next_pace(next, &seen, configured), next);
-        assert_eq!(next_pace(now, &Seen::default(), configured), now);
-    }
-
-    #[test]
-    fn the_rate_never_falls_below_the_floor_nor_the_connections_below_one() {
-        let slow = Pace {
-            per_second: Some(MIN_PER_SECOND),
-            connections: 1,
-        };
-        let seen = Seen {
-            throttled: true,
-            ..Seen::default()
-        };
-        assert_eq!(next_pace(slow, &seen, OPEN), slow);
-    }
-
-    #[test]
-    fn the_stored_pace_is_used_within_the_configured_one() {
-        let configured = Pace::configured(Some(20), 8);
-        let stored = Pace {
-            per_second: Some(50.0),
-            connections: 2,
-        };
-        assert_eq!(
-            configured.within(Some(stored)),
-            Pace {
-                per_second: Some(20.0),
-                connections: 2
-            }
-        );
-        assert_eq!(Pace::configured(None, 8).within(Some(stored)), stored);
-        assert_eq!(configured.within(None), configured);
-    }
-}
+mod tests;

@@ -40,8 +40,7 @@ pub(super) struct Conns {
 type Counts = Arc<watch::Sender<Conns>>;
 
 pub(super) struct Pool {
-    /// The size [`Pool::restore`] gives back: `smtp.pool_size`, or the
-    /// connections a throttling relay lets us use ([`Pool::resize`]).
+    /// The size [`Pool::restore`] gives back: `smtp.pool_size`.
     full: std::sync::atomic::AtomicUsize,
     counts: Counts,
     /// One permit per transaction that may run at once: `full`, fewer after
@@ -213,22 +212,6 @@ impl Pool {
         missing
     }
 
-    /// Makes `size` (at least one) the full size from now on, and the
-    /// capacity too, as far as free permits allow (called between ticks,
-    /// when every permit is free).
-    pub fn resize(&self, size: usize) {
-        let size = size.max(1);
-        let mut capacity = self.capacity();
-        self.full.store(size, std::sync::atomic::Ordering::SeqCst);
-        if *capacity < size {
-            self.slots.add_permits(size.saturating_sub(*capacity));
-            *capacity = size;
-        } else {
-            let forgotten = self.slots.forget_permits(capacity.saturating_sub(size));
-            *capacity = capacity.saturating_sub(forgotten);
-        }
-    }
-
     fn publish_idle(&self, idle: &[(Pooled, Instant)]) {
         let n = idle.len();
         self.counts.send_if_modified(|c| {
@@ -268,18 +251,6 @@ mod tests {
         assert_eq!(pool.restore(), 5);
         assert_eq!(pool.restore(), 0);
         assert_eq!(pool.slots.available_permits(), 8);
-    }
-
-    #[tokio::test]
-    async fn a_resized_pool_has_the_new_size_and_restores_to_it() {
-        let pool = Pool::new(8);
-        pool.resize(2);
-        assert_eq!(pool.slots.available_permits(), 2);
-        let slot = pool.acquire().await.unwrap();
-        assert_eq!(pool.use_fewer(slot), Some(1));
-        assert_eq!(pool.restore(), 1);
-        pool.resize(5);
-        assert_eq!(pool.slots.available_permits(), 5);
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! The SMTP pool: connections reused across messages, at most
-//! `smtp.pool_size` of them, paced by `smtp.max_per_second`.
+//! `smtp.pool_size` of them, paced by the pacer (`pace`).
 //!
 //! Relays limit connections (Office 365 allows 3 at a time, and fronts
 //! refuse the extra ones at once, often before the accepted ones have even
@@ -10,33 +10,40 @@
 //! when the next tick starts) and the message waits for a free connection.
 //! Only when no connection at all can be made is the server down, and a
 //! refusal at connect never costs the message an attempt (see
-//! `replies::classify`). A refusal at connect with nothing open that
-//! says we send too much (4.7.x, "too many connections") is the relay
-//! throttling us, not down: [`SendError::Throttled`], and the
-//! pace (`pace`) is what the relay last let us do, set by each tick. A login refusal is reported as such (a
-//! configuration problem). A transient reply on a pooled connection is this
-//! message's answer, not a broken connection: it is not retried on a fresh
-//! one. The counting itself lives in [`super::pool`].
+//! `replies::classify`).
+//!
+//! A relay that throttles (4.7.x or "too many connections" on connect,
+//! EHLO or MAIL, "too much mail") is up: the send waits in the pacer's
+//! pause and tries again, as many times as the pacer allows, before the
+//! data was ever sent; only when the pacer gives up (the tick's bound) or
+//! the tick stops does it end [`SendError::Throttled`] or
+//! [`SendError::NotStarted`], the message unattempted. A login refusal is
+//! reported as such (a configuration problem). A transient reply on a
+//! pooled connection is this message's answer, not a broken connection:
+//! it is not retried on a fresh one. The counting itself lives in
+//! [`super::pool`].
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lettre::transport::smtp::authentication::{Credentials, Mechanism};
-use lettre::transport::smtp::client::{AsyncSmtpConnection, Certificate, TlsParameters};
-use lettre::transport::smtp::commands::Ehlo;
+use lettre::transport::smtp::client::Certificate;
 use lettre::transport::smtp::extension::ClientId;
 use prometheus_client::metrics::histogram::Histogram;
-use secrecy::ExposeSecret;
 use tokio::time::{Instant, timeout};
 
 use super::OutgoingMail;
-use super::pace::{Pace, Seen, Watch};
+use super::connect::{ConnectError, Connector};
+use super::pace::{NotReady, Pacer};
 use super::pool::{Pool, Pooled};
 use super::replies::SendError;
 use super::replies::says_throttled;
 use super::transaction::{Accepted, transact};
-use super::written::{OnWritten, Watched, Written};
-use crate::config::{SmtpSettings, SmtpTls};
+use super::written::OnWritten;
+use crate::config::SmtpSettings;
+
+/// What stops a send that waits: resolves when the tick stops.
+pub type Stopped<'a> = dyn Future<Output = ()> + Send + Unpin + 'a;
 
 /// SMTP client with a pool of reused connections. Cheap to clone.
 #[derive(Clone)]
@@ -50,31 +57,12 @@ struct MailerInner {
     extra_root: Option<Certificate>,
     /// `invoice_reminder_smtp_transaction_duration_seconds`.
     durations: Histogram,
-    /// The interval between message starts (None: no limit), and the
-    /// earliest instant the next message may start: `smtp.max_per_second`,
-    /// or slower while the relay throttles ([`Mailer::set_pace`]).
-    pacer: tokio::sync::Mutex<(Option<Duration>, Instant)>,
-    /// The pace now.
-    pace: std::sync::Mutex<Pace>,
-    /// What the relay did with this tick's mail.
-    watch: Watch,
+    /// How fast the relay lets us send.
+    pacer: Pacer,
     /// `smtp.pool_size` connections and transaction slots, fewer while
     /// the server refuses extra connections.
     pool: Pool,
     hello: ClientId,
-}
-
-/// A connection made: the session, whether it offers PIPELINING, and what
-/// watches its writes (None with implicit TLS).
-type Connected = (AsyncSmtpConnection, bool, Option<Arc<Written>>);
-
-/// Why no connection could be made.
-enum ConnectError {
-    /// The server answered, but not with a session for us (421 too many
-    /// connections, or a 4xx greeting).
-    Busy(String),
-    LoginRefused(String),
-    Failed(String),
 }
 
 impl Mailer {
@@ -89,64 +77,16 @@ impl Mailer {
                 settings: settings.clone(),
                 extra_root,
                 durations,
-                pacer: tokio::sync::Mutex::new((
-                    settings
-                        .max_per_second
-                        .map(|rate| Duration::from_secs(1) / rate),
-                    Instant::now(),
-                )),
-                pace: std::sync::Mutex::new(Pace::configured(
-                    settings.max_per_second,
-                    settings.pool_size,
-                )),
-                watch: Watch::default(),
+                pacer: Pacer::new(settings.max_per_second),
                 pool: Pool::new(settings.pool_size as usize),
                 hello: ClientId::default(),
             }),
         }
     }
 
-    /// Waits for this message's slot under `smtp.max_per_second` (at once
-    /// without a limit). Slots are spaced evenly, shared by every concurrent
-    /// send of this replica.
-    pub async fn pace(&self) {
-        let slot = {
-            let mut pacer = self.inner.pacer.lock().await;
-            let (Some(interval), next) = &mut *pacer else {
-                return;
-            };
-            let slot = (*next).max(Instant::now());
-            *next = slot + *interval;
-            slot
-        };
-        tokio::time::sleep_until(slot).await;
-    }
-
-    /// The configured pace: `smtp.max_per_second` and `smtp.pool_size`.
-    pub fn configured_pace(&self) -> Pace {
-        let s = &self.inner.settings;
-        Pace::configured(s.max_per_second, s.pool_size)
-    }
-
-    /// The pace now.
-    pub fn current_pace(&self) -> Pace {
-        *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Sends at `pace` from now on (called as a tick starts, with what the
-    /// relay was last found to take).
-    pub async fn set_pace(&self, pace: Pace) {
-        *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner()) = pace;
-        let interval = pace
-            .per_second
-            .and_then(|rate| Duration::try_from_secs_f64(1.0 / rate).ok());
-        self.inner.pacer.lock().await.0 = interval;
-        self.inner.pool.resize(pace.connections as usize);
-    }
-
-    /// What the relay did with the mail since the last call (the tick's).
-    pub fn take_seen(&self) -> Seen {
-        self.inner.watch.take()
+    /// The pacer: what the relay was found to take, and what it did.
+    pub fn pacer(&self) -> &Pacer {
+        &self.inner.pacer
     }
 
     /// Gives the pool its full size back: called as a tick starts, so a
@@ -161,35 +101,65 @@ impl Mailer {
         }
     }
 
-    /// Sends one message, if `may_start` still allows it once a connection
-    /// is ours (checked again there: waiting for one may take a while), and
-    /// returns the server's final reply. See `transaction` for what each
-    /// error means.
+    /// Sends one message when the pacer gives it a slot, if `may_start`
+    /// still allows it once a connection is ours (checked again there:
+    /// waiting for one may take a while), and returns the server's final
+    /// reply. `stopped` resolving ends a wait for the pacer at once. See
+    /// `transaction` for what each error means.
     pub async fn send(
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
+        stopped: &mut Stopped<'_>,
         on_written: Option<OnWritten>,
     ) -> Result<Accepted, SendError> {
-        let started = Instant::now();
-        self.inner.watch.started();
-        let result = self.send_once(mail, may_start, on_written).await;
-        self.inner
-            .durations
-            .observe(started.elapsed().as_secs_f64());
-        match &result {
-            Ok(_) => self.inner.watch.accepted(),
-            Err(SendError::Throttled { .. }) => self.inner.watch.throttled(),
-            Err(_) => {}
+        let pacer = &self.inner.pacer;
+        let kept = on_written.map(|call| Arc::new(std::sync::Mutex::new(Some(call))));
+        loop {
+            let slot = match pacer.ready(stopped).await {
+                Ok(slot) => slot,
+                Err(NotReady::Stopped) => return Err(SendError::NotStarted),
+                Err(NotReady::GaveUp) => {
+                    return Err(SendError::Throttled {
+                        reason: "the relay kept refusing us past this tick's bound".into(),
+                    });
+                }
+            };
+            let started = Instant::now();
+            let result = self.send_once(mail, may_start, kept.as_ref()).await;
+            self.inner
+                .durations
+                .observe(started.elapsed().as_secs_f64());
+            match &result {
+                Ok(_) => {
+                    if let Some(per_second) = pacer.accepted(slot) {
+                        tracing::info!(
+                            per_second,
+                            "the SMTP relay takes mail again; sending is held to {per_second:.2} messages a second, a little below the rate it accepted between its last two throttles"
+                        );
+                    }
+                }
+                Err(SendError::Throttled { reason }) => {
+                    if pacer.throttled(slot) {
+                        tracing::warn!(
+                            reason,
+                            "the SMTP relay throttles us; sending pauses until it takes mail again (no attempt is used)"
+                        );
+                    }
+                    continue;
+                }
+                Err(SendError::NotStarted) => pacer.returned(slot),
+                Err(_) => pacer.answered(slot),
+            }
+            return result;
         }
-        result
     }
 
     async fn send_once(
         &self,
         mail: &OutgoingMail,
         may_start: &(dyn Fn() -> bool + Sync),
-        mut on_written: Option<OnWritten>,
+        kept: Option<&Kept>,
     ) -> Result<Accepted, SendError> {
         let pool = &self.inner.pool;
         let limit = self.inner.settings.timeout;
@@ -203,24 +173,20 @@ impl Mailer {
                 // A connection that breaks before its first reply (the
                 // server closed it while idle) gets the message on a fresh
                 // one: nothing was delivered, and its end never left us.
-                let (on_retry, on_this) = split_callback(on_written.take());
-                match self.transact(pooled, mail, on_this).await {
-                    Err(SendError::NotDelivered { replied: false, .. }) => {
-                        on_written = on_retry
-                            .and_then(|r| r.lock().unwrap_or_else(|p| p.into_inner()).take())
-                    }
+                match self.transact(pooled, mail, caller(kept)).await {
+                    Err(SendError::NotDelivered { replied: false, .. }) => {}
                     other => return other,
                 }
             }
             let connecting = pool.connecting();
-            match self.connect().await {
+            match self.connector().connect().await {
                 Ok((conn, pipelining, written)) => {
                     let pooled = connecting.opened(conn, pipelining, written);
                     if !may_start() {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }
-                    return self.transact(pooled, mail, on_written).await;
+                    return self.transact(pooled, mail, caller(kept)).await;
                 }
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
@@ -304,139 +270,26 @@ impl Mailer {
         result
     }
 
-    fn tls(&self) -> Result<Option<TlsParameters>, String> {
-        let s = &self.inner.settings;
-        if s.tls == SmtpTls::None {
-            return Ok(None);
-        }
-        let mut builder = TlsParameters::builder(s.host.clone());
-        if let Some(cert) = &self.inner.extra_root {
-            builder = builder.add_root_certificate(cert.clone());
-        }
-        builder.build_rustls().map(Some).map_err(|e| e.to_string())
-    }
-
-    /// A new connection, greeted, upgraded and logged in as configured,
-    /// whether the server offers PIPELINING on it, and (but with implicit
-    /// TLS, where lettre opens the socket) what watches its writes.
-    async fn connect(&self) -> Result<Connected, ConnectError> {
-        let s = &self.inner.settings;
-        let at = |e: &dyn std::fmt::Display| {
-            format!("cannot connect to SMTP server {}:{}: {e}", s.host, s.port)
-        };
-        let tls = self.tls().map_err(|e| ConnectError::Failed(at(&e)))?;
-        let connecting = async {
-            let mut watch = None;
-            let mut conn = match (s.tls, tls.clone()) {
-                // Implicit TLS: lettre wraps the socket itself.
-                (SmtpTls::Tls, Some(params)) => AsyncSmtpConnection::connect_tokio1(
-                    (s.host.as_str(), s.port),
-                    Some(s.timeout),
-                    &self.inner.hello,
-                    Some(params),
-                    None,
-                )
-                .await
-                .map_err(|e| refusal(&e, at(&e)))?,
-                _ => {
-                    let tcp = tokio::net::TcpStream::connect((s.host.as_str(), s.port))
-                        .await
-                        .map_err(|e| ConnectError::Failed(at(&e)))?;
-                    // Each write waits for its reply before the next, but a
-                    // write that ever followed an unanswered one would wait
-                    // for the server's delayed ACK under Nagle's algorithm
-                    // (~40 ms a message, as when lettre wrote the content
-                    // and the final "." separately).
-                    tcp.set_nodelay(true)
-                        .map_err(|e| ConnectError::Failed(at(&e)))?;
-                    let written = Arc::new(Written::default());
-                    watch = Some(Arc::clone(&written));
-                    AsyncSmtpConnection::connect_with_transport(
-                        Box::new(Watched::new(tcp, written)),
-                        &self.inner.hello,
-                    )
-                    .await
-                    .map_err(|e| refusal(&e, at(&e)))?
-                }
-            };
-            if s.tls == SmtpTls::Starttls {
-                if !conn.can_starttls() {
-                    return Err(ConnectError::Failed(at(
-                        &"the server does not offer STARTTLS",
-                    )));
-                }
-                if let Some(params) = tls {
-                    conn.starttls(params, &self.inner.hello)
-                        .await
-                        .map_err(|e| ConnectError::Failed(at(&format!("STARTTLS failed: {e}"))))?;
-                }
-            }
-            let pipelining = offers_pipelining(&mut conn, &self.inner.hello).await;
-            if let (Some(user), Some(password)) = (&s.username, &s.password) {
-                let credentials =
-                    Credentials::new(user.clone(), password.expose_secret().to_owned());
-                if let Err(e) = conn
-                    .auth(&[Mechanism::Plain, Mechanism::Login], &credentials)
-                    .await
-                {
-                    return Err(if e.is_permanent() {
-                        ConnectError::LoginRefused(format!("{} (smtp.username {user:?})", e))
-                    } else {
-                        refusal(&e, at(&format!("authentication failed: {e}")))
-                    });
-                }
-            }
-            Ok::<_, ConnectError>((conn, pipelining, watch))
-        };
-        match timeout(s.timeout, connecting).await {
-            Ok(result) => result,
-            Err(_) => Err(ConnectError::Failed(at(&format!(
-                "timed out after {}",
-                humantime::format_duration(s.timeout)
-            )))),
+    fn connector(&self) -> Connector<'_> {
+        Connector {
+            settings: &self.inner.settings,
+            extra_root: self.inner.extra_root.as_ref(),
+            hello: &self.inner.hello,
         }
     }
 }
 
-/// Whether the server offers PIPELINING: lettre keeps only the EHLO
-/// keywords it uses itself, so the EHLO is asked again (once per
-/// connection, before AUTH) and its lines read. Any trouble: no.
-async fn offers_pipelining(conn: &mut AsyncSmtpConnection, hello: &ClientId) -> bool {
-    match conn.command(Ehlo::new(hello.clone())).await {
-        Ok(response) => response
-            .message()
-            .any(|line| line.trim().eq_ignore_ascii_case("PIPELINING")),
-        Err(_) => false,
-    }
-}
-
-/// A callback kept aside while a transaction may call it.
+/// A callback kept aside while transactions may call it: each gets one
+/// that takes it out, so it runs once, in the transaction whose message's
+/// end left us.
 type Kept = Arc<std::sync::Mutex<Option<OnWritten>>>;
 
-/// `on_written` for one transaction, and a way to get it back if that
-/// transaction ends before the message's end left us: the callback is
-/// kept in a shared slot, and the transaction gets one that takes it out.
-fn split_callback(on_written: Option<OnWritten>) -> (Option<Kept>, Option<OnWritten>) {
-    let Some(call) = on_written else {
-        return (None, None);
-    };
-    let slot = Arc::new(std::sync::Mutex::new(Some(call)));
-    let taken = Arc::clone(&slot);
-    let on_this: OnWritten = Box::new(move || {
+fn caller(kept: Option<&Kept>) -> Option<OnWritten> {
+    let taken = Arc::clone(kept?);
+    Some(Box::new(move || {
         let call = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(call) = call {
             call();
         }
-    });
-    (Some(slot), Some(on_this))
-}
-
-/// A connect error with a 4xx reply is the server being busy with us
-/// (too many connections); anything else is a failure to connect.
-fn refusal(e: &lettre::transport::smtp::Error, message: String) -> ConnectError {
-    if e.is_transient() {
-        ConnectError::Busy(message)
-    } else {
-        ConnectError::Failed(message)
-    }
+    }))
 }

@@ -99,8 +99,11 @@ async fn transact_watched(
     mail: &OutgoingMail,
     limit: Duration,
 ) -> (Result<Accepted, SendError>, bool) {
-    let before_data = |e: StepError| match e {
-        StepError::Smtp(e) if throttles(&e) => SendError::Throttled {
+    // A 4.7.x on one RCPT is that recipient's transient failure (Postfix's
+    // greylisting, a recipient's rate); on MAIL or the session it is the
+    // relay throttling us.
+    let before_data = |e: StepError, at_rcpt: bool| match e {
+        StepError::Smtp(e) if !at_rcpt && throttles(&e) => SendError::Throttled {
             reason: e.to_string(),
         },
         StepError::Smtp(e) if e.is_permanent() || e.is_transient() => SendError::NotDelivered {
@@ -167,9 +170,12 @@ async fn transact_watched(
     match envelope {
         Ok(()) => {}
         Err(Envelope::Refused(f)) => {
-            let e = rejected(&f).unwrap_or_else(|| before_data(f.error));
+            let e = rejected(&f).unwrap_or_else(|| before_data(f.error, f.rcpt.is_some()));
             // After a refused MAIL/RCPT the server expects a reset; a
             // connection that answered is still good once it is reset.
+            // A throttled session is closed: relays slow down or drop a
+            // session that collects refusals (Postfix's error sleep), and
+            // the pacer's probe is better asked on a fresh one.
             let reusable = matches!(
                 e,
                 SendError::NotDelivered { replied: true, .. } | SendError::AddressRejected { .. }
@@ -180,7 +186,7 @@ async fn transact_watched(
         }
         Err(Envelope::InData(f)) => {
             return (
-                Err(rejected(&f).unwrap_or_else(|| before_data(f.error))),
+                Err(rejected(&f).unwrap_or_else(|| before_data(f.error, f.rcpt.is_some()))),
                 false,
             );
         }

@@ -189,7 +189,7 @@ async fn work(
 ) -> Result<TickOutcome, TickError> {
     let started = Instant::now();
     ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
-    relay::before_tick(ctx).await;
+    relay::before_tick(ctx, started).await;
     let settings = &ctx.settings;
     let today = today_at(ctx, slot).await?;
     // job_runs.run_date is the tick's "today"; each claim's period is its step.

@@ -73,6 +73,8 @@ pub(super) struct Pipeline {
     fence: Option<OwnedFence>,
     guard: LeaseGuard,
     shutdown: CancellationToken,
+    /// Cancelled by the first phase stop ([`Pipeline::stop`]).
+    halted: CancellationToken,
     /// The database's date: the due steps and "days overdue" follow it.
     today: NaiveDate,
     run_id: i64,
@@ -107,6 +109,7 @@ impl Pipeline {
             }),
             guard: guard.clone(),
             shutdown: shutdown.clone(),
+            halted: CancellationToken::new(),
             today,
             run_id,
             run_date: today.to_string(),
@@ -178,9 +181,32 @@ impl Pipeline {
             Stop::Throttled => THROTTLED,
             Stop::Lost(_) | Stop::Shutdown => return false,
         };
-        self.stopped
+        let first = self
+            .stopped
             .compare_exchange(NO_STOP, code, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+            .is_ok();
+        self.halted.cancel();
+        first
+    }
+
+    /// Resolves once the tick has a stop reason: shutdown, the lease lost
+    /// or expired, or a phase stop. What waits for a send's slot waits on
+    /// this too.
+    pub async fn stopped(&self) {
+        while self.stop_reason().is_none() {
+            let expires = self.guard.valid_until();
+            tokio::select! {
+                () = self.shutdown.cancelled() => {}
+                () = self.guard.lost() => {}
+                () = self.halted.cancelled() => {}
+                () = async {
+                    match expires {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
+        }
     }
 
     /// The claim saw that a newer lock holder has written.

@@ -1,81 +1,72 @@
-//! The relay's pace across ticks (`mail::pace`): read from the database as
-//! a tick starts, so every replica sends at what the relay last took; after
-//! the tick, the next pace from what the relay did with its mail, stored,
-//! logged and in `/metrics` (docs/operating.md, "A relay that throttles").
-//! Neither step fails a tick: without the database the replica keeps the
-//! pace it has.
+//! The relay's rate across ticks (`mail::pace`): read from the database as
+//! a tick starts, so every replica holds what the relay last took, with a
+//! bound on how long a throttle may pause this tick; after the tick, what
+//! the pacer learnt is stored, logged and in `/metrics`
+//! (docs/operating.md, "A relay that throttles"). Neither step fails a
+//! tick: without the database the replica keeps the rate it has.
+
+use tokio::time::Instant;
 
 use super::context::Context;
 use crate::db;
-use crate::db::relay_pace::StoredPace;
-use crate::mail::pace::{Pace, next_pace};
 
-/// The relay the pace is about.
+/// The relay the rate is about.
 fn relay(ctx: &Context) -> String {
     let smtp = &ctx.settings.smtp;
     format!("{}:{}", smtp.host, smtp.port)
 }
 
-/// Sends this tick at the stored pace, within the configured one.
-pub(super) async fn before_tick(ctx: &Context) {
-    let configured = ctx.mailer.configured_pace();
-    let pace = match db::relay_pace::read(&ctx.db, &relay(ctx)).await {
-        Ok(stored) => configured.within(stored.map(|s| Pace {
-            per_second: s.per_second,
-            connections: u32::try_from(s.connections).unwrap_or(1),
-        })),
+/// Holds this tick to the stored rate; a pause may last until half of
+/// `schedule.max_tick_duration` from `started`, so the tick ends
+/// `throttled` well before it would count as hung.
+pub(super) async fn before_tick(ctx: &Context, started: Instant) {
+    let pacer = ctx.mailer.pacer();
+    match db::relay_pace::read(&ctx.db, &relay(ctx)).await {
+        Ok(Some(learned)) => pacer.restore(learned),
+        Ok(None) => {}
         Err(e) => {
-            tracing::debug!(error = %e, "the relay's pace could not be read; keeping this replica's");
-            ctx.mailer.current_pace()
+            tracing::debug!(error = %e, "the relay's rate could not be read; keeping this replica's")
         }
-    };
-    if pace != ctx.mailer.current_pace() {
-        ctx.mailer.set_pace(pace).await;
     }
+    let bound = crate::schedule::max_tick_duration(&ctx.settings) / 2;
+    pacer.give_up_at(started.checked_add(bound));
     // What the relay does is watched from here.
-    let _ = ctx.mailer.take_seen();
+    let _ = pacer.take_seen();
 }
 
-/// The next pace, from what the relay did with this tick's mail.
+/// Stores, logs and shows what the relay did with this tick's mail.
 pub(super) async fn after_tick(ctx: &Context) {
-    let seen = ctx.mailer.take_seen();
-    let now = ctx.mailer.current_pace();
-    let next = next_pace(now, &seen, ctx.mailer.configured_pace());
-    let accepted = seen.accepted_per_second();
-    if seen.throttled {
-        ctx.metrics.smtp_throttled(accepted);
+    let pacer = ctx.mailer.pacer();
+    pacer.ended();
+    let seen = pacer.take_seen();
+    let learned = pacer.learned();
+    ctx.metrics.smtp_pace(pacer.per_second());
+    ctx.metrics.smtp_refused(seen.refused);
+    if let Some(measured) = learned.measured.filter(|_| seen.pauses > 0) {
+        ctx.metrics.smtp_accepted(measured);
+    }
+    if seen.refused > 0 {
         tracing::warn!(
             accepted = seen.accepted,
-            seconds = seen.sending.as_secs_f64(),
-            accepted_per_second = accepted.unwrap_or(0.0),
-            next_per_second = next.per_second.unwrap_or(0.0),
-            connections = next.connections,
-            "the SMTP relay throttled this tick after accepting {} message(s) in {:.1}s ({:.1}/s); the next tick sends at most {:.1}/s over {} connection(s). Set smtp.max_per_second a little below the accepted rate to stay clear of its limit",
+            refused = seen.refused,
+            pauses = seen.pauses,
+            per_second = pacer.per_second().unwrap_or(0.0),
+            "the SMTP relay throttled this tick: it accepted {} message(s) and refused {} (in {} pause(s)); sending is held to {}",
             seen.accepted,
-            seen.sending.as_secs_f64(),
-            accepted.unwrap_or(0.0),
-            next.per_second.unwrap_or(0.0),
-            next.connections
+            seen.refused,
+            seen.pauses,
+            pacer
+                .per_second()
+                .map_or("no limit".to_owned(), |r| format!("{r:.2} a second")),
         );
     }
-    ctx.metrics.smtp_pace(next.per_second);
-    if next == now && !seen.throttled {
+    if seen.accepted == 0 && seen.refused == 0 {
         return;
     }
-    if !seen.throttled {
-        tracing::info!(
-            per_second = next.per_second.unwrap_or(0.0),
-            connections = next.connections,
-            "the SMTP relay took this tick's mail without throttling; sending a little faster"
-        );
-    }
-    ctx.mailer.set_pace(next).await;
-    let stored = StoredPace {
-        per_second: next.per_second,
-        connections: i32::try_from(next.connections).unwrap_or(i32::MAX),
-    };
-    let throttled = seen.throttled.then_some(accepted);
-    if let Err(e) = db::relay_pace::write(&ctx.db, &relay(ctx), stored, throttled).await {
-        tracing::debug!(error = %e, "the relay's pace could not be stored; this replica keeps it");
+    let connections = i32::try_from(ctx.settings.smtp.pool_size).unwrap_or(i32::MAX);
+    if let Err(e) =
+        db::relay_pace::write(&ctx.db, &relay(ctx), &learned, seen.pauses > 0, connections).await
+    {
+        tracing::debug!(error = %e, "the relay's rate could not be stored; this replica keeps it");
     }
 }

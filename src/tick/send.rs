@@ -56,9 +56,9 @@ impl Sender {
         }
     }
 
-    /// One marked letter: wait for a rate slot, check we may still send,
-    /// build, send, classify; one result per row, all the same. None:
-    /// nothing was sent (returned at the end).
+    /// One marked letter: check we may still send, build, send (the pacer
+    /// gives it its slot), classify; one result per row, all the same.
+    /// None: nothing was sent (returned at the end).
     async fn attempt(&self, marked: Marked) -> Option<Vec<Attempted>> {
         // The letter's place in the mark window: held until its end has
         // left us on a connection (or the send ends without that).
@@ -67,7 +67,6 @@ impl Sender {
         let ctx = self.p.ctx();
         let first = letter.rows.first()?;
         let invoice_id = first.invoice.id.clone();
-        ctx.mailer.pace().await;
         if let Some(stop) = self.p.stop_reason() {
             tracing::debug!(%invoice_id, ?stop, "not sending");
             return self.not_sent(&letter);
@@ -107,7 +106,13 @@ impl Sender {
         let on_written: Option<mail::written::OnWritten> = window
             .take()
             .map(|permit| -> mail::written::OnWritten { Box::new(move || drop(permit)) });
-        match ctx.mailer.send(&mail, &may_start, on_written).await {
+        // A stop wakes a send waiting for its slot: the letter goes back.
+        let mut stopped = Box::pin(self.p.stopped());
+        match ctx
+            .mailer
+            .send(&mail, &may_start, &mut stopped, on_written)
+            .await
+        {
             Ok(accepted) => {
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
                 finished(mail::sent(mail, accepted, archive))
@@ -121,7 +126,7 @@ impl Sender {
             }
             Err(e @ SendError::Throttled { .. }) => {
                 if self.p.stop(Stop::Throttled) {
-                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay throttles us; no more mail is started this tick, and the next one sends slower");
+                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay kept throttling us for as long as this tick may wait; no more mail is started this tick");
                 }
                 finished(mail::classify(&invoice_id, e))
             }

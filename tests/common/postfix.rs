@@ -26,6 +26,9 @@ pub struct PostfixOptions {
     pub rate_unit: Option<&'static str>,
     /// Recipients in this domain get `550 5.1.2` at RCPT.
     pub reject_domain: Option<&'static str>,
+    /// Recipients in this domain get `450 4.7.1` at RCPT (a recipient's
+    /// own transient refusal, as greylisting gives).
+    pub defer_domain: Option<&'static str>,
 }
 
 pub struct Postfix {
@@ -55,16 +58,15 @@ impl Postfix {
             .expect("chown");
         assert!(chowned.success(), "chown postfix (is Postfix installed?)");
         let access = dir.join("conf/access");
+        let rejected = options.reject_domain.map(|d| {
+            format!("{d} 550 5.1.2 <{d}>: Recipient address rejected: domain does not exist\n")
+        });
+        let deferred = options.defer_domain.map(|d| {
+            format!("{d} 450 4.7.1 <{d}>: Recipient address rejected: try again later\n")
+        });
         std::fs::write(
             &access,
-            options
-                .reject_domain
-                .map(|d| {
-                    format!(
-                        "{d} 550 5.1.2 <{d}>: Recipient address rejected: domain does not exist\n"
-                    )
-                })
-                .unwrap_or_default(),
+            [rejected, deferred].into_iter().flatten().collect::<String>(),
         )
         .expect("access map");
         let main_cf = format!(
@@ -144,6 +146,22 @@ impl Postfix {
     /// Postfix's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("maillog")).unwrap_or_default()
+    }
+
+    /// The time of day (seconds since midnight, as the log gives it) of
+    /// each log line containing `needle`, in order.
+    pub fn times_of(&self, needle: &str) -> Vec<u32> {
+        self.log()
+            .lines()
+            .filter(|line| line.contains(needle))
+            .filter_map(|line| {
+                // "Dec  5 01:02:03 relay.test postfix/..."
+                let clock = line.split_whitespace().nth(2)?;
+                let mut parts = clock.split(':').map(|p| p.parse::<u32>().ok());
+                let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+                Some(h * 3600 + m * 60 + s)
+            })
+            .collect()
     }
 
     /// Messages Postfix relayed onward (`status=sent`).
