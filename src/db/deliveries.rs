@@ -139,13 +139,15 @@ macro_rules! write_results {
     () => {
         "recorded AS (
      UPDATE {ir}.reminders r
-        SET (status, attempts, message_id, last_error, sent_at, smtp_reply, message_sha256) = (
+        SET (status, attempts, last_attempt_at, message_id, last_error, sent_at, smtp_reply,
+             message_sha256) = (
             SELECT CASE
                        WHEN v.kind = 'unknown' THEN 'sending'
                        WHEN v.kind = 'deferred' THEN 'failed'
                        WHEN v.kind = 'failed' AND v.after >= $max_attempts THEN 'discarded'
                        ELSE v.kind END,
                    CASE WHEN r.attempts = v.before THEN v.after ELSE r.attempts END,
+                   CASE WHEN v.after > v.before THEN now() ELSE r.last_attempt_at END,
                    CASE WHEN v.kind IN ('failed', 'deferred') THEN NULL
                         ELSE COALESCE(v.message_id, r.message_id) END,
                    CASE
@@ -182,7 +184,7 @@ macro_rules! write_results {
 macro_rules! write_marks {
     () => {
         "marked AS (
-     UPDATE {ir}.reminders r SET started_at = now(), last_attempt_at = now(),
+     UPDATE {ir}.reminders r SET started_at = now(),
             message_id = ($mark_message_ids::text[])[width_bucket(r.id, $mark_ids::bigint[])]
       WHERE r.id = ANY($mark_ids) AND r.run_id + 0 = $run_id AND r.status || '' = 'sending'
         AND r.started_at IS NULL

@@ -61,3 +61,37 @@ async fn sigterm_mid_tick_finishes_the_mail_in_flight_releases_the_lock_and_exit
     harness::assert_exactly_once(&world, 0).await;
     assert_eq!(world.sink.count(), 200);
 }
+
+/// Letters marked and waiting for their slot under `smtp.max_per_second`
+/// are woken by SIGTERM and handed back: none of them is left unknown,
+/// and the replica exits 0 within `shutdown.timeout`.
+#[tokio::test]
+async fn sigterm_wakes_letters_waiting_for_their_paced_slot_and_hands_them_back() {
+    let mut world = harness::world_for(Backend::Redis).await;
+    world
+        .set("shutdown.timeout", "5s")
+        .set("smtp.max_per_second", 1);
+    common::insert_overdue(world.pool(), 40).await;
+    let mut replica = Replica::spawn(&world, "r1", ReplicaOptions::default());
+
+    common::wait_until("three mails arrive", Duration::from_secs(30), || async {
+        world.sink.count() >= 3
+    })
+    .await;
+    replica.terminate();
+    let started = tokio::time::Instant::now();
+    let status = replica
+        .wait_exit(Duration::from_secs(5))
+        .await
+        .expect("exits within the shutdown timeout");
+
+    assert_eq!(status.code(), Some(0), "{}", replica.log());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let tally = harness::tally(&world).await;
+    assert_eq!(
+        tally.sending, 0,
+        "no letter the relay never received is left unknown: {}",
+        replica.log()
+    );
+    assert_eq!(tally.sent as usize, world.sink.count());
+}

@@ -34,6 +34,47 @@ async fn a_failed_reminder_waits_for_its_backoff_before_the_next_attempt() {
 }
 
 #[tokio::test]
+async fn a_retry_that_goes_back_unattempted_keeps_its_backoff_clock_where_it_was() {
+    let mut world = World::new().await;
+    world.set("reminders.retry_backoff", "1h");
+    common::insert_overdue(world.pool(), 2).await;
+    let up = world.context().await;
+    world.sink.set_mode(SmtpMode::Refuse4xx);
+    run_tick(&up, &CancellationToken::new()).await.unwrap();
+    world.sink.set_mode(SmtpMode::Accept);
+    let due: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "UPDATE reminders SET last_attempt_at = last_attempt_at - interval '61 minutes'
+         RETURNING last_attempt_at",
+    )
+    .fetch_all(world.pool())
+    .await
+    .unwrap();
+    // The relay is down for one tick: the retries are marked, never sent.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    world.set("smtp.port", closed);
+    let down = world.context().await;
+
+    run_tick(&down, &CancellationToken::new()).await.unwrap();
+
+    let after: Vec<(chrono::DateTime<chrono::Utc>, i32)> =
+        sqlx::query_as("SELECT last_attempt_at, attempts FROM reminders ORDER BY id")
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        after.iter().map(|(at, _)| *at).collect::<Vec<_>>(),
+        due,
+        "the backoff clock is where the last real attempt left it"
+    );
+    assert!(after.iter().all(|(_, attempts)| *attempts == 1));
+    run_tick(&up, &CancellationToken::new()).await.unwrap();
+    assert_eq!(world.sink.count(), 2, "still due: sent on the next tick");
+}
+
+#[tokio::test]
 async fn a_transient_refusal_on_the_last_attempt_is_counted_discarded_as_it_is_written() {
     let mut world = World::new().await;
     world.set("reminders.max_attempts", 1);
