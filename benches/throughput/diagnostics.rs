@@ -176,6 +176,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                                 reply: "250 2.0.0 Ok: queued".to_owned(),
                                 sha256: [0; 32],
                                 archived: None,
+                                refused: Vec::new(),
                             },
                         },
                         invoice,

@@ -151,7 +151,7 @@ macro_rules! write_results {
                    CASE WHEN v.kind IN ('failed', 'deferred') THEN NULL
                         ELSE COALESCE(v.message_id, r.message_id) END,
                    CASE
-                       WHEN v.kind = 'sent' THEN NULL
+                       WHEN v.kind = 'sent' THEN v.error
                        WHEN v.kind = 'failed' AND v.after >= $max_attempts
                            THEN 'gave up after ' || v.after || ' attempts: ' || v.error
                        ELSE v.error END,
@@ -258,9 +258,12 @@ impl<'a> Results<'a> {
             let (message_id, error, reply, hash) = match &a.delivery {
                 Delivery::Sent { message_id, proof } => {
                     kept = proof.archived.as_ref();
+                    let refused = (!proof.refused.is_empty()).then(|| {
+                        format!("not delivered to {}", proof.refused.join("; "))
+                    });
                     (
                         Some(message_id.clone()),
-                        None,
+                        refused,
                         Some(proof.reply.clone()),
                         Some(proof.sha256.to_vec()),
                     )

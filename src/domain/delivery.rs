@@ -23,6 +23,9 @@ pub struct Proof {
     pub sha256: [u8; 32],
     /// Those bytes, when they are to be archived.
     pub archived: Option<MessageBytes>,
+    /// Addresses the relay refused while it took the message for the
+    /// others, each with its reply (`ada@gone.test: 550 5.1.1 ...`).
+    pub refused: Vec<String>,
 }
 
 /// A sent message's bytes, shared without copying; `Debug` shows only the

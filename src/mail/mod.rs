@@ -36,7 +36,7 @@ pub use replies::{SendError, classify};
 pub use smtp::Mailer;
 pub use templates::{TemplateError, Templates};
 pub use text::Rendered;
-pub use transaction::Accepted;
+pub use transaction::{Accepted, RefusedRecipient};
 pub use vars::sample;
 
 /// The reminder for `step` about `invoice` to `customer`, rendered and
@@ -121,6 +121,11 @@ pub fn sent(mail: OutgoingMail, accepted: Accepted, archive: bool) -> Delivery {
     use sha2::Digest as _;
     let bytes = mail.formatted();
     let proof = Proof {
+        refused: accepted
+            .refused
+            .iter()
+            .map(|r| format!("{}: {}", r.address, r.reply))
+            .collect(),
         reply: accepted.reply,
         sha256: sha2::Sha256::digest(bytes).into(),
         archived: archive.then(|| MessageBytes(bytes.into())),

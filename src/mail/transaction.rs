@@ -52,6 +52,19 @@ pub struct Accepted {
     /// Its final reply to the message, code and text: `250 2.0.0 Ok: queued
     /// as 4F3X2` (the lines of a multi-line reply joined by spaces).
     pub reply: String,
+    /// Recipients it refused at RCPT while taking the message for the
+    /// others (a statement to several addresses).
+    pub refused: Vec<RefusedRecipient>,
+}
+
+/// A recipient the relay refused while it took the message for others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRecipient {
+    pub address: String,
+    /// Its reply to RCPT.
+    pub reply: String,
+    /// The reply says the address does not exist (see `replies`).
+    pub gone: bool,
 }
 
 impl Accepted {
@@ -64,6 +77,7 @@ impl Accepted {
             } else {
                 format!("{code} {}", text.join(" "))
             },
+            refused: Vec::new(),
         }
     }
 }
@@ -167,8 +181,18 @@ async fn transact_watched(
             _ => None,
         }
     };
-    match envelope {
-        Ok(()) => {}
+    let refused: Vec<RefusedRecipient> = match envelope {
+        Ok(refused) => refused
+            .into_iter()
+            .filter_map(|f| {
+                let to = mail.envelope.to().get(f.rcpt?)?;
+                Some(RefusedRecipient {
+                    address: to.to_string(),
+                    reply: f.error.to_string(),
+                    gone: matches!(&f.error, StepError::Smtp(e) if rejects_the_address(e)),
+                })
+            })
+            .collect(),
         Err(Envelope::Refused(f)) => {
             let e = rejected(&f).unwrap_or_else(|| before_data(f.error, f.rcpt.is_some()));
             // After a refused MAIL/RCPT the server expects a reset; a
@@ -190,7 +214,7 @@ async fn transact_watched(
                 false,
             );
         }
-    }
+    };
 
     // From here on the server has (part of) the message: its content,
     // dot-stuffed, and the final CRLF "." CRLF in one write (lettre's own
@@ -225,7 +249,13 @@ async fn transact_watched(
     };
     let after_the_end = written.is_none_or(Written::written);
     match sent {
-        Ok(response) => (Ok(Accepted::from_response(&response)), true),
+        Ok(response) => {
+            let accepted = Accepted {
+                refused,
+                ..Accepted::from_response(&response)
+            };
+            (Ok(accepted), true)
+        }
         Err(e) if !after_the_end && !is_reply(&e) => (
             Err(SendError::Cut {
                 reason: format!("the connection broke before the end of the message left us: {e}"),
@@ -304,37 +334,49 @@ struct Failure {
     rcpt: Option<usize>,
 }
 
-/// MAIL, RCPT and DATA one at a time, each waiting for its reply.
+/// MAIL, RCPT and DATA one at a time, each waiting for its reply. Ok: the
+/// server waits for the data, and these recipients were refused (never
+/// all of them: then nothing is sent, and the first refusal is the error).
 async fn stepwise_envelope(
     conn: &mut AsyncSmtpConnection,
     mail_from: Mail,
     rcpts: &[Rcpt],
     limit: Duration,
-) -> Result<(), Envelope> {
+) -> Result<Vec<Failure>, Envelope> {
     let refused = |rcpt: Option<usize>| move |error| Envelope::Refused(Failure { error, rcpt });
     step(limit, conn.command(mail_from))
         .await
         .map_err(refused(None))?;
+    let mut refusals = Vec::new();
     for (n, rcpt) in rcpts.iter().enumerate() {
-        step(limit, conn.command(rcpt))
-            .await
-            .map_err(refused(Some(n)))?;
+        match step(limit, conn.command(rcpt)).await {
+            Ok(_) => {}
+            Err(error) if is_reply(&error) => refusals.push(Failure {
+                error,
+                rcpt: Some(n),
+            }),
+            Err(error) => return Err(refused(Some(n))(error)),
+        }
+    }
+    if refusals.len() == rcpts.len() && !refusals.is_empty() {
+        let first = refusals.swap_remove(0);
+        return Err(Envelope::Refused(first));
     }
     step(limit, conn.command(Data))
         .await
-        .map(|_| ())
-        .map_err(refused(None))
+        .map_err(refused(None))?;
+    Ok(refusals)
 }
 
 /// MAIL, every RCPT and DATA in one write (RFC 2920), then their replies
 /// in order. Every reply is read, whatever came before it, so the session
-/// stays in step.
+/// stays in step. Ok as `stepwise_envelope`'s.
 async fn pipelined_envelope(
     conn: &mut AsyncSmtpConnection,
     mail_from: Mail,
     rcpts: &[Rcpt],
     limit: Duration,
-) -> Result<(), Envelope> {
+) -> Result<Vec<Failure>, Envelope> {
     let group = Group(
         std::iter::once(mail_from.to_string())
             .chain(rcpts.iter().map(ToString::to_string))
@@ -342,8 +384,14 @@ async fn pipelined_envelope(
             .collect(),
     );
     let mut first_error: Option<Failure> = None;
+    let mut refusals: Vec<Failure> = Vec::new();
     let mut note = |result: Result<(), StepError>, rcpt: Option<usize>| -> Result<(), Envelope> {
         match result {
+            // One recipient refused: the others may still get the message.
+            Err(error @ StepError::Smtp(_)) if is_reply(&error) && rcpt.is_some() => {
+                refusals.push(Failure { error, rcpt });
+                Ok(())
+            }
             Err(error @ StepError::Smtp(_)) if is_reply(&error) => {
                 first_error.get_or_insert(Failure { error, rcpt });
                 Ok(())
@@ -359,8 +407,15 @@ async fn pipelined_envelope(
         note(step(limit, conn.read_response()).await.map(|_| ()), Some(n))?;
     }
     let data = step(limit, conn.read_response()).await;
+    let all_refused = refusals.len() == rcpts.len();
+    let mut refusals = refusals.into_iter();
+    let first_error = match first_error {
+        Some(first) => Some(first),
+        None if all_refused => refusals.next(),
+        None => None,
+    };
     match (data, first_error) {
-        (Ok(_), None) => Ok(()),
+        (Ok(_), None) => Ok(refusals.collect()),
         (Ok(_), Some(first)) => Err(Envelope::InData(first)),
         (Err(error), None) => Err(Envelope::Refused(Failure { error, rcpt: None })),
         (Err(e), Some(first)) if is_reply(&e) => Err(Envelope::Refused(first)),

@@ -114,6 +114,14 @@ impl Sender {
             .await
         {
             Ok(accepted) => {
+                // Taken for the others: an address that does not exist goes
+                // on the suppression list, as when it was the only one.
+                for refused in &accepted.refused {
+                    tracing::warn!(%invoice_id, address = %refused.address, reply = %refused.reply, "the SMTP relay refused one recipient and took the message for the others");
+                    if refused.gone {
+                        self.suppress(&refused.address, &refused.reply, first).await;
+                    }
+                }
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
                 finished(mail::sent(mail, accepted, archive))
             }

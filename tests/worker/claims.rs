@@ -209,6 +209,7 @@ async fn results_handed_over_in_any_order_each_settle_their_own_row() {
                 reply: "250 2.0.0 Ok: queued as N".into(),
                 sha256: [7; 32],
                 archived: None,
+                refused: Vec::new(),
             },
         },
         Delivery::Failed {
