@@ -285,6 +285,13 @@ pub struct SmtpSettings {
     pub dkim: DkimSettings,
 }
 
+impl SmtpSettings {
+    /// The relay as the learnt rate is stored under (`relay_pace.relay`).
+    pub fn relay(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
 /// `[smtp.dkim]`. Validation reads and checks the key once (exit 2 naming
 /// `smtp.dkim.private_key_file`) and keeps the signer built from it.
 #[derive(Clone, Debug, Deserialize)]

@@ -70,6 +70,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             format!("unknown (the lock could not be read: {e})")
         }
     };
+    let relay = relay_text(&app).await;
     let next_tick = crate::schedule::next_fires(&settings.schedule, chrono::Utc::now(), 1)
         .first()
         .map_or_else(
@@ -133,9 +134,28 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             next_tick => next_tick,
             lock => app.lock.describe(),
             holder => holder,
+            relay => relay,
             chart => chart::Chart::new(today, &kept.days),
         },
     )
+}
+
+/// The relay's rate as the pacer left it: "no limit", or the rate sends
+/// are held to, what the relay was measured to take, and its last throttle
+/// (docs/operating.md, "A relay that throttles").
+async fn relay_text(app: &App) -> String {
+    match db::relay_pace::status(&app.db, &app.settings.smtp.relay()).await {
+        Ok(Some((Some(held), measured, throttled_at))) => format!(
+            "held to {held:.2} a second{}{}",
+            measured.map_or_else(String::new, |m| format!(
+                ", the relay took {m:.2} a second between its last throttles"
+            )),
+            throttled_at.map_or_else(String::new, |t| format!(", last throttled {}", when(app, t)))
+        ),
+        Ok(Some((None, _, Some(t)))) => format!("no limit (last throttled {})", when(app, t)),
+        Ok(_) => "no limit (it never throttled us)".to_owned(),
+        Err(e) => format!("unknown (the rate could not be read: {e})"),
+    }
 }
 
 /// "nobody", or the holder as `status` names it.

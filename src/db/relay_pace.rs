@@ -26,6 +26,23 @@ const WRITE: &str = "INSERT INTO {ir}.relay_pace AS p
            raises = EXCLUDED.raises, quiet_since = EXCLUDED.quiet_since,
            updated_at = now()";
 
+const STATUS: &str = "SELECT per_second, accepted_per_second, throttled_at
+                        FROM {ir}.relay_pace WHERE relay = $relay";
+
+/// What an operator is shown of `relay`'s rate: the rate held (None: no
+/// limit), the rate last measured, and when it last throttled.
+pub type RateStatus = (Option<f64>, Option<f64>, Option<chrono::DateTime<chrono::Utc>>);
+
+/// `relay`'s rate as an operator sees it, if anything is stored.
+pub async fn status(db: &Db, relay: &str) -> Result<Option<RateStatus>, sqlx::Error> {
+    let statement = db.statement(STATUS);
+    let params = Params::new().with("relay", &relay);
+    on_db!(db, |c| sqlx::query_as_with(statement.sql(), statement.args(&params)?)
+        .persistent(db.named())
+        .fetch_optional(&mut *c)
+        .await)
+}
+
 /// What is stored for `relay`, if anything.
 pub async fn read(db: &Db, relay: &str) -> Result<Option<LearnedRate>, sqlx::Error> {
     let statement = db.statement(READ);

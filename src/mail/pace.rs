@@ -30,14 +30,11 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::domain::LearnedRate;
+use limiter::{Limiter, TokioClock, held, limiter};
 
 /// The first gap between a throttle and the probe after it.
 pub const FIRST_GAP: Duration = Duration::from_millis(250);
@@ -81,19 +78,6 @@ pub enum NotReady {
     /// The relay kept refusing past [`Pacer::give_up_at`].
     GaveUp,
 }
-
-/// The clock of `tokio::time` (paused in tests), as governor's.
-#[derive(Debug, Clone)]
-struct TokioClock(Instant);
-
-impl Clock for TokioClock {
-    type Instant = Duration;
-    fn now(&self) -> Duration {
-        self.0.elapsed()
-    }
-}
-
-type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
 
 /// Paces one replica's sends to one relay. Shared by every send.
 pub struct Pacer {
@@ -255,7 +239,7 @@ impl Pacer {
         match s.limiter.as_ref().map(Limiter::check) {
             None | Some(Ok(())) => Ok(Slot::Open),
             Some(Err(not_until)) => {
-                let wait = not_until.wait_time_from(self.clock.now());
+                let wait = not_until.wait_time_from(self.clock.elapsed());
                 Err(Wait::Until(Some(now + wait)))
             }
         }
@@ -392,21 +376,7 @@ impl Pacer {
     }
 }
 
-/// The rate to hold: the lower of the configured and the learnt one.
-fn held(configured: Option<f64>, learned: Option<f64>) -> Option<f64> {
-    match (configured, learned) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// A GCRA limiter letting one message through every 1/`per_second`
-/// seconds, without bursts.
-fn limiter(clock: &TokioClock, per_second: Option<f64>) -> Option<Limiter> {
-    let period = Duration::try_from_secs_f64(1.0 / per_second?).ok()?;
-    let quota = Quota::with_period(period)?;
-    Some(RateLimiter::direct_with_clock(quota, clock.clone()))
-}
+mod limiter;
 
 #[cfg(test)]
 mod tests;

@@ -10,18 +10,12 @@ use tokio::time::Instant;
 use super::context::Context;
 use crate::db;
 
-/// The relay the rate is about.
-fn relay(ctx: &Context) -> String {
-    let smtp = &ctx.settings.smtp;
-    format!("{}:{}", smtp.host, smtp.port)
-}
-
 /// Holds this tick to the stored rate; a pause may last until half of
 /// `schedule.max_tick_duration` from `started`, so the tick ends
 /// `throttled` well before it would count as hung.
 pub(super) async fn before_tick(ctx: &Context, started: Instant) {
     let pacer = ctx.mailer.pacer();
-    match db::relay_pace::read(&ctx.db, &relay(ctx)).await {
+    match db::relay_pace::read(&ctx.db, &ctx.settings.smtp.relay()).await {
         Ok(Some(learned)) => pacer.restore(learned),
         Ok(None) => {}
         Err(e) => {
@@ -65,7 +59,7 @@ pub(super) async fn after_tick(ctx: &Context) {
     }
     let connections = i32::try_from(ctx.settings.smtp.pool_size).unwrap_or(i32::MAX);
     if let Err(e) =
-        db::relay_pace::write(&ctx.db, &relay(ctx), &learned, seen.pauses > 0, connections).await
+        db::relay_pace::write(&ctx.db, &ctx.settings.smtp.relay(), &learned, seen.pauses > 0, connections).await
     {
         tracing::debug!(error = %e, "the relay's rate could not be stored; this replica keeps it");
     }

@@ -109,6 +109,9 @@ apt_install() {
 
 # --- 1. engine --------------------------------------------------------------
 part engine
+# The state folder is ours whatever engine we find (its own, or one that
+# was already running): the base image's debootstrap log goes there.
+as_root mkdir -p "$state"
 if ! docker info >/dev/null 2>&1; then
   command -v dockerd >/dev/null || { say "installing docker.io"; apt_install docker.io; }
   mkdir -p "$run_dir" "$state"
