@@ -213,7 +213,10 @@ pub async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
             async move {
                 let mail = compose(settings, templates, invoice, customer, today);
                 let mut stopped = std::future::pending::<()>();
-                mailer.send(&mail, &|| true, &mut stopped, None).await.is_ok()
+                mailer
+                    .send(&mail, &|| true, &mut stopped, None)
+                    .await
+                    .is_ok()
             }
         })
         .buffer_unordered(settings.reminders.send_concurrency as usize)

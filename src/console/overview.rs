@@ -150,7 +150,10 @@ async fn relay_text(app: &App) -> String {
             measured.map_or_else(String::new, |m| format!(
                 ", the relay took {m:.2} a second between its last throttles"
             )),
-            throttled_at.map_or_else(String::new, |t| format!(", last throttled {}", when(app, t)))
+            throttled_at.map_or_else(String::new, |t| format!(
+                ", last throttled {}",
+                when(app, t)
+            ))
         ),
         Ok(Some((None, _, Some(t)))) => format!("no limit (last throttled {})", when(app, t)),
         Ok(_) => "no limit (it never throttled us)".to_owned(),

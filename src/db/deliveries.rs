@@ -258,9 +258,8 @@ impl<'a> Results<'a> {
             let (message_id, error, reply, hash) = match &a.delivery {
                 Delivery::Sent { message_id, proof } => {
                     kept = proof.archived.as_ref();
-                    let refused = (!proof.refused.is_empty()).then(|| {
-                        format!("not delivered to {}", proof.refused.join("; "))
-                    });
+                    let refused = (!proof.refused.is_empty())
+                        .then(|| format!("not delivered to {}", proof.refused.join("; ")));
                     (
                         Some(message_id.clone()),
                         refused,

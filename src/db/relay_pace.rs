@@ -31,35 +31,49 @@ const STATUS: &str = "SELECT per_second, accepted_per_second, throttled_at
 
 /// What an operator is shown of `relay`'s rate: the rate held (None: no
 /// limit), the rate last measured, and when it last throttled.
-pub type RateStatus = (Option<f64>, Option<f64>, Option<chrono::DateTime<chrono::Utc>>);
+pub type RateStatus = (
+    Option<f64>,
+    Option<f64>,
+    Option<chrono::DateTime<chrono::Utc>>,
+);
 
 /// `relay`'s rate as an operator sees it, if anything is stored.
 pub async fn status(db: &Db, relay: &str) -> Result<Option<RateStatus>, sqlx::Error> {
     let statement = db.statement(STATUS);
     let params = Params::new().with("relay", &relay);
-    on_db!(db, |c| sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-        .persistent(db.named())
-        .fetch_optional(&mut *c)
-        .await)
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
+    .persistent(db.named())
+    .fetch_optional(&mut *c)
+    .await)
 }
+
+/// `READ`'s row: rate held, rate measured, raises, seconds quiet.
+type StoredRow = (Option<f64>, Option<f64>, i32, Option<f64>);
 
 /// What is stored for `relay`, if anything.
 pub async fn read(db: &Db, relay: &str) -> Result<Option<LearnedRate>, sqlx::Error> {
     let statement = db.statement(READ);
     let params = Params::new().with("relay", &relay);
-    let row: Option<(Option<f64>, Option<f64>, i32, Option<f64>)> =
-        on_db!(db, |c| sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-            .persistent(db.named())
-            .fetch_optional(&mut *c)
-            .await)?;
-    Ok(row.map(|(per_second, measured, raises, quiet_for)| LearnedRate {
-        per_second,
-        measured,
-        raises: u32::try_from(raises).unwrap_or(0),
-        quiet_for: quiet_for
-            .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
-            .unwrap_or_default(),
-    }))
+    let row: Option<StoredRow> = on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
+    .persistent(db.named())
+    .fetch_optional(&mut *c)
+    .await)?;
+    Ok(
+        row.map(|(per_second, measured, raises, quiet_for)| LearnedRate {
+            per_second,
+            measured,
+            raises: u32::try_from(raises).unwrap_or(0),
+            quiet_for: quiet_for
+                .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
+                .unwrap_or_default(),
+        }),
+    )
 }
 
 /// Stores `learned` for `relay`; `throttled`: the relay throttled since the
@@ -82,9 +96,12 @@ pub async fn write(
         .with("throttled", &throttled)
         .with("raises", &raises)
         .with("quiet_for", &quiet_for);
-    on_db!(db, |c| sqlx::query_with(statement.sql(), statement.args(&params)?)
-        .persistent(db.named())
-        .execute(&mut *c)
-        .await
-        .map(|_| ()))
+    on_db!(db, |c| sqlx::query_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
+    .persistent(db.named())
+    .execute(&mut *c)
+    .await
+    .map(|_| ()))
 }

@@ -6,12 +6,12 @@
 //! `mail` works on plain domain values (`crate::domain`, `crate::stages`);
 //! it never reads the database and never decides what is owed.
 
+mod connect;
 mod filters;
 pub mod format;
 mod links;
 mod load;
 pub mod message;
-mod connect;
 pub mod pace;
 mod pool;
 mod replies;

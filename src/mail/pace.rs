@@ -299,7 +299,10 @@ impl Pacer {
         s.accepted_since = 1;
         let measured = measured?;
         let rate = measured * HOLD;
-        let rate = s.learned.per_second.map_or(rate, |held| rate.min(held * HOLD));
+        let rate = s
+            .learned
+            .per_second
+            .map_or(rate, |held| rate.min(held * HOLD));
         s.learned.measured = Some(measured);
         s.learned.per_second = Some(rate);
         s.limiter = limiter(&self.clock, held(self.configured, Some(rate)));

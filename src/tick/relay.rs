@@ -58,8 +58,14 @@ pub(super) async fn after_tick(ctx: &Context) {
         return;
     }
     let connections = i32::try_from(ctx.settings.smtp.pool_size).unwrap_or(i32::MAX);
-    if let Err(e) =
-        db::relay_pace::write(&ctx.db, &ctx.settings.smtp.relay(), &learned, seen.pauses > 0, connections).await
+    if let Err(e) = db::relay_pace::write(
+        &ctx.db,
+        &ctx.settings.smtp.relay(),
+        &learned,
+        seen.pauses > 0,
+        connections,
+    )
+    .await
     {
         tracing::debug!(error = %e, "the relay's rate could not be stored; this replica keeps it");
     }

@@ -61,12 +61,15 @@ impl Postfix {
         let rejected = options.reject_domain.map(|d| {
             format!("{d} 550 5.1.2 <{d}>: Recipient address rejected: domain does not exist\n")
         });
-        let deferred = options.defer_domain.map(|d| {
-            format!("{d} 450 4.7.1 <{d}>: Recipient address rejected: try again later\n")
-        });
+        let deferred = options
+            .defer_domain
+            .map(|d| format!("{d} 450 4.7.1 <{d}>: Recipient address rejected: try again later\n"));
         std::fs::write(
             &access,
-            [rejected, deferred].into_iter().flatten().collect::<String>(),
+            [rejected, deferred]
+                .into_iter()
+                .flatten()
+                .collect::<String>(),
         )
         .expect("access map");
         let main_cf = format!(

@@ -89,7 +89,8 @@ async fn sigterm_wakes_letters_waiting_for_their_paced_slot_and_hands_them_back(
     assert!(started.elapsed() < Duration::from_secs(5));
     let tally = harness::tally(&world).await;
     assert_eq!(
-        tally.sending, 0,
+        tally.sending,
+        0,
         "no letter the relay never received is left unknown: {}",
         replica.log()
     );

@@ -57,7 +57,10 @@ async fn a_throttling_postfix_gets_every_reminder_once_at_its_own_rate_over_tick
         let out = cli(&world, &["run-once"]).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
-        assert!(started.elapsed() < bound, "within the tick's bound: {stderr}");
+        assert!(
+            started.elapsed() < bound,
+            "within the tick's bound: {stderr}"
+        );
         ticks += 1;
     }
 
@@ -83,10 +86,7 @@ async fn a_throttling_postfix_gets_every_reminder_once_at_its_own_rate_over_tick
 
     // Postfix's own log: when it took each message, and each refusal.
     let accepted = postfix.times_of("message-id=");
-    let refused: Vec<u32> = REFUSALS
-        .iter()
-        .flat_map(|r| postfix.times_of(r))
-        .collect();
+    let refused: Vec<u32> = REFUSALS.iter().flat_map(|r| postfix.times_of(r)).collect();
     assert_eq!(accepted.len(), total as usize, "{}", postfix.log());
     let (first, last) = (accepted[0], accepted[accepted.len() - 1]);
     let span = f64::from(last.saturating_sub(first).max(1));

@@ -28,7 +28,8 @@ impl Clock for TokioClock {
     }
 }
 
-pub(super) type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
+pub(super) type Limiter =
+    RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
 
 /// The rate to hold: the lower of the configured and the learnt one.
 pub(super) fn held(configured: Option<f64>, learned: Option<f64>) -> Option<f64> {
@@ -45,4 +46,3 @@ pub(super) fn limiter(clock: &TokioClock, per_second: Option<f64>) -> Option<Lim
     let quota = Quota::with_period(period)?;
     Some(RateLimiter::direct_with_clock(quota, clock.clone()))
 }
-

@@ -26,7 +26,10 @@ async fn a_throttle_pauses_every_send_until_a_probe_is_accepted() {
     assert_eq!(started.elapsed(), FIRST_GAP);
     // While the probe is out, nobody else goes.
     let waiting = tokio::time::timeout(Duration::from_secs(60), pacer.ready(&mut never())).await;
-    assert!(waiting.is_err(), "a second send waits for the probe's answer");
+    assert!(
+        waiting.is_err(),
+        "a second send waits for the probe's answer"
+    );
     pacer.throttled(probe);
     let again = Instant::now();
     let probe = pacer.ready(&mut never()).await.unwrap();
