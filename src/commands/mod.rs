@@ -55,10 +55,15 @@ pub(crate) fn context(
     pool: sqlx::PgPool,
 ) -> anyhow::Result<crate::tick::context::Context> {
     use crate::tick::context::{Context, SetupError};
-    Context::new(settings, pool).map_err(|e| match e {
+    let ctx = Context::new(settings, pool).map_err(|e| match e {
         SetupError::Templates(t) => UsageError(t.to_string()).into(),
         other => anyhow::Error::new(other),
-    })
+    })?;
+    // A relay's throttle may pause a tick for half of its bound, so the
+    // tick ends `throttled` well before it would count as hung.
+    let bound = crate::schedule::max_tick_duration(&ctx.settings) / 2;
+    ctx.mailer.pacer().bound_pauses(bound);
+    Ok(ctx)
 }
 
 /// Process exit codes.

@@ -20,7 +20,7 @@
 //!   raises the rate by [`RAISE`]; after [`FREE_AFTER`] raises without one
 //!   the limit is dropped: the relay stopped throttling.
 //! - **Give up within the tick's bound.** A pause longer than the tick may
-//!   wait ([`Pacer::give_up_at`]) ends the tick `throttled`, the rest
+//!   wait ([`Pacer::bound_pauses`]) ends the tick `throttled`, the rest
 //!   unattempted; a stop (shutdown, a lost lease) wakes every waiting send.
 //!
 //! The learnt rate is stored per relay (`db::relay_pace`) and shared by the
@@ -75,7 +75,7 @@ pub enum Slot {
 pub enum NotReady {
     /// The stop future resolved.
     Stopped,
-    /// The relay kept refusing past [`Pacer::give_up_at`].
+    /// The relay kept refusing past the bound ([`Pacer::bound_pauses`]).
     GaveUp,
 }
 
@@ -97,6 +97,7 @@ struct State {
     accepted_since: u64,
     pause: Option<Pause>,
     give_up_at: Option<Instant>,
+    pause_bound: Option<Duration>,
     seen: Seen,
 }
 
@@ -126,6 +127,7 @@ impl Pacer {
             accepted_since: 0,
             pause: None,
             give_up_at: None,
+            pause_bound: None,
             seen: Seen::default(),
         };
         let configured = max_per_second.map(f64::from);
@@ -177,9 +179,17 @@ impl Pacer {
         self.state().pause.is_some()
     }
 
-    /// A pause lasting past `at` gives up (None: never).
-    pub fn give_up_at(&self, at: Option<Instant>) {
-        self.state().give_up_at = at;
+    /// A pause lasting past `bound` from a tick's start gives up (half of
+    /// `schedule.max_tick_duration`, set where the worker starts; without
+    /// it a pause lasts until the tick stops).
+    pub fn bound_pauses(&self, bound: Duration) {
+        self.state().pause_bound = Some(bound);
+    }
+
+    /// A tick started `at`: its pauses give up at `at` + the bound.
+    pub fn tick_started(&self, at: Instant) {
+        let mut s = self.state();
+        s.give_up_at = s.pause_bound.and_then(|bound| at.checked_add(bound));
         self.changed.notify_waiters();
     }
 

@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use super::context::Context;
 use crate::db;
 
-/// Holds this tick to the stored rate; a pause may last until half of
-/// `schedule.max_tick_duration` from `started`, so the tick ends
+/// Holds this tick to the stored rate; a pause may last the pacer's bound
+/// from `started` (half of `schedule.max_tick_duration`), so the tick ends
 /// `throttled` well before it would count as hung.
 pub(super) async fn before_tick(ctx: &Context, started: Instant) {
     let pacer = ctx.mailer.pacer();
@@ -22,8 +22,7 @@ pub(super) async fn before_tick(ctx: &Context, started: Instant) {
             tracing::debug!(error = %e, "the relay's rate could not be read; keeping this replica's")
         }
     }
-    let bound = crate::schedule::max_tick_duration(&ctx.settings) / 2;
-    pacer.give_up_at(started.checked_add(bound));
+    pacer.tick_started(started);
     // What the relay does is watched from here.
     let _ = pacer.take_seen();
 }

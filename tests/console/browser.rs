@@ -169,9 +169,24 @@ impl Browser {
             .unwrap();
     }
 
-    /// Clicks `css` (a submit button) and waits for the page at `path`.
+    /// Clicks `css` (a submit button) and waits for the new page at
+    /// `path`: the page it leaves is marked first, so a form that answers
+    /// with the page it was on is not mistaken for its answer.
     pub async fn submit(&self, css: &str, path: &str) {
+        self.client
+            .execute("window.__left = true", vec![])
+            .await
+            .unwrap();
         self.click(css).await;
+        common::wait_until(path, Duration::from_secs(10), || async {
+            let left = self
+                .client
+                .execute("return window.__left === true", vec![])
+                .await
+                .is_ok_and(|v| v == true);
+            !left && self.path().await == path
+        })
+        .await;
         self.wait_for_page(path).await;
     }
 

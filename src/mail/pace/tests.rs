@@ -111,7 +111,8 @@ async fn a_pause_that_outlasts_the_bound_gives_up() {
     let pacer = Pacer::new(None);
     let slot = pacer.ready(&mut never()).await.unwrap();
     pacer.throttled(slot);
-    pacer.give_up_at(Some(Instant::now() + Duration::from_secs(5)));
+    pacer.bound_pauses(Duration::from_secs(5));
+    pacer.tick_started(Instant::now());
     let started = Instant::now();
     loop {
         match pacer.ready(&mut never()).await {
