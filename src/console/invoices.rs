@@ -143,6 +143,7 @@ pub(super) async fn invoice_page(
     };
     let pause = explained.console_pause.clone();
     let source = explained.source.clone();
+    let amount = source.as_ref().and_then(|s| amount_text(app, s));
     let customer_mode = app.settings.reminders.group_by == GroupBy::Customer;
     render(
         app,
@@ -158,6 +159,7 @@ pub(super) async fn invoice_page(
             next_step => explained.next_step.map(|s| s.to_string()),
             next_date => explained.next_date.map(|d| d.to_string()),
             source,
+            amount,
             pause_own => pause.as_ref().is_some_and(|p| p.invoice_id.is_some()),
             pause_customer => pause.as_ref().and_then(|p| p.customer_id.clone()),
             pause_by => pause.as_ref().map(|p| p.paused_by.clone()),
@@ -352,4 +354,23 @@ pub(super) async fn customer_page(
             pause_reason => pause.map(|p| p.reason),
         },
     )
+}
+
+/// The invoice's amount as its mails write it (the customer's locale, else
+/// `templates.default_locale`); None when the row has no usable amount.
+fn amount_text(app: &App, source: &crate::commands::explain::SourceView) -> Option<String> {
+    use crate::domain::{Currency, Money};
+    let currency = Currency::parse(source.currency.as_deref()?).ok()?;
+    let money = match (&source.amount, source.amount_minor) {
+        (Some(major), _) => Money::from_major(major, currency).ok()?,
+        (None, Some(minor)) => Money::from_minor(minor, currency),
+        (None, None) => return None,
+    };
+    let locale = source
+        .locale
+        .as_deref()
+        .unwrap_or(&app.settings.templates.default_locale);
+    app.formats
+        .money(money.minor(), money.currency().as_str(), locale)
+        .ok()
 }

@@ -75,6 +75,8 @@ pub struct Inner {
     pub lock: crate::lock::LockBackend,
     /// What the overview read last of what grows with the data.
     pub kept: kept::Keeper,
+    /// Money and dates as the mails write them.
+    pub formats: crate::mail::format::Formats,
 }
 
 impl std::ops::Deref for App {
@@ -143,6 +145,7 @@ pub async fn serve(
             lock: crate::lock::LockBackend::from_settings(&settings, Default::default())
                 .context("failed to set up reading the lock")?,
             kept: kept::Keeper::default(),
+            formats: crate::mail::format::Formats::default(),
             settings,
             db,
         }),

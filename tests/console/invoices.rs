@@ -198,6 +198,11 @@ async fn the_invoice_page_shows_the_message_id_sent_and_the_archived_message_wit
         "shown as text"
     );
     assert!(browser.text("pre.message-text").await.contains(SCRIPT));
+    let amount = browser.text(".amount").await;
+    assert!(
+        sent[0].body.contains(&amount) && !amount.contains("minor"),
+        "the amount as the mail writes it: {amount:?}"
+    );
     let frame = browser
         .client
         .find(fantoccini::Locator::Css("iframe.message-html"))
