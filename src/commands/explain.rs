@@ -8,6 +8,7 @@
 //! is public so that other modes (a customer's invoices) can call it.
 
 mod decide;
+mod gather;
 mod report;
 mod text;
 
@@ -18,13 +19,11 @@ use chrono::NaiveDate;
 
 use super::{UsageError, db_failed, exit};
 use crate::config::Settings;
-use crate::db::customers::Retries;
-use crate::db::owing::Today;
-use crate::db::reminders::Backoff;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
 
 pub use decide::{CustomerPlace, Facts, Rules, decide, instant};
+use gather::explain_keys;
 pub use report::{
     Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
 };
@@ -57,109 +56,70 @@ pub async fn explain_invoice(
     today: NaiveDate,
     id: &InvoiceId,
 ) -> anyhow::Result<Explained> {
-    let r = &settings.reminders;
-    let tz = settings.schedule.timezone.name();
-    let sources = db::explain::source_rows(db, id, today)
-        .await
-        .map_err(db_failed("failed to read the invoice from source.relation"))?;
-    let backoff = Backoff {
-        first: r.retry_backoff,
-        max: r.retry_backoff_max,
+    let keys = std::slice::from_ref(id);
+    let sources = read_sources(db, keys, today).await?;
+    // Its customer, when its one source row names one.
+    let customer = match sources.as_slice() {
+        [one] => one.row.customer_id.clone(),
+        _ => None,
     };
-    let reminders = db::explain::reminder_rows(db, id, tz, backoff)
-        .await
-        .map_err(db_failed("failed to read the invoice's reminders"))?;
-    // The recipients of its one source row, against the suppression list.
-    let recipients: Vec<String> = match sources.as_slice() {
-        [one] => one
-            .row
-            .customer_email
-            .as_deref()
-            .and_then(|cell| crate::domain::Recipients::parse(cell).ok())
-            .map(|r| r.addresses().iter().map(ToString::to_string).collect())
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
-    let suppressed = match recipients.is_empty() {
-        true => Vec::new(),
-        false => db::suppressions::find(db, &recipients)
-            .await
-            .map_err(db_failed("failed to read the suppression list"))?,
-    };
-    let all_suppressed = !recipients.is_empty()
-        && recipients
-            .iter()
-            .all(|a| suppressed.iter().any(|s| s.address.eq_ignore_ascii_case(a)));
-    let (customer_last, customer_place) = match (settings.reminders.group_by, sources.as_slice()) {
-        (crate::config::GroupBy::Customer, [one]) => match &one.row.customer_id {
-            Some(customer) => (
-                db::explain::customer_last_reminder(db, customer, id, tz)
-                    .await
-                    .map_err(db_failed("failed to read the customer's reminders"))?,
-                Some(customer_place(db, settings, today, customer, id).await?),
-            ),
-            None => (None, None),
-        },
-        _ => (None, None),
-    };
-    let customer = sources
-        .first()
-        .filter(|_| sources.len() == 1)
-        .and_then(|s| s.row.customer_id.clone());
-    let console_pause = db::pauses::find(db, id, customer.as_deref())
-        .await
-        .map_err(db_failed("failed to read the console's pauses"))?;
-    let facts = Facts {
-        invoice_id: id.clone(),
-        today,
-        timezone: tz.to_owned(),
-        sources,
-        reminders,
-        suppressed,
-        all_suppressed,
-        customer_last,
-        customer_place,
-        console_pause,
-    };
-    Ok(decide(facts, rules(settings)))
+    let (mut explained, _) = explain_keys(db, settings, today, keys, sources, customer).await?;
+    explained
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("explain read no answer for invoice {id}"))
 }
 
-/// Customer mode: where invoice `id` stands in what `customer` gets from
-/// the next ticks, chosen by the tick's own rule (`tick::statements`) from
-/// the rows the tick would read.
-async fn customer_place(
+/// Explains every invoice of `customer` in the source (at most `limit`,
+/// in key order) on `today`, reading the customer once: a fixed number of
+/// statements whatever its number of invoices.
+pub async fn explain_customer(
     db: &Db,
     settings: &Settings,
     today: NaiveDate,
     customer: &str,
-    id: &InvoiceId,
-) -> anyhow::Result<CustomerPlace> {
-    let (rows, suppressed) = db::customers::fetch_whole_customer(
+    limit: u32,
+) -> anyhow::Result<CustomerExplained> {
+    let sources = db::explain::customer_source_rows(db, customer, limit, today)
+        .await
+        .map_err(db_failed("failed to read the customer's invoices"))?;
+    let mut keys: Vec<InvoiceId> = sources
+        .iter()
+        .filter_map(|s| s.row.invoice_id.clone())
+        .collect();
+    keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    keys.dedup();
+    let (invoices, pauses) = explain_keys(
         db,
-        &Today::from_settings(settings, today),
-        &Retries::from_settings(&settings.reminders, 0),
-        customer,
-        settings.reminders.batch_size,
+        settings,
+        today,
+        &keys,
+        sources,
+        Some(customer.to_owned()),
     )
-    .await
-    .map_err(db_failed("failed to read the customer's invoices"))?;
-    let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
-    let chosen = crate::tick::statements(rows, per_mail, &suppressed, today, &mut |_| {});
-    if chosen.waiting.iter().any(|c| c == customer) {
-        return Ok(CustomerPlace::WaitsForRetry);
-    }
-    for statement in &chosen.statements {
-        if statement.letter.iter().any(|p| p.key == *id) {
-            return Ok(CustomerPlace::Next);
-        }
-        if let Some(at) = statement.later.iter().position(|k| k == id) {
-            return Ok(CustomerPlace::Later {
-                ahead: statement.letter.len().saturating_add(at),
-                per_mail,
-            });
-        }
-    }
-    Ok(CustomerPlace::Elsewhere)
+    .await?;
+    Ok(CustomerExplained {
+        invoices,
+        pause: pauses
+            .into_iter()
+            .find(|p| p.invoice_id.is_none() && p.customer_id.as_deref() == Some(customer)),
+    })
+}
+
+/// A customer explained: each of its invoices, and its own console pause.
+#[derive(Debug, Clone)]
+pub struct CustomerExplained {
+    pub invoices: Vec<Explained>,
+    pub pause: Option<db::pauses::ConsolePause>,
+}
+
+async fn read_sources(
+    db: &Db,
+    keys: &[InvoiceId],
+    today: NaiveDate,
+) -> anyhow::Result<Vec<db::explain::SourceFacts>> {
+    db::explain::source_rows(db, keys, today)
+        .await
+        .map_err(db_failed("failed to read the invoice from source.relation"))
 }
 
 /// `explain --raw`: the archived bytes of the invoice's latest sent
@@ -227,11 +187,10 @@ pub(super) async fn explain(
         }
         Target::Customer(customer) => {
             let customer = customer.trim();
-            let invoices = customer_invoices(&db, settings, customer).await?;
-            let mut explained = Vec::with_capacity(invoices.len());
-            for id in &invoices {
-                explained.push(explain_invoice(&db, settings, today, id).await?);
-            }
+            check_customer_column(&db, settings).await?;
+            let explained = explain_customer(&db, settings, today, customer, CUSTOMER_INVOICES)
+                .await?
+                .invoices;
             if json {
                 let report = serde_json::json!({
                     "customer_id": customer,
@@ -267,13 +226,8 @@ fn exit_for(known: bool) -> ExitCode {
     }
 }
 
-/// The keys of `customer`'s invoices; a usage error when the source has
-/// no `customer_id` column.
-async fn customer_invoices(
-    db: &Db,
-    settings: &Settings,
-    customer: &str,
-) -> anyhow::Result<Vec<InvoiceId>> {
+/// A usage error when the source has no `customer_id` column.
+async fn check_customer_column(db: &Db, settings: &Settings) -> anyhow::Result<()> {
     let columns = db::source::columns(db)
         .await
         .map_err(db_failed("failed to read the columns of source.relation"))?
@@ -285,7 +239,5 @@ async fn customer_invoices(
         ))
         .into());
     }
-    db::explain::customer_invoices(db, customer, CUSTOMER_INVOICES)
-        .await
-        .map_err(db_failed("failed to read the customer's invoices"))
+    Ok(())
 }

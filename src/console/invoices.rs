@@ -16,7 +16,7 @@ use minijinja::context;
 use super::App;
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::commands::explain::{Explained, explain_invoice};
+use crate::commands::explain::{Explained, explain_customer, explain_invoice};
 use crate::config::GroupBy;
 use crate::db;
 use crate::db::archive::ArchivedMessage;
@@ -52,6 +52,15 @@ struct Message {
     archived: String,
     text: Option<String>,
     has_html: bool,
+}
+
+/// `explain --customer` for `customer` today, its invoices read at once.
+async fn explain_whole_customer(
+    app: &App,
+    customer: &str,
+) -> anyhow::Result<crate::commands::explain::CustomerExplained> {
+    let today = db::today(&app.db, app.settings.schedule.timezone).await?;
+    explain_customer(&app.db, &app.settings, today, customer, CUSTOMER_INVOICES).await
 }
 
 /// `explain` for `id` today, as the command answers it.
@@ -314,30 +323,24 @@ pub(super) async fn customer_page(
     if app.settings.reminders.group_by != GroupBy::Customer {
         return not_found(app, signed, format!("Customer {id}"));
     }
-    let keys = match db::explain::customer_invoices(&app.db, id, CUSTOMER_INVOICES).await {
-        Ok(k) => k,
-        Err(e) => return pages::failed(app, "read the customer's invoices", &e),
+    let explained = match explain_whole_customer(app, id).await {
+        Ok(e) => e,
+        Err(e) => return failed(app, "explain the customer's invoices", &e),
     };
-    if keys.is_empty() {
+    if explained.invoices.is_empty() {
         return not_found(app, signed, format!("Customer {id}"));
     }
-    let mut invoices = Vec::with_capacity(keys.len());
-    for key in &keys {
-        let e = match explain(app, key).await {
-            Ok(e) => e,
-            Err(e) => return failed(app, "explain the customer's invoices", &e),
-        };
-        invoices.push(CustomerInvoice {
-            id: key.to_string(),
+    let pause = explained.pause;
+    let invoices: Vec<CustomerInvoice> = explained
+        .invoices
+        .into_iter()
+        .map(|e| CustomerInvoice {
+            id: e.invoice_id.to_string(),
             number: e.source.and_then(|s| s.invoice_number),
             reason: e.reason.label(),
             reason_detail: e.reason_detail,
-        });
-    }
-    let pause = match db::pauses::of_customer(&app.db, id).await {
-        Ok(p) => p,
-        Err(e) => return pages::failed(app, "read the console's pauses", &e),
-    };
+        })
+        .collect();
     render(
         app,
         Some(signed),

@@ -92,7 +92,7 @@ async fn known(app: &App, signed: &Signed, what: &Paused<'_>) -> Result<(), Resp
     let found = match what {
         Paused::Invoice(id) => db::explain::source_rows(
             &app.db,
-            &InvoiceId::from(*id),
+            &[InvoiceId::from(*id)],
             chrono::Utc::now().date_naive(),
         )
         .await

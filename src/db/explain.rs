@@ -1,6 +1,7 @@
-//! What `explain` reads about one invoice: its source rows (counted, with
-//! the flags that decide whether it owes anything) and every reminder row
-//! it has, with the run and replica that last claimed it. Read-only.
+//! What `explain` reads about invoices: their source rows (counted, with
+//! the flags that decide whether they owe anything) and every reminder row
+//! they have, with the run and replica that last claimed it; one statement
+//! for any number of invoices (a customer's are read together). Read-only.
 //!
 //! The conditions are the tick's own, not re-derived: the paid and paused
 //! test is `owing::owes_flags!`, a run being over is [`run_ended!`] /
@@ -48,6 +49,9 @@ pub struct SourceFacts {
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize)]
 pub struct ReminderFacts {
     pub id: ReminderId,
+    /// The invoice it is for.
+    #[serde(skip)]
+    pub invoice_id: InvoiceId,
     /// The step (`reminders.period`).
     pub step: StepKey,
     pub status: String,
@@ -92,50 +96,97 @@ pub struct ReminderFacts {
     pub retry_on: Option<NaiveDate>,
 }
 
-/// Every source row whose key is `id` (the first [`ROWS_READ`], each with
-/// the count of all), and whether it passes the paid and paused test on
-/// `today`.
+/// The source rows that `explain` reads of each key, the first
+/// [`ROWS_READ`] of it, each with the count of all of its key and whether
+/// it passes the paid and paused test on `$today`; `{keys}` is the query
+/// that names the keys.
+macro_rules! source_facts_of {
+    ($keys:literal) => {
+        concat!(
+            "SELECT * FROM (SELECT ",
+            source_columns!(),
+            ", s.is_paid, s.paused, ",
+            date_value!("s.paused_until"),
+            " AS paused_until,",
+            " COALESCE((",
+            owes_flags!("s"),
+            "), false) AS flags_owe,",
+            " count(*) OVER (PARTITION BY s.invoice_id::text) AS copies,",
+            " row_number() OVER (PARTITION BY s.invoice_id::text) AS nth",
+            " FROM {src} s WHERE s.invoice_id::text IN (",
+            $keys,
+            ")) k WHERE k.nth <= $rows"
+        )
+    };
+}
+
+/// Every source row whose key is one of `keys` (see [`source_facts_of!`]).
 pub async fn source_rows(
     db: &Db,
-    id: &InvoiceId,
+    keys: &[InvoiceId],
     today: NaiveDate,
 ) -> Result<Vec<SourceFacts>, sqlx::Error> {
-    let statement = db.statement(concat!(
-        "SELECT ",
-        source_columns!(),
-        ", s.is_paid, s.paused, ",
-        date_value!("s.paused_until"),
-        " AS paused_until,",
-        " COALESCE((",
-        owes_flags!("s"),
-        "), false) AS flags_owe,",
-        " count(*) OVER () AS copies",
-        " FROM {src} s WHERE s.invoice_id::text = $key LIMIT $rows"
-    ));
     let params = Params::new()
         .with("today", &today)
-        .with("key", id)
+        .with("keys", &keys)
         .with("rows", &ROWS_READ);
+    source_facts(
+        db,
+        source_facts_of!("SELECT unnest($keys::text[])"),
+        &params,
+    )
+    .await
+}
+
+/// The source rows of `customer`'s invoices (see [`source_facts_of!`]):
+/// of its first `limit` keys in key order; the caller has checked that
+/// the `customer_id` column exists.
+pub async fn customer_source_rows(
+    db: &Db,
+    customer: &str,
+    limit: u32,
+    today: NaiveDate,
+) -> Result<Vec<SourceFacts>, sqlx::Error> {
+    let limit = i64::from(limit);
+    let params = Params::new()
+        .with("today", &today)
+        .with("customer", &customer)
+        .with("limit", &limit)
+        .with("rows", &ROWS_READ);
+    let text = source_facts_of!(
+        "SELECT DISTINCT c.invoice_id::text FROM {src} c
+          WHERE c.customer_id::text = $customer AND c.invoice_id IS NOT NULL
+          ORDER BY 1 LIMIT $limit"
+    );
+    source_facts(db, text, &params).await
+}
+
+async fn source_facts(
+    db: &Db,
+    text: &str,
+    params: &Params<'_>,
+) -> Result<Vec<SourceFacts>, sqlx::Error> {
+    let statement = db.statement(text);
     on_db!(db, |c| sqlx::query_as_with(
         statement.sql(),
-        statement.args(&params)?
+        statement.args(params)?
     )
     .persistent(db.named())
     .fetch_all(&mut *c)
     .await)
 }
 
-/// Every reminder row of invoice `id`, oldest first, with its run's
+/// Every reminder row of the invoices `keys`, oldest first, with its run's
 /// replica and, for the retry wait, `backoff` as the re-claim uses it;
 /// dates in the time zone `tz`.
 pub async fn reminder_rows(
     db: &Db,
-    id: &InvoiceId,
+    keys: &[InvoiceId],
     tz: &str,
     backoff: Backoff,
 ) -> Result<Vec<ReminderFacts>, sqlx::Error> {
     let statement = db.statement(concat!(
-        "SELECT r.id, r.period AS step, r.status, r.attempts, r.last_error, r.created_at,",
+        "SELECT r.id, r.invoice_id, r.period AS step, r.status, r.attempts, r.last_error, r.created_at,",
         " r.claimed_at, (r.claimed_at AT TIME ZONE $tz)::date AS claimed_on, r.continued,",
         " r.started_at, r.last_attempt_at, r.sent_at, r.run_id,",
         " j.replica_id AS replica, r.message_id, r.smtp_reply,",
@@ -153,12 +204,12 @@ pub async fn reminder_rows(
         backoff_wait!(),
         ") AT TIME ZONE $tz)::date END AS retry_on",
         " FROM {ir}.reminders r LEFT JOIN {ir}.job_runs j ON j.id = r.run_id",
-        " WHERE r.invoice_id = $key ORDER BY r.created_at, r.id"
+        " WHERE r.invoice_id = ANY($keys) ORDER BY r.created_at, r.id"
     ));
     let (first, max) = (backoff.first.as_secs_f64(), backoff.max.as_secs_f64());
     let tz = tz.to_owned();
     let params = Params::new()
-        .with("key", id)
+        .with("keys", &keys)
         .with("tz", &tz)
         .with("backoff_first", &first)
         .with("backoff_max", &max);
@@ -191,25 +242,28 @@ pub async fn customer_invoices(
     .await)
 }
 
-/// Customer mode: the latest day (in `tz`) on which another invoice of
-/// `customer` had a reminder claimed that is `sent` or `sending` and
-/// started the customer gap (its statement left nothing for the next tick),
-/// which `min_days_between` counts from per customer.
-pub async fn customer_last_reminder(
+/// Customer mode: for each invoice of `customer` with one, the latest day
+/// (in `tz`) on which it had a reminder claimed that is `sent` or
+/// `sending` and started the customer gap (its statement left nothing for
+/// the next tick). `min_days_between` counts, for an invoice, from the
+/// latest of the *other* invoices' days.
+pub async fn customer_reminder_days(
     db: &Db,
     customer: &str,
-    id: &InvoiceId,
     tz: &str,
-) -> Result<Option<NaiveDate>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_scalar(db.sql(
-        "SELECT max((r.claimed_at AT TIME ZONE $3)::date) FROM {ir}.reminders r
-          WHERE r.customer_id = $1 AND r.invoice_id <> $2 AND r.status IN ('sent', 'sending')
-            AND NOT r.continued"
-    ))
+) -> Result<Vec<(InvoiceId, NaiveDate)>, sqlx::Error> {
+    let statement = db.statement(
+        "SELECT r.invoice_id, max((r.claimed_at AT TIME ZONE $tz)::date) FROM {ir}.reminders r
+          WHERE r.customer_id = $customer AND r.status IN ('sent', 'sending')
+            AND NOT r.continued
+          GROUP BY r.invoice_id",
+    );
+    let params = Params::new().with("customer", &customer).with("tz", &tz);
+    on_db!(db, |c| sqlx::query_as_with(
+        statement.sql(),
+        statement.args(&params)?
+    )
     .persistent(db.named())
-    .bind(customer)
-    .bind(id)
-    .bind(tz)
-    .fetch_one(&mut *c)
+    .fetch_all(&mut *c)
     .await)
 }

@@ -42,23 +42,35 @@ pub struct ConsolePause {
     pub paused_at: DateTime<Utc>,
 }
 
-/// The pause that holds invoice `id` back (its own before its
-/// customer's), if any.
+/// The pauses of the invoices `ids` and of `customer`; an invoice is held
+/// back by its own before its customer's ([`holding`]).
 pub async fn find(
     db: &Db,
-    id: &InvoiceId,
+    ids: &[InvoiceId],
     customer: Option<&str>,
-) -> Result<Option<ConsolePause>, sqlx::Error> {
+) -> Result<Vec<ConsolePause>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses
-          WHERE invoice_id = $1 OR customer_id = $2
-          ORDER BY invoice_id NULLS LAST LIMIT 1"
+          WHERE invoice_id = ANY($1) OR customer_id = $2"
     ))
     .persistent(db.named())
-    .bind(id)
+    .bind(ids)
     .bind(customer)
-    .fetch_optional(&mut *c)
+    .fetch_all(&mut *c)
     .await)
+}
+
+/// Among `pauses`, the one that holds invoice `id` back: its own, else
+/// its customer's.
+pub fn holding<'p>(pauses: &'p [ConsolePause], id: &InvoiceId) -> Option<&'p ConsolePause> {
+    pauses
+        .iter()
+        .find(|p| p.invoice_id.as_deref() == Some(id.as_str()))
+        .or_else(|| {
+            pauses
+                .iter()
+                .find(|p| p.invoice_id.is_none() && p.customer_id.is_some())
+        })
 }
 
 /// The pause of customer `customer` itself, if any.

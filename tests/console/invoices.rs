@@ -333,16 +333,8 @@ fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn a_paused_customer_gets_no_statement_until_unpaused() {
-    let mut world = World::new().await;
-    world.set("reminders.group_by", "customer");
-    let ids = common::insert_overdue(world.pool(), 2).await;
-    let customer: i64 = sqlx::query_scalar(
-        "UPDATE invoices SET customer_id = (SELECT min(customer_id) FROM invoices)
-          RETURNING customer_id",
-    )
-    .fetch_all(world.pool())
-    .await
-    .unwrap()[0];
+    let world = customer_mode_world().await;
+    let (customer, ids) = one_customer_owing(&world, 2).await;
     let console = browser::start(&world).await;
     let browser = Browser::open().await;
     browser.sign_in(&console, OPERATOR).await;
@@ -370,4 +362,67 @@ async fn a_paused_customer_gets_no_statement_until_unpaused() {
     tick(&world).await;
     assert_eq!(world.sink.count(), 1, "one statement after unpausing");
     browser.close().await;
+}
+
+/// Counts the statements sqlx runs (its `sqlx::query` events) on this
+/// thread, where the test's runtime also serves the console.
+struct Statements(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() == "sqlx::query" {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_customers_page_with_200_invoices_takes_at_most_10_statements() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let world = customer_mode_world().await;
+    let (customer, _) = one_customer_owing(&world, 200).await;
+    tick(&world).await;
+    let console = browser::start(&world).await;
+    let browser = Browser::open().await;
+    browser.sign_in(&console, OPERATOR).await;
+    let cookie = cookie(&browser).await;
+    let page = format!("{}/customers/{customer}", console.url);
+    // Once before counting: the connections are made and warm.
+    get(&page, &cookie).await;
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subscriber =
+        tracing_subscriber::registry().with(Statements(std::sync::Arc::clone(&counted)));
+    let counting = tracing::subscriber::set_default(subscriber);
+
+    let (status, _, body) = get(&page, &cookie).await;
+
+    drop(counting);
+    let statements = counted.load(std::sync::atomic::Ordering::SeqCst);
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.matches("/invoices/").count() >= 200,
+        "every invoice listed"
+    );
+    assert!(statements > 0, "the statements are counted");
+    assert!(statements <= 10, "{statements} statements for the page");
+}
+
+async fn customer_mode_world() -> World {
+    let mut world = World::new().await;
+    world.set("reminders.group_by", "customer");
+    world
+}
+
+/// `n` overdue invoices, all of one customer: its id and theirs.
+async fn one_customer_owing(world: &World, n: i64) -> (i64, Vec<i64>) {
+    let ids = common::insert_overdue(world.pool(), n).await;
+    let customer: i64 = sqlx::query_scalar(
+        "UPDATE invoices SET customer_id = (SELECT min(customer_id) FROM invoices)
+          RETURNING customer_id",
+    )
+    .fetch_all(world.pool())
+    .await
+    .unwrap()[0];
+    (customer, ids)
 }

@@ -9,6 +9,7 @@
 
 mod addresses;
 mod clean_rows;
+mod explain_reads;
 mod message_ids;
 mod rounds;
 mod unsent;

@@ -68,6 +68,7 @@ fn row(step: &str, status: &str, age: u64) -> ReminderFacts {
     let at = noon(days_ago(age));
     ReminderFacts {
         id: ReminderId(1),
+        invoice_id: InvoiceId::from(1),
         step: step.into(),
         status: status.into(),
         attempts: i32::from(status != "sending"),
