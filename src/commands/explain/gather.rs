@@ -3,6 +3,8 @@
 //! pauses, the customer's statements in customer mode), and the facts each
 //! invoice is decided from.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDate;
 
 use super::super::db_failed;
@@ -48,17 +50,25 @@ pub(super) async fn explain_keys(
             _ => Vec::new(),
         }
     };
-    let of_key = |id: &InvoiceId| -> Vec<db::explain::SourceFacts> {
-        sources
-            .iter()
-            .filter(|s| s.row.invoice_id.as_ref() == Some(id))
-            .cloned()
-            .collect()
-    };
-    let mut everyone: Vec<String> = keys
+    // Each key's source rows and reminders, sorted out once.
+    let mut sources_of: HashMap<InvoiceId, Vec<db::explain::SourceFacts>> = HashMap::new();
+    for row in sources {
+        if let Some(id) = row.row.invoice_id.clone() {
+            sources_of.entry(id).or_default().push(row);
+        }
+    }
+    let mut reminders_of: HashMap<InvoiceId, Vec<db::explain::ReminderFacts>> = HashMap::new();
+    for row in reminders {
+        reminders_of
+            .entry(row.invoice_id.clone())
+            .or_default()
+            .push(row);
+    }
+    let recipients: Vec<Vec<String>> = keys
         .iter()
-        .flat_map(|id| recipients_of(&of_key(id)))
+        .map(|id| recipients_of(sources_of.get(id).map_or(&[], Vec::as_slice)))
         .collect();
+    let mut everyone: Vec<String> = recipients.iter().flatten().cloned().collect();
     everyone.sort();
     everyone.dedup();
     let suppressed = match everyone.is_empty() {
@@ -81,9 +91,8 @@ pub(super) async fn explain_keys(
         .await
         .map_err(db_failed("failed to read the console's pauses"))?;
     let mut explained = Vec::with_capacity(keys.len());
-    for id in keys {
-        let sources = of_key(id);
-        let recipients = recipients_of(&sources);
+    for (id, recipients) in keys.iter().zip(recipients) {
+        let sources = sources_of.remove(id).unwrap_or_default();
         let suppressed: Vec<_> = suppressed
             .iter()
             .filter(|s| recipients.iter().any(|a| s.address.eq_ignore_ascii_case(a)))
@@ -97,16 +106,17 @@ pub(super) async fn explain_keys(
             [one] => one.row.customer_id.clone(),
             _ => None,
         };
-        let (customer_last, customer_place) = match (&chosen, own_customer.as_deref()) {
-            (Some((customer, chosen)), Some(own)) if own == customer => (
-                days.iter()
-                    .filter(|(invoice, _)| invoice != id)
-                    .map(|(_, day)| *day)
-                    .max(),
-                Some(place_of(chosen, customer, id, settings)),
-            ),
-            _ => (None, None),
-        };
+        let (customer_last, customer_place) =
+            match (&chosen, customer.as_deref(), own_customer.as_deref()) {
+                (Some(chosen), Some(customer), Some(own)) if own == customer => (
+                    days.iter()
+                        .filter(|(invoice, _)| invoice != id)
+                        .map(|(_, day)| *day)
+                        .max(),
+                    Some(place_of(chosen, customer, id, settings)),
+                ),
+                _ => (None, None),
+            };
         let console_pause = own_customer
             .as_ref()
             .map_or_else(
@@ -123,11 +133,7 @@ pub(super) async fn explain_keys(
             today,
             timezone: tz.to_owned(),
             sources,
-            reminders: reminders
-                .iter()
-                .filter(|row| row.invoice_id == *id)
-                .cloned()
-                .collect(),
+            reminders: reminders_of.remove(id).unwrap_or_default(),
             suppressed,
             all_suppressed,
             customer_last,
@@ -146,7 +152,7 @@ async fn customer_statements(
     settings: &Settings,
     today: NaiveDate,
     customer: &str,
-) -> anyhow::Result<(String, crate::tick::Chosen)> {
+) -> anyhow::Result<crate::tick::Chosen> {
     let (rows, suppressed) = db::customers::fetch_whole_customer(
         db,
         &Today::from_settings(settings, today),
@@ -158,7 +164,7 @@ async fn customer_statements(
     .map_err(db_failed("failed to read the customer's invoices"))?;
     let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
     let chosen = crate::tick::statements(rows, per_mail, &suppressed, today, &mut |_| {});
-    Ok((customer.to_owned(), chosen))
+    Ok(chosen)
 }
 
 /// Customer mode: where invoice `id` stands in what `customer` gets from
