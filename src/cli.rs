@@ -1,10 +1,15 @@
-//! The command line. Each subcommand's doc comment is its `--help`; no
-//! logic lives here.
+//! The command line: its shape (each subcommand's doc comment is its
+//! `--help`) and [`dispatch`], which hands each subcommand to its file in
+//! `commands`, or to the console. No other logic lives here.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+
+use crate::config::Settings;
+use crate::{commands, console};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -223,4 +228,75 @@ pub enum ConsoleAction {
     /// Read a password on stdin and print its argon2id PHC string, for
     /// `password_hash` in [[console.users]].
     HashPassword,
+}
+
+/// Runs `command` with `settings`.
+pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Migrate => commands::migrate::migrate(&settings).await,
+        Command::Seed {
+            customers,
+            invoices,
+            overdue_pct,
+            if_empty,
+        } => commands::seed::seed(&settings, customers, invoices, overdue_pct, if_empty).await,
+        Command::RunOnce { dry_run } => commands::run_once::run_once(settings, dry_run).await,
+        Command::Run => commands::run::run(settings).await,
+        Command::Audit {
+            json,
+            unknown_after,
+        } => commands::audit::audit(&settings, json, unknown_after).await,
+        Command::Preview {
+            invoice,
+            customer,
+            step,
+            locale,
+            html,
+        } => {
+            let request = commands::preview::Request {
+                invoice: invoice.unwrap_or_default(),
+                customer,
+                step,
+                locale,
+                html,
+            };
+            commands::preview::preview(&settings, request).await
+        }
+        Command::Next { count, from, json } => commands::next::next(&settings, count, from, json),
+        Command::Resolve { sent, resend } => commands::resolve::resolve(&settings, sent, resend).await,
+        Command::Health { url } => commands::health::health(&settings, url).await,
+        Command::Status { json, runs } => commands::status::status(settings, json, runs).await,
+        Command::CheckSource => commands::check_source::check_source(&settings).await,
+        Command::Explain {
+            invoice,
+            customer,
+            json,
+            raw,
+        } => {
+            let target = match (invoice, customer) {
+                (Some(id), _) => commands::explain::Target::Invoice(id),
+                (None, Some(id)) => commands::explain::Target::Customer(id),
+                (None, None) => {
+                    return Err(
+                        crate::operator::UsageError("explain needs --invoice ID or --customer ID".into()).into(),
+                    );
+                }
+            };
+            commands::explain::explain(&settings, target, json, raw).await
+        }
+        Command::Suppress { action } => match action {
+            SuppressAction::Add { address, reason } => {
+                commands::suppress::add(&settings, &address, reason.as_deref()).await
+            }
+            SuppressAction::Remove { address } => {
+                commands::suppress::remove(&settings, &address).await
+            }
+            SuppressAction::List { json } => commands::suppress::list(&settings, json).await,
+        },
+        Command::DkimRecord => commands::dkim_record::dkim_record(&settings),
+        Command::Console {
+            action: Some(ConsoleAction::HashPassword),
+        } => console::hash_password(),
+        Command::Console { action: None } => console::run(settings).await,
+    }
 }

@@ -56,6 +56,7 @@ pub mod liveness;
 pub mod locale;
 pub mod lock;
 pub mod mail;
+pub mod operator;
 pub mod metrics;
 pub mod problems;
 pub mod schedule;

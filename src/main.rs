@@ -5,10 +5,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use invoice_reminder::cli::{Cli, Command};
-use invoice_reminder::commands::{self, exit};
+use invoice_reminder::cli::{self, Cli};
+use invoice_reminder::commands::exit;
 use invoice_reminder::config::{ConfigSource, Settings};
-use invoice_reminder::{causes, console, telemetry};
+use invoice_reminder::{causes, telemetry};
 
 // jemalloc: the worker allocates per message (rendering, MIME encoding, rows),
 // and with glibc's allocator malloc and free took a large share of its CPU
@@ -36,13 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    let run = async move {
-        match cli.command {
-            Command::Console { action } => console::run(settings, action).await,
-            command => commands::dispatch(command, settings).await,
-        }
-    };
-    match runtime.block_on(run) {
+    match runtime.block_on(cli::dispatch(cli.command, settings)) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if is_configuration(&e) => {
@@ -60,7 +54,7 @@ fn main() -> ExitCode {
 /// commands turn each into `UsageError` (exit 2, like bad settings).
 fn is_configuration(e: &anyhow::Error) -> bool {
     e.chain()
-        .any(|cause| cause.is::<invoice_reminder::commands::UsageError>())
+        .any(|cause| cause.is::<invoice_reminder::operator::UsageError>())
 }
 
 /// The reader of our stdout went away (`| head`): not a failure.

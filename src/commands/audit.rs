@@ -12,6 +12,7 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
+use crate::operator::unknown::{UnknownMail, unknown_mails};
 use crate::db::owed::{OwedReminder, OwedRow};
 use crate::db::suppressions::SkippedRow;
 
@@ -50,54 +51,8 @@ pub struct AuditReport {
     /// key, a NULL, a bad currency or address), from a bounded check.
     pub source_problems_count: usize,
     pub source_problems: Vec<crate::domain::SourceProblem>,
-    /// Owed rows the check read (at most `source_problems::ROWS_CHECKED`).
+    /// Owed rows the check read (at most `operator::survey::ROWS_CHECKED`).
     pub source_rows_checked: usize,
-}
-
-/// One mail whose delivery is unknown: what to look up in the mail
-/// server's log, and the rows `resolve` settles with it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct UnknownMail {
-    /// The Message-ID stored before its send (None: a row started by a
-    /// version that did not store it; it is a mail of its own).
-    pub message_id: Option<String>,
-    pub reminder_ids: Vec<i64>,
-    pub invoice_ids: Vec<crate::domain::InvoiceId>,
-    pub periods: Vec<crate::domain::StepKey>,
-    pub run_id: Option<i64>,
-    pub replica_id: Option<String>,
-    pub claimed_at: chrono::DateTime<chrono::Utc>,
-    pub last_error: Option<String>,
-}
-
-/// `rows` by mail, in the order of their first row.
-pub fn unknown_mails(rows: &[UnknownRow]) -> Vec<UnknownMail> {
-    let mut mails: Vec<UnknownMail> = Vec::new();
-    for r in rows {
-        let same = r.message_id.as_ref().and_then(|m| {
-            mails
-                .iter_mut()
-                .find(|mail| mail.message_id.as_ref() == Some(m))
-        });
-        match same {
-            Some(mail) => {
-                mail.reminder_ids.push(r.reminder_id);
-                mail.invoice_ids.push(r.invoice_id.clone());
-                mail.periods.push(r.period.clone());
-            }
-            None => mails.push(UnknownMail {
-                message_id: r.message_id.clone(),
-                reminder_ids: vec![r.reminder_id],
-                invoice_ids: vec![r.invoice_id.clone()],
-                periods: vec![r.period.clone()],
-                run_id: r.run_id,
-                replica_id: r.replica_id.clone(),
-                claimed_at: r.claimed_at,
-                last_error: r.last_error.clone(),
-            }),
-        }
-    }
-    mails
 }
 
 pub async fn build_report(
@@ -109,7 +64,7 @@ pub async fn build_report(
         .await
         .context("failed to read the database clock")?;
     let read = || super::db_failed("failed to read the reminders table");
-    let survey = super::source_problems::survey(pool, settings, today)
+    let survey = crate::operator::survey::survey(pool, settings, today)
         .await
         .map_err(super::db_failed(
             "failed to read the invoices that owe a reminder",
@@ -282,7 +237,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
             r.skipped_count - r.skipped.len() as i64
         );
     }
-    let problems = super::source_problems::SourceProblems {
+    let problems = crate::operator::survey::SourceProblems {
         count: r.source_problems_count,
         listed: r.source_problems.clone(),
         rows_checked: r.source_rows_checked,

@@ -17,7 +17,7 @@ use crate::db::{self, Db};
 /// A sequential scan over a table this large is worth a warning.
 const LARGE_TABLE_ROWS: f64 = 10_000.0;
 
-pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
+pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
     let db = connect(settings).await?;
     let relation = db.names().source_sql().to_owned();
     outln!("source.relation: {relation}");
@@ -57,7 +57,7 @@ pub(super) async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode
     let today = db::today(&db, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let problems = super::source_problems::survey(&db, settings, today)
+    let problems = crate::operator::survey::survey(&db, settings, today)
         .await
         .context("failed to check the source rows")?
         .problems;

@@ -8,7 +8,7 @@ use crate::config::Settings;
 
 /// Prints the DNS record for `[smtp.dkim]`'s key (loaded and checked with
 /// the settings); usage error when DKIM is off.
-pub(super) fn dkim_record(settings: &Settings) -> anyhow::Result<ExitCode> {
+pub fn dkim_record(settings: &Settings) -> anyhow::Result<ExitCode> {
     let Some(dkim) = settings.smtp.dkim.loaded() else {
         return Err(UsageError(
             "DKIM is not configured: set smtp.dkim.domain, smtp.dkim.selector and smtp.dkim.private_key_file".to_owned(),

@@ -1,125 +1,30 @@
-//! `explain`: why an invoice did or did not get a reminder, and when it
-//! will get the next one. Everything is decided for one day, the database's
-//! date in `schedule.timezone` (the tick's "today"), from what the source
-//! and the reminders table hold now; it writes nothing.
-//!
-//! The facts are read by `db::explain`, the decision is pure (`decide`),
-//! and the report's shape, JSON included, is `report`. [`explain_invoice`]
-//! is public so that other modes (a customer's invoices) can call it.
+//! `explain`: prints why an invoice did or did not get a reminder, and
+//! when it will get the next one, as text or JSON (`--json`, field names a
+//! contract), or the archived bytes of its latest sent reminder (`--raw`).
+//! What it says is decided by `operator::explain`; this file prints it and
+//! sets the exit code (1 when the invoice or customer is not in the source).
 
-mod decide;
-mod gather;
-mod report;
 mod text;
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use chrono::NaiveDate;
 
-use super::{UsageError, db_failed, exit};
+use super::exit;
 use crate::config::Settings;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
-
-pub use decide::{CustomerPlace, Facts, Rules, decide, instant};
-use gather::explain_keys;
-pub use report::{
-    Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
-};
+use crate::operator::db_failed;
+use crate::operator::explain::report::{self, Explained, RowState};
+use crate::operator::explain::{check_customer_column, explain_customer, explain_invoice};
 
 /// How many of a customer's invoices `--customer` explains at most.
 const CUSTOMER_INVOICES: u32 = 1_000;
 
 /// What to explain.
-pub(super) enum Target {
+pub enum Target {
     Invoice(String),
     Customer(String),
-}
-
-/// The rules the tick applies, from the settings.
-pub fn rules(settings: &Settings) -> Rules<'_> {
-    let r = &settings.reminders;
-    Rules {
-        stages: &r.stages,
-        min_days_between: r.min_days_between,
-        max_attempts: r.max_attempts,
-    }
-}
-
-/// Explains invoice `id` on `today` (the database's date in
-/// `schedule.timezone`): reads its source rows and reminder rows and
-/// decides. Reads only.
-pub async fn explain_invoice(
-    db: &Db,
-    settings: &Settings,
-    today: NaiveDate,
-    id: &InvoiceId,
-) -> anyhow::Result<Explained> {
-    let keys = std::slice::from_ref(id);
-    let sources = read_sources(db, keys, today).await?;
-    // Its customer, when its one source row names one.
-    let customer = match sources.as_slice() {
-        [one] => one.row.customer_id.clone(),
-        _ => None,
-    };
-    let (mut explained, _) = explain_keys(db, settings, today, keys, sources, customer).await?;
-    explained
-        .pop()
-        .ok_or_else(|| anyhow::anyhow!("explain read no answer for invoice {id}"))
-}
-
-/// Explains every invoice of `customer` in the source (at most `limit`,
-/// in key order) on `today`, reading the customer once: a fixed number of
-/// statements whatever its number of invoices.
-pub async fn explain_customer(
-    db: &Db,
-    settings: &Settings,
-    today: NaiveDate,
-    customer: &str,
-    limit: u32,
-) -> anyhow::Result<CustomerExplained> {
-    let sources = db::explain::customer_source_rows(db, customer, limit, today)
-        .await
-        .map_err(db_failed("failed to read the customer's invoices"))?;
-    let mut keys: Vec<InvoiceId> = sources
-        .iter()
-        .filter_map(|s| s.row.invoice_id.clone())
-        .collect();
-    keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-    keys.dedup();
-    let (invoices, pauses) = explain_keys(
-        db,
-        settings,
-        today,
-        &keys,
-        sources,
-        Some(customer.to_owned()),
-    )
-    .await?;
-    Ok(CustomerExplained {
-        invoices,
-        pause: pauses
-            .into_iter()
-            .find(|p| p.invoice_id.is_none() && p.customer_id.as_deref() == Some(customer)),
-    })
-}
-
-/// A customer explained: each of its invoices, and its own console pause.
-#[derive(Debug, Clone)]
-pub struct CustomerExplained {
-    pub invoices: Vec<Explained>,
-    pub pause: Option<db::pauses::ConsolePause>,
-}
-
-async fn read_sources(
-    db: &Db,
-    keys: &[InvoiceId],
-    today: NaiveDate,
-) -> anyhow::Result<Vec<db::explain::SourceFacts>> {
-    db::explain::source_rows(db, keys, today)
-        .await
-        .map_err(db_failed("failed to read the invoice from source.relation"))
 }
 
 /// `explain --raw`: the archived bytes of the invoice's latest sent
@@ -158,7 +63,7 @@ async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub(super) async fn explain(
+pub async fn explain(
     settings: &Settings,
     target: Target,
     json: bool,
@@ -224,20 +129,4 @@ fn exit_for(known: bool) -> ExitCode {
     } else {
         ExitCode::from(exit::FAILURE)
     }
-}
-
-/// A usage error when the source has no `customer_id` column.
-async fn check_customer_column(db: &Db, settings: &Settings) -> anyhow::Result<()> {
-    let columns = db::source::columns(db)
-        .await
-        .map_err(db_failed("failed to read the columns of source.relation"))?
-        .unwrap_or_default();
-    if !columns.iter().any(|c| c.name == "customer_id") {
-        return Err(UsageError(format!(
-            "explain --customer needs a customer_id column in source.relation ({}), which reminders.group_by = \"customer\" reads; explain --invoice ID works without it",
-            settings.source.relation
-        ))
-        .into());
-    }
-    Ok(())
 }

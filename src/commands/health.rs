@@ -16,7 +16,7 @@ use crate::config::Settings;
 /// The whole check (connect, request, answer) must fit in this.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(super) async fn health(settings: &Settings, url: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn health(settings: &Settings, url: Option<String>) -> anyhow::Result<ExitCode> {
     let url = match url {
         Some(url) => url,
         None => match settings.http.listen {

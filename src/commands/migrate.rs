@@ -9,7 +9,7 @@ use super::{UsageError, connect_pool};
 use crate::config::Settings;
 use crate::db;
 
-pub(super) async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
+pub async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
     if settings.database.pooler == crate::config::Pooler::Transaction {
         return Err(UsageError(
             "migrate cannot run through a transaction pooler (database.pooler = \"transaction\"): it takes a session advisory lock; run it with a direct database URL (INVOICE_REMINDER__DATABASE__URL=postgres://...@db-host:5432/... INVOICE_REMINDER__DATABASE__POOLER=none invoice-reminder migrate)".into(),

@@ -1,7 +1,7 @@
-//! One file per subcommand: connect what it needs, do it, print the
-//! result. This file dispatches, and holds what several commands share:
-//! the usage error, the exit codes, connecting and naming a failed
-//! statement. Errors carry context (`failed to ...`) and are logged once, by
+//! One file per subcommand: connect what it needs, ask `operator` or do
+//! it, print the result (`cli` dispatches to them). This file holds what
+//! several commands share: the exit codes, connecting and checking the
+//! source. Errors carry context (`failed to ...`) and are logged once, by
 //! `main`, which also maps them to exit codes.
 
 /// `println!` that returns an error instead of panicking when stdout is
@@ -13,40 +13,28 @@ macro_rules! outln {
     }};
 }
 
-mod audit;
-mod check_source;
-mod dkim_record;
+pub mod audit;
+pub mod check_source;
+pub mod dkim_record;
 pub mod explain;
-mod health;
-mod migrate;
-mod next;
+pub mod health;
+pub mod migrate;
+pub mod next;
 pub mod preview;
 pub mod resolve;
-mod run;
-mod run_once;
-mod seed;
-mod source_problems;
-mod status;
+pub mod run;
+pub mod run_once;
+pub mod seed;
+pub mod status;
 pub mod suppress;
 
-use std::process::ExitCode;
-
-use crate::cli::Command;
 use crate::config::Settings;
 use crate::db;
 
-pub use audit::{AuditReport, build_report, unknown_mails};
+pub use audit::{AuditReport, build_report};
 pub use run_once::{DryRun, dry_run};
-pub use source_problems::{FIX_HINT, SourceProblems, survey};
-pub use status::lock_holder;
-
-/// A command used wrongly for this configuration: `main` exits 2 with it.
-/// The one error type for exit 2 after the settings load: a template that
-/// does not load, a source view that breaks its contract and a command's
-/// wrong arguments all become this, where they are met.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+pub use crate::operator::UsageError;
+pub(crate) use crate::operator::db_failed;
 
 /// The tick's context for a command. A template that does not load is a
 /// configuration problem (exit 2), like a bad setting.
@@ -74,66 +62,6 @@ pub mod exit {
     pub const USAGE: u8 = 2;
 }
 
-pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
-    match command {
-        Command::Migrate => migrate::migrate(&settings).await,
-        Command::Seed {
-            customers,
-            invoices,
-            overdue_pct,
-            if_empty,
-        } => seed::seed(&settings, customers, invoices, overdue_pct, if_empty).await,
-        Command::RunOnce { dry_run } => run_once::run_once(settings, dry_run).await,
-        Command::Run => run::run(settings).await,
-        Command::Audit {
-            json,
-            unknown_after,
-        } => audit::audit(&settings, json, unknown_after).await,
-        Command::Preview {
-            invoice,
-            customer,
-            step,
-            locale,
-            html,
-        } => {
-            let request = preview::Request {
-                invoice: invoice.unwrap_or_default(),
-                customer,
-                step,
-                locale,
-                html,
-            };
-            preview::preview(&settings, request).await
-        }
-        Command::Next { count, from, json } => next::next(&settings, count, from, json),
-        Command::Resolve { sent, resend } => resolve::resolve(&settings, sent, resend).await,
-        Command::Health { url } => health::health(&settings, url).await,
-        Command::Status { json, runs } => status::status(settings, json, runs).await,
-        Command::CheckSource => check_source::check_source(&settings).await,
-        Command::Explain {
-            invoice,
-            customer,
-            json,
-            raw,
-        } => {
-            let target = match (invoice, customer) {
-                (Some(id), _) => explain::Target::Invoice(id),
-                (None, Some(id)) => explain::Target::Customer(id),
-                (None, None) => {
-                    return Err(
-                        UsageError("explain needs --invoice ID or --customer ID".into()).into(),
-                    );
-                }
-            };
-            explain::explain(&settings, target, json, raw).await
-        }
-        Command::Suppress { action } => suppress::suppress(&settings, action).await,
-        Command::DkimRecord => dkim_record::dkim_record(&settings),
-        // `main` runs the console: it sits above the commands it reuses.
-        Command::Console { .. } => Err(UsageError("the console is started by main".into()).into()),
-    }
-}
-
 /// Checks `source.relation` against the source contract: a relation that
 /// does not satisfy it is a configuration error (exit 2) naming it.
 async fn check_source(db: &db::Db) -> anyhow::Result<()> {
@@ -150,22 +78,6 @@ async fn check_source(db: &db::Db) -> anyhow::Result<()> {
 async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
     let pool = connect_pool(settings).await?;
     Ok(db::Db::for_commands(pool, settings))
-}
-
-/// The error of a command's statement, with `doing` as context; it points
-/// at `migrate` only when a table or schema of ours is missing (a timeout
-/// names its own setting, see `db::conn::timed_out`).
-fn db_failed(doing: &'static str) -> impl FnOnce(sqlx::Error) -> anyhow::Error {
-    move |e| {
-        let missing = matches!(&e, sqlx::Error::Database(d)
-            if d.code().is_some_and(|c| c == "42P01" || c == "3F000"));
-        let e = anyhow::Error::new(e);
-        if missing {
-            e.context(format!("{doing} (did you run `migrate`?)"))
-        } else {
-            e.context(doing)
-        }
-    }
 }
 
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {

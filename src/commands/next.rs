@@ -7,7 +7,7 @@ use super::UsageError;
 use crate::config::Settings;
 
 /// `next`: the schedule's next fires, from `schedule::next_fires`.
-pub(super) fn next(
+pub fn next(
     settings: &Settings,
     count: usize,
     from: Option<String>,

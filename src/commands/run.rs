@@ -17,7 +17,7 @@ use crate::db;
 use crate::liveness::Liveness;
 use crate::shutdown::{Beside, Ending};
 
-pub(super) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     crate::http::files::ensure_open_files(&settings).map_err(super::UsageError)?;
     let signal = crate::shutdown::listen();
     let liveness = Liveness::new(crate::schedule::max_tick_duration(&settings));

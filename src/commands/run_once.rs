@@ -16,7 +16,7 @@ use crate::db::owing::Today;
 use crate::tick::context::Context;
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
-pub(super) async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
+pub async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
     let pool = super::connect_pool(&settings).await?;
     let ctx = super::context(settings, pool)?;
     super::check_source(&ctx.db).await?;

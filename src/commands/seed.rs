@@ -10,7 +10,7 @@ use crate::config::Settings;
 use crate::db;
 use crate::db::seed::SeedStep;
 
-pub(super) async fn seed(
+pub async fn seed(
     settings: &Settings,
     customers: u32,
     invoices: u32,

@@ -4,10 +4,10 @@
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use minijinja::context;
 
 use super::App;
+use super::failure::{Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
 use crate::db;
@@ -25,11 +25,9 @@ struct Line {
     rows: String,
 }
 
-pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
-    let records = match db::console::activity(&app.db, SHOWN).await {
-        Ok(r) => r,
-        Err(e) => return pages::failed(&app, "read the activity log", &e),
-    };
+pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
+    let records = db::console::activity(&app.db, SHOWN).await
+        .map_err(failed("read the activity log"))?;
     let lines: Vec<Line> = records
         .into_iter()
         .map(|a| Line {
@@ -46,11 +44,11 @@ pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signe
                 .join(", "),
         })
         .collect();
-    render(
+    Ok(render(
         &app,
         Some(&signed),
         StatusCode::OK,
         "activity.html",
         context! { title => "Activity", lines => lines },
-    )
+    ))
 }

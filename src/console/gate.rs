@@ -14,43 +14,52 @@ use subtle::ConstantTimeEq as _;
 
 use super::App;
 use super::pages;
-use super::session::signed;
+use super::failure::{Failure, failed, refused};
+use super::session::{Signed, signed};
 
-/// Middleware for every page but `/login` and the static files.
-pub async fn gate(State(app): State<App>, mut request: Request, next: Next) -> Response {
+/// Middleware for every page but `/login` and the static files; it also
+/// renders the message page of a handler's failure with the user's name.
+pub async fn gate(State(app): State<App>, request: Request, next: Next) -> Response {
     let signed = match signed(&app, request.headers()).await {
         Ok(Some(s)) => s,
         Ok(None) => return Redirect::to(&app.path("/login")).into_response(),
-        Err(e) => return pages::failed(&app, "read the session", &e),
+        Err(e) => return failed("read the session")(e).into_response(),
     };
-    if request.method() == Method::POST {
-        let is_logout = request.uri().path() == app.path("/logout");
-        if !signed.is_operator() && !is_logout {
-            return pages::refuse(
-                &app,
-                &signed,
-                StatusCode::FORBIDDEN,
-                "Your role is viewer: you can read everything but change nothing.",
-            );
+    let response = match admit(&app, &signed, request).await {
+        Ok(mut request) => {
+            request.extensions_mut().insert(signed.clone());
+            next.run(request).await
         }
-        let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, super::MAX_BODY).await {
-            Ok(b) => b,
-            Err(_) => return StatusCode::PAYLOAD_TOO_LARGE.into_response(),
-        };
-        let sent = form_field(&bytes, "csrf").unwrap_or_default();
-        if !bool::from(sent.as_bytes().ct_eq(signed.csrf.as_bytes())) {
-            return pages::refuse(
-                &app,
-                &signed,
-                StatusCode::FORBIDDEN,
-                "The form's security token is missing or stale: reload the page and try again. Nothing was changed.",
-            );
-        }
-        request = Request::from_parts(parts, Body::from(bytes));
+        Err(refusal) => refusal.into_response(),
+    };
+    pages::finish(&app, Some(&signed), response)
+}
+
+/// `request`, if `signed` may make it: any GET; a POST from an operator
+/// with its session's token (and `POST /logout` from anyone with it).
+async fn admit(app: &App, signed: &Signed, request: Request) -> Result<Request, Failure> {
+    if request.method() != Method::POST {
+        return Ok(request);
     }
-    request.extensions_mut().insert(signed);
-    next.run(request).await
+    let is_logout = request.uri().path() == app.path("/logout");
+    if !signed.is_operator() && !is_logout {
+        return Err(refused(
+            StatusCode::FORBIDDEN,
+            "Your role is viewer: you can read everything but change nothing.",
+        ));
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, super::MAX_BODY)
+        .await
+        .map_err(|_| refused(StatusCode::PAYLOAD_TOO_LARGE, "The form is too large."))?;
+    let sent = form_field(&bytes, "csrf").unwrap_or_default();
+    if !bool::from(sent.as_bytes().ct_eq(signed.csrf.as_bytes())) {
+        return Err(refused(
+            StatusCode::FORBIDDEN,
+            "The form's security token is missing or stale: reload the page and try again. Nothing was changed.",
+        ));
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Field `name` of a urlencoded form body.

@@ -16,7 +16,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
 
 use super::chart;
-use crate::commands;
+use crate::operator;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::db::overview::{DayOutcome, by_day};
@@ -83,11 +83,11 @@ impl Keeper {
     }
 }
 
-/// One survey: `commands::survey`, and the owed rows by step, counted
+/// One survey: `operator::survey`, and the owed rows by step, counted
 /// from its listing when the listing holds them all, else by
 /// `db::owed::owed_by_step` (the same conditions, counted in full).
 async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Owed, sqlx::Error> {
-    let found = commands::survey(db, settings, today).await?;
+    let found = operator::survey::survey(db, settings, today).await?;
     let listing = &found.owed;
     let complete = usize::try_from(listing.total).is_ok_and(|t| t == listing.rows.len());
     let by_step = if complete {

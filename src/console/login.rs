@@ -14,7 +14,8 @@ use axum::response::{IntoResponse as _, Redirect, Response};
 use minijinja::context;
 
 use super::App;
-use super::pages::{self, render};
+use super::failure::{Page, failed};
+use super::pages::render;
 use super::session::{self, Signed};
 use crate::db;
 
@@ -40,7 +41,7 @@ pub async fn login(
     State(app): State<App>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     Form(credentials): Form<Credentials>,
-) -> Response {
+) -> Page {
     let address = peer.map(|Extension(ConnectInfo(a))| a.ip());
     let name = credentials.username.trim();
     let now = Instant::now();
@@ -50,11 +51,11 @@ pub async fn login(
             ?address,
             "console sign-in refused: too many failures"
         );
-        return refused(
+        return Ok(refused(
             &app,
             name,
             "Too many failed sign-ins: wait a quarter of an hour.",
-        );
+        ));
     }
     let app2 = app.clone();
     let (user, password) = (name.to_owned(), credentials.password);
@@ -67,22 +68,20 @@ pub async fn login(
     let Some(user) = verified else {
         app.throttle.failed(name, address, now);
         tracing::info!(user = name, ?address, "console sign-in failed");
-        return refused(&app, name, "Wrong user name or password.");
+        return Ok(refused(&app, name, "Wrong user name or password."));
     };
     let token = session::random_token();
     let csrf = session::random_token();
     let ttl = app.settings.console.session_ttl.as_secs_f64();
-    if let Err(e) =
-        db::console::create_session(&app.db, &session::sha256(&token), &user, &csrf, ttl).await
-    {
-        return pages::failed(&app, "store the session", &e);
-    }
+    db::console::create_session(&app.db, &session::sha256(&token), &user, &csrf, ttl)
+        .await
+        .map_err(failed("store the session"))?;
     tracing::info!(user, "console sign-in");
     let mut response = Redirect::to(&app.path("/")).into_response();
     response
         .headers_mut()
         .insert(header::SET_COOKIE, session::set_cookie(&app, Some(&token)));
-    response
+    Ok(response)
 }
 
 fn refused(app: &App, name: &str, why: &str) -> Response {
@@ -100,13 +99,13 @@ pub async fn logout(
     State(app): State<App>,
     Extension(signed): Extension<Signed>,
     _headers: HeaderMap,
-) -> Response {
-    if let Err(e) = db::console::end_session(&app.db, &signed.token_sha256).await {
-        return pages::failed(&app, "end the session", &e);
-    }
+) -> Page {
+    db::console::end_session(&app.db, &signed.token_sha256)
+        .await
+        .map_err(failed("end the session"))?;
     let mut response = Redirect::to(&app.path("/login")).into_response();
     response
         .headers_mut()
         .insert(header::SET_COOKIE, session::set_cookie(&app, None));
-    response
+    Ok(response)
 }

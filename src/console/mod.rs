@@ -10,8 +10,8 @@
 //!   CSRF token, or refused 403 with nothing changed.
 //! * Every change is written in one transaction with its activity record
 //!   (`db::console`), and is made by the same statements and decisions as
-//!   the CLI's (`commands::resolve::plan`, `commands::suppress::checked`,
-//!   `db::resolve`, `db::suppressions`).
+//!   the CLI's: both ask `operator` (`operator::settle`,
+//!   `operator::suppress`, `operator::pause`).
 //! * HTML is server-rendered from autoescaped templates, with a CSP that
 //!   allows no inline script; no page needs JavaScript.
 //! * The listener is the worker's (`http::listener`): connection cap and
@@ -21,10 +21,12 @@
 mod activity;
 mod auth;
 mod chart;
+mod failure;
 mod gate;
 mod invoices;
 mod kept;
 mod login;
+mod messages;
 mod overview;
 mod pages;
 mod pause;
@@ -48,12 +50,11 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::ConsoleAction;
-use crate::commands::UsageError;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::http::listener::{self, Limits};
 use crate::metrics::Metrics;
+use crate::operator::UsageError;
 
 /// The largest request body read (a form is far smaller).
 const MAX_BODY: usize = 64 * 1024;
@@ -94,10 +95,7 @@ impl App {
 }
 
 /// `invoice-reminder console [hash-password]`.
-pub async fn run(settings: Settings, action: Option<ConsoleAction>) -> anyhow::Result<ExitCode> {
-    if let Some(ConsoleAction::HashPassword) = action {
-        return hash_password();
-    }
+pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     check_users(&settings)?;
     let addr = settings.console.listen;
     let listener = TcpListener::bind(addr)
@@ -171,17 +169,17 @@ fn router(app: App) -> Router {
         .route("/invoices/{id}", get(invoices::invoice))
         .route(
             "/invoices/{id}/messages/{message_id}",
-            get(invoices::message_html),
+            get(messages::message_html),
         )
         .route(
             "/invoices/{id}/messages/{message_id}/raw",
-            get(invoices::message_raw),
+            get(messages::message_raw),
         )
-        .route("/invoices/{id}/pause", post(pause::pause_invoice))
-        .route("/invoices/{id}/unpause", post(pause::unpause_invoice))
+        .route("/invoices/{id}/pause", post(pause::post))
+        .route("/invoices/{id}/unpause", post(pause::post))
         .route("/customers/{id}", get(invoices::customer))
-        .route("/customers/{id}/pause", post(pause::pause_customer))
-        .route("/customers/{id}/unpause", post(pause::unpause_customer))
+        .route("/customers/{id}/pause", post(pause::post))
+        .route("/customers/{id}/unpause", post(pause::post))
         .route("/search", get(search::search))
         .route("/logout", post(login::logout))
         .route_layer(from_fn_with_state(app.clone(), gate::gate));
@@ -219,7 +217,7 @@ fn router(app: App) -> Router {
 
 /// Reads a password on stdin (one line; the newline is dropped) and prints
 /// its argon2id PHC string for `[[console.users]] password_hash`.
-fn hash_password() -> anyhow::Result<ExitCode> {
+pub fn hash_password() -> anyhow::Result<ExitCode> {
     let mut input = String::new();
     std::io::stdin()
         .read_to_string(&mut input)

@@ -15,14 +15,14 @@ use std::time::Duration;
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use minijinja::context;
 
 use super::App;
 use super::chart;
-use super::pages::{self, render, when};
+use super::failure::{Page, failed};
+use super::pages::{render, when};
 use super::session::Signed;
-use crate::commands;
+use crate::operator::lock_holder::lock_holder;
 use crate::db;
 use crate::lock::Holder;
 
@@ -38,32 +38,22 @@ struct Count {
     link: Option<&'static str>,
 }
 
-pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
+pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
     let settings = &app.settings;
     let tz = settings.schedule.timezone;
-    let today = match db::today(&app.db, tz).await {
-        Ok(t) => t,
-        Err(e) => return pages::failed(&app, "read the database clock", &e),
-    };
-    let kept = match app.kept.today(&app.db, settings, today).await {
-        Ok(k) => k,
-        Err(e) => return pages::failed(&app, "read the invoices that owe a reminder", &e),
-    };
+    let today = db::today(&app.db, tz).await
+        .map_err(failed("read the database clock"))?;
+    let kept = app.kept.today(&app.db, settings, today).await
+        .map_err(failed("read the invoices that owe a reminder"))?;
     let owed = &kept.owed;
-    let open = match db::overview::open_counts(&app.db).await {
-        Ok(c) => c,
-        Err(e) => return pages::failed(&app, "count the reminders", &e),
-    };
-    let unknown = match db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64()).await {
-        Ok(u) => u,
-        Err(e) => return pages::failed(&app, "read the unknown deliveries", &e),
-    };
-    let (sent_today, suppressed) =
-        match db::console::overview_counts(&app.db, today, tz.name()).await {
-            Ok(c) => c,
-            Err(e) => return pages::failed(&app, "count today's mail", &e),
-        };
-    let holder = match commands::lock_holder(&app.lock, &app.db).await {
+    let open = db::overview::open_counts(&app.db).await
+        .map_err(failed("count the reminders"))?;
+    let unknown = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64()).await
+        .map_err(failed("read the unknown deliveries"))?;
+    let (sent_today, suppressed) = db::console::overview_counts(&app.db, today, tz.name())
+        .await
+        .map_err(failed("count today's mail"))?;
+    let holder = match lock_holder(&app.lock, &app.db).await {
         Ok(h) => holder_text(h.as_ref()),
         Err(e) => {
             tracing::warn!(error = %e, "the console could not read the lock");
@@ -117,7 +107,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             link: Some("/problems"),
         },
     ];
-    render(
+    Ok(render(
         &app,
         Some(&signed),
         StatusCode::OK,
@@ -137,7 +127,7 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             relay => relay,
             chart => chart::Chart::new(today, &kept.days),
         },
-    )
+    ))
 }
 
 /// The relay's rate as the pacer left it: "no limit", or the rate sends

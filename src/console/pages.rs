@@ -14,11 +14,18 @@ use axum::response::{Html, IntoResponse as _, Response};
 use minijinja::{Environment, Value, context};
 
 use super::App;
+use super::failure::MessagePage;
 use super::session::Signed;
 
 /// Scripts, styles, images and form targets only from the console itself;
 /// no frame may hold it; the preview's frame holds our own pages only.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// The policy of a frame that shows a mail's HTML part (an archived
+/// message, a preview): a sandbox without scripts or forms and with an
+/// origin of its own, nothing fetched, the mail's own inline styles and
+/// `data:` images, framed by this console only.
+pub const MAIL_FRAME_CSP: &str = "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'self'";
 
 const TEMPLATES: &[(&str, &str)] = &[
     ("base.html", include_str!("templates/base.html")),
@@ -79,27 +86,20 @@ pub fn render(
     }
 }
 
-/// A page saying why nothing was done (403 for a viewer or a bad token).
-pub fn refuse(app: &App, signed: &Signed, status: StatusCode, why: &str) -> Response {
-    render(
-        app,
-        Some(signed),
-        status,
-        "message.html",
-        context! { title => "Not done", message => why },
-    )
-}
-
-/// 500 for a failed database call, logged once here.
-pub fn failed(app: &App, doing: &str, e: &dyn std::error::Error) -> Response {
-    tracing::error!(error = %e, "the console failed to {doing}");
-    render(
-        app,
-        None,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "message.html",
-        context! { title => "Error", message => format!("Failed to {doing}; the console's log says why.") },
-    )
+/// `response`, or the message page its [`MessagePage`] asks for (a
+/// handler's [`super::failure::Failure`]), rendered with `signed`'s name
+/// and the response's status.
+pub fn finish(app: &App, signed: Option<&Signed>, mut response: Response) -> Response {
+    match response.extensions_mut().remove::<MessagePage>() {
+        Some(page) => render(
+            app,
+            signed,
+            response.status(),
+            "message.html",
+            context! { title => page.title, lines => page.lines, back => page.back },
+        ),
+        None => response,
+    }
 }
 
 /// Middleware for every answer: the security headers, and the body read
@@ -116,8 +116,10 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
         Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
         Ok(Err(_)) => StatusCode::PAYLOAD_TOO_LARGE.into_response(),
         Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+            let response = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            finish(&app, None, response)
         }
     };
     let headers = response.headers_mut();

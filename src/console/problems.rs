@@ -1,18 +1,18 @@
 //! `GET /problems`: the source problems `audit` and `check-source` list,
-//! found by the same bounded survey (`commands::survey`), each with the
+//! found by the same bounded survey (`operator::survey`), each with the
 //! row rule it broke (`Problem::rule`, the words of docs/own-invoices.md)
-//! and what to do about it (the CLI's words, `commands::FIX_HINT`).
+//! and what to do about it (the CLI's words, `FIX_HINT`).
 
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::Response;
 use minijinja::context;
 
 use super::App;
-use super::pages::{self, render};
+use super::failure::{Page, failed};
+use super::pages::render;
 use super::session::Signed;
-use crate::commands;
+use crate::operator::survey::{FIX_HINT, survey};
 use crate::db;
 
 #[derive(Debug, serde::Serialize)]
@@ -24,15 +24,13 @@ struct Row {
     detail: String,
 }
 
-pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
-    let today = match db::today(&app.db, app.settings.schedule.timezone).await {
-        Ok(t) => t,
-        Err(e) => return pages::failed(&app, "read the database clock", &e),
-    };
-    let problems = match commands::survey(&app.db, &app.settings, today).await {
-        Ok(s) => s.problems,
-        Err(e) => return pages::failed(&app, "check the source rows", &e),
-    };
+pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
+    let today = db::today(&app.db, app.settings.schedule.timezone).await
+        .map_err(failed("read the database clock"))?;
+    let problems = survey(&app.db, &app.settings, today)
+        .await
+        .map_err(failed("check the source rows"))?
+        .problems;
     let rows: Vec<Row> = problems
         .listed
         .iter()
@@ -49,11 +47,11 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
         .collect();
     let more = problems.count.saturating_sub(rows.len());
     // The CLI's words, as a sentence of their own.
-    let mut hint = commands::FIX_HINT.to_owned();
+    let mut hint = FIX_HINT.to_owned();
     if let Some(first) = hint.get_mut(0..1) {
         first.make_ascii_uppercase();
     }
-    render(
+    Ok(render(
         &app,
         Some(&signed),
         StatusCode::OK,
@@ -67,5 +65,5 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
             hint => hint,
             relation => app.settings.source.relation.to_string(),
         },
-    )
+    ))
 }

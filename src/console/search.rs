@@ -6,10 +6,11 @@
 use axum::Extension;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse as _, Redirect, Response};
+use axum::response::{IntoResponse as _, Redirect};
 use minijinja::context;
 
 use super::App;
+use super::failure::{Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
 use crate::db;
@@ -27,26 +28,25 @@ pub async fn search(
     State(app): State<App>,
     Extension(signed): Extension<Signed>,
     Query(search): Query<Search>,
-) -> Response {
+) -> Page {
     let q = search.q.trim();
     let found = if q.is_empty() {
         Vec::new()
     } else {
-        match db::console_search::find(&app.db, q, LIMIT).await {
-            Ok(f) => f,
-            Err(e) => return pages::failed(&app, "search", &e),
-        }
+        db::console_search::find(&app.db, q, LIMIT)
+            .await
+            .map_err(failed("search"))?
     };
     if let [one] = found.as_slice() {
         let path = format!("/invoices/{}", pages::segment(&one.invoice_id));
-        return Redirect::to(&app.path(&path)).into_response();
+        return Ok(Redirect::to(&app.path(&path)).into_response());
     }
     let full = i64::try_from(found.len()).unwrap_or(i64::MAX) >= LIMIT;
-    render(
+    Ok(render(
         &app,
         Some(&signed),
         StatusCode::OK,
         "search.html",
         context! { title => "Search", q, found, full, limit => LIMIT },
-    )
+    ))
 }

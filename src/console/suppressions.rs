@@ -1,21 +1,21 @@
 //! `GET /suppressions`: the list, newest first; `POST /suppressions` adds
 //! an address (or replaces its reason), `POST /suppressions/remove` takes
-//! one off, as `suppress add|remove` do (the same address check and
-//! statements), each with its activity record in the same transaction.
+//! one off, as `suppress add|remove` do (`operator::suppress`), each with
+//! its activity record in the same transaction.
 
 use axum::Extension;
 use axum::extract::{Form, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse as _, Redirect, Response};
+use axum::response::{IntoResponse as _, Redirect};
 use minijinja::context;
 
 use super::App;
+use super::failure::{Failure, Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::commands::suppress::{DEFAULT_REASON, checked};
 use crate::db;
-use crate::db::console::NewActivity;
-use crate::db::suppressions::NewSuppression;
+use crate::operator::Actor;
+use crate::operator::suppress::{self, checked, reason};
 
 #[derive(Debug, serde::Serialize)]
 struct Entry {
@@ -26,11 +26,9 @@ struct Entry {
     at: String,
 }
 
-pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Response {
-    let list = match db::suppressions::list(&app.db).await {
-        Ok(l) => l,
-        Err(e) => return pages::failed(&app, "read the suppression list", &e),
-    };
+pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
+    let list = db::suppressions::list(&app.db).await
+        .map_err(failed("read the suppression list"))?;
     let entries: Vec<Entry> = list
         .into_iter()
         .map(|s| Entry {
@@ -41,13 +39,13 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
             detail: s.detail,
         })
         .collect();
-    render(
+    Ok(render(
         &app,
         Some(&signed),
         StatusCode::OK,
         "suppressions.html",
         context! { title => "Suppressions", entries => entries },
-    )
+    ))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -57,66 +55,36 @@ pub struct Address {
     reason: String,
 }
 
-fn not_an_address(app: &App, signed: &Signed, why: &str) -> Response {
-    render(
-        app,
-        Some(signed),
-        StatusCode::BAD_REQUEST,
-        "message.html",
-        context! { title => "Not done", message => why, back => "/suppressions" },
-    )
+/// `form`'s address, checked, or the page that says why it is not one.
+fn address_of(form: &Address) -> Result<suppress::Address, Failure> {
+    checked(&form.address).map_err(|e| Failure::Refused {
+        status: StatusCode::BAD_REQUEST,
+        lines: vec![e.to_string()],
+        back: Some("/suppressions"),
+    })
 }
 
 pub async fn add(
     State(app): State<App>,
     Extension(signed): Extension<Signed>,
     Form(form): Form<Address>,
-) -> Response {
-    let address = match checked(&form.address) {
-        Ok(a) => a,
-        Err(e) => return not_an_address(&app, &signed, &e.to_string()),
-    };
-    let reason = crate::domain::sanitize(&form.reason, 500);
-    let reason = if reason.is_empty() {
-        DEFAULT_REASON.to_owned()
-    } else {
-        reason
-    };
-    let entry = NewSuppression {
-        address: &address,
-        reason: &reason,
-        source: "console",
-        detail: None,
-    };
-    let activity = NewActivity {
-        user_name: &signed.user,
-        action: "suppress",
-        subject: &address,
-        reason: Some(&reason),
-    };
-    match db::console::suppress(&app.db, entry, &activity).await {
-        Ok(_) => Redirect::to(&app.path("/suppressions")).into_response(),
-        Err(e) => pages::failed(&app, "add to the suppression list", &e),
-    }
+) -> Page {
+    let address = address_of(&form)?;
+    let reason = reason(Some(&form.reason));
+    suppress::add(&app.db, &address, &reason, Actor::Console(&signed.user))
+        .await
+        .map_err(failed("add to the suppression list"))?;
+    Ok(Redirect::to(&app.path("/suppressions")).into_response())
 }
 
 pub async fn remove(
     State(app): State<App>,
     Extension(signed): Extension<Signed>,
     Form(form): Form<Address>,
-) -> Response {
-    let address = match checked(&form.address) {
-        Ok(a) => a,
-        Err(e) => return not_an_address(&app, &signed, &e.to_string()),
-    };
-    let activity = NewActivity {
-        user_name: &signed.user,
-        action: "unsuppress",
-        subject: &address,
-        reason: None,
-    };
-    match db::console::unsuppress(&app.db, &address, &activity).await {
-        Ok(_) => Redirect::to(&app.path("/suppressions")).into_response(),
-        Err(e) => pages::failed(&app, "remove from the suppression list", &e),
-    }
+) -> Page {
+    let address = address_of(&form)?;
+    suppress::remove(&app.db, &address, Actor::Console(&signed.user))
+        .await
+        .map_err(failed("remove from the suppression list"))?;
+    Ok(Redirect::to(&app.path("/suppressions")).into_response())
 }

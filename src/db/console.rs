@@ -10,7 +10,6 @@ use super::Db;
 use super::conn::on_db;
 use super::pauses::Paused;
 use super::suppressions::{Added, NewSuppression};
-use crate::domain::ReminderId;
 
 /// A signed-in browser, found by the SHA-256 of its cookie's token.
 #[derive(Debug, Clone, FromRow)]
@@ -87,7 +86,7 @@ pub struct Activity {
     pub rows: Vec<i64>,
 }
 
-async fn record_on(
+pub(crate) async fn record_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     activity: &NewActivity<'_>,
@@ -117,35 +116,6 @@ pub async fn activity(db: &Db, limit: i64) -> Result<Vec<Activity>, sqlx::Error>
     .persistent(db.named())
     .bind(limit)
     .fetch_all(&mut *c)
-    .await)
-}
-
-/// How unknown rows are settled (see `resolve`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The mail went out: the rows become `sent`.
-    Sent,
-    /// It did not: the rows become `failed`, and the next tick resends.
-    Resend,
-}
-
-/// Settles `ids` as `resolve` does and records `activity` with the rows
-/// changed, in one transaction; returns the rows changed.
-pub async fn settle_unknown(
-    db: &Db,
-    ids: &[ReminderId],
-    verdict: Verdict,
-    activity: &NewActivity<'_>,
-) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, tx, |c| async {
-        let changed = match verdict {
-            Verdict::Sent => super::resolve::mark_sent_on(c, db, ids).await?,
-            Verdict::Resend => super::resolve::mark_for_resend_on(c, db, ids).await?,
-        };
-        let rows: Vec<i64> = changed.iter().map(|id| id.0).collect();
-        record_on(c, db, activity, &rows).await?;
-        Ok::<_, sqlx::Error>(changed)
-    }
     .await)
 }
 

@@ -11,6 +11,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::console::{NewActivity, record_on};
 use super::owing::{Today, date_value, in_window, windows};
 use super::runs::run_ended;
 use crate::domain::StepKey;
@@ -37,16 +38,19 @@ pub struct NamedRow {
     pub due_date: Option<NaiveDate>,
 }
 
-/// The rows `ids` (those that exist), and every unknown row that shares a
-/// stored Message-ID with one of them, with what `resolve` needs to
-/// decide; by Message-ID, then id.
+/// The rows `ids` (those that exist) and the `sending` rows that carry
+/// Message-ID `message`, and every unknown row that shares a stored
+/// Message-ID with one of them, with what settling needs to decide; by
+/// Message-ID, then id.
 pub async fn named_rows(
     db: &Db,
     ids: &[ReminderId],
+    message: Option<&str>,
     today: &Today,
 ) -> Result<Vec<NamedRow>, sqlx::Error> {
     let statement = db.statement(concat!(
-        "WITH named AS (SELECT id, message_id FROM {ir}.reminders WHERE id = ANY($ids))",
+        "WITH named AS (SELECT id, message_id FROM {ir}.reminders",
+        " WHERE id = ANY($ids) OR (status = 'sending' AND message_id = $message))",
         " SELECT r.id, r.invoice_id, r.period, r.status, r.message_id, ",
         date_value!("s.due_date"),
         " AS due_date,",
@@ -67,7 +71,8 @@ pub async fn named_rows(
         " (SELECT message_id FROM named WHERE message_id IS NOT NULL))",
         " ORDER BY r.message_id, r.id"
     ));
-    let params = today.params().with("ids", &ids);
+    let message: Option<String> = message.map(str::to_owned);
+    let params = today.params().with("ids", &ids).with("message", &message);
     on_db!(db, |c| sqlx::query_as_with(
         statement.sql(),
         statement.args(&params)?
@@ -77,65 +82,66 @@ pub async fn named_rows(
     .await)
 }
 
-/// The mail went out: the rows become `sent`, keeping the Message-ID
-/// stored before their send. Only a row still unknown is changed; returns
-/// the ids changed.
-pub async fn mark_sent(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| mark_sent_on(c, db, ids).await)
+/// How unknown rows are settled (`operator::settle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// The mail went out: the rows become `sent`, keeping the Message-ID
+    /// stored before their send.
+    Sent,
+    /// It did not: the rows go back to `failed`, so the next tick sends
+    /// them again (a statement that gains no other invoice keeps its
+    /// Message-ID) while their step is due.
+    Resend,
 }
 
-/// [`mark_sent`] on `c` (inside a caller's transaction).
-pub(crate) async fn mark_sent_on(
-    c: &mut sqlx::PgConnection,
+/// The rows of `ids` whose delivery is still unknown: `sending`, started,
+/// and their run over.
+macro_rules! still_unknown {
+    () => {
+        concat!(
+            " WHERE r.id = ANY($1)",
+            " AND r.status = 'sending' AND r.started_at IS NOT NULL",
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
+            run_ended!("j"),
+            ") RETURNING r.id"
+        )
+    };
+}
+
+/// Settles `ids` as `settlement` says; only a row still unknown is
+/// changed. With `activity` (a console user's change), its record is
+/// written with the rows changed, in the same transaction. Returns the ids
+/// changed.
+pub async fn settle(
     db: &Db,
     ids: &[ReminderId],
+    settlement: Settlement,
+    activity: Option<&NewActivity<'_>>,
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
-    sqlx::query_scalar(db.sql(concat!(
-        "UPDATE {ir}.reminders r
-            SET status = 'sent', sent_at = now(),
-                last_error = 'delivery was unknown; an operator confirmed it was sent'
-          WHERE r.id = ANY($1)
-            AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND NOT EXISTS (
-                SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
-        run_ended!("j"),
-        ")
-         RETURNING r.id"
-    )))
-    .persistent(db.named())
-    .bind(ids)
-    .fetch_all(&mut *c)
-    .await
-}
-
-/// The mail did not go out: the rows go back to `failed`, so the next tick
-/// sends them again (a statement that gains no other invoice keeps its
-/// Message-ID) while their step is due. Only a row
-/// still unknown is changed; returns the ids changed.
-pub async fn mark_for_resend(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-    on_db!(db, |c| mark_for_resend_on(c, db, ids).await)
-}
-
-/// [`mark_for_resend`] on `c` (inside a caller's transaction).
-pub(crate) async fn mark_for_resend_on(
-    c: &mut sqlx::PgConnection,
-    db: &Db,
-    ids: &[ReminderId],
-) -> Result<Vec<ReminderId>, sqlx::Error> {
-    sqlx::query_scalar(db.sql(concat!(
-        "UPDATE {ir}.reminders r
-            SET status = 'failed', started_at = NULL, last_attempt_at = NULL,
-                last_error = 'delivery was unknown; an operator asked to resend it'
-          WHERE r.id = ANY($1)
-            AND r.status = 'sending' AND r.started_at IS NOT NULL
-            AND NOT EXISTS (
-                SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
-        run_ended!("j"),
-        ")
-         RETURNING r.id"
-    )))
-    .persistent(db.named())
-    .bind(ids)
-    .fetch_all(&mut *c)
-    .await
+    let sql = match settlement {
+        Settlement::Sent => concat!(
+            "UPDATE {ir}.reminders r SET status = 'sent', sent_at = now(),",
+            " last_error = 'delivery was unknown; an operator confirmed it was sent'",
+            still_unknown!()
+        ),
+        Settlement::Resend => concat!(
+            "UPDATE {ir}.reminders r SET status = 'failed', started_at = NULL,",
+            " last_attempt_at = NULL,",
+            " last_error = 'delivery was unknown; an operator asked to resend it'",
+            still_unknown!()
+        ),
+    };
+    on_db!(db, tx, |c| async {
+        let changed: Vec<ReminderId> = sqlx::query_scalar(db.sql(sql))
+            .persistent(db.named())
+            .bind(ids)
+            .fetch_all(&mut *c)
+            .await?;
+        if let Some(activity) = activity {
+            let rows: Vec<i64> = changed.iter().map(|id| id.0).collect();
+            record_on(c, db, activity, &rows).await?;
+        }
+        Ok::<_, sqlx::Error>(changed)
+    }
+    .await)
 }

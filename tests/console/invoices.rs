@@ -3,7 +3,7 @@
 //! `.eml` download); pause and unpause from it, which the next tick obeys.
 
 use http_body_util::BodyExt as _;
-use invoice_reminder::commands::explain::explain_invoice;
+use invoice_reminder::operator::explain::explain_invoice;
 use invoice_reminder::domain::InvoiceId;
 use sha2::Digest as _;
 

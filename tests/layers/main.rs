@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. A module may import only modules of a later entry;
 /// modules in one entry may not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["console"],
-    &["commands"],
+    &["cli"],
+    &["console", "commands"],
+    &["operator"],
     &["shutdown"],
     &["http", "schedule"],
     &["tick"],
@@ -28,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["db", "mail", "telemetry"],
     &["config", "metrics", "liveness"],
     &["stages", "locale", "dkim"],
-    &["domain", "cli", "causes"],
+    &["domain", "causes"],
 ];
 
 /// A module path such as `["db", "locks"]`; the crate root is `[]`.

@@ -4,8 +4,8 @@
 
 use chrono::NaiveDate;
 
-use super::instant;
-use super::report::{self, Explained, Until};
+use crate::operator::explain::instant;
+use crate::operator::explain::report::{self, Explained, Until};
 
 /// The explanation for a reader.
 pub(super) fn print_text(e: &Explained) -> std::io::Result<()> {

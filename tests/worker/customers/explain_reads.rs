@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use invoice_reminder::commands::explain::explain_customer;
+use invoice_reminder::operator::explain::explain_customer;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use super::{customer_with, tick, world_in_customer_mode};

@@ -4,7 +4,7 @@
 use chrono::NaiveDate;
 
 use super::{Rules, Verdict, instant};
-use crate::commands::explain::report::{Reason, ReminderView, RowState, Until, count, times};
+use crate::operator::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::db::pauses::ConsolePause;
 use crate::domain::StepKey;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use chrono::NaiveDate;
 
-use super::super::db_failed;
+use crate::operator::db_failed;
 use super::{CustomerPlace, Explained, Facts, decide, rules};
 use crate::config::Settings;
 use crate::db::customers::Retries;

@@ -1,5 +1,6 @@
-//! What is owed today, as the operator's commands survey it (`audit`,
-//! `check-source`, `run-once --dry-run`): the rows that owe a step, and
+//! What is owed today, as the operator surveys it (`audit`,
+//! `check-source`, `run-once --dry-run`, the console's overview and
+//! Problems page): the rows that owe a step, and
 //! among them the source problems, by the same rules a tick applies
 //! (`crate::problems`).
 //!

@@ -1,0 +1,52 @@
+//! Unknown deliveries, by mail: the rows of a statement share one
+//! Message-ID and are one mail to settle. `audit` lists them, the
+//! console's Unknown page shows them.
+
+use crate::db::audit::UnknownRow;
+use crate::domain::{InvoiceId, StepKey};
+
+/// One mail whose delivery is unknown: what to look up in the mail
+/// server's log, and the rows `resolve` settles with it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnknownMail {
+    /// The Message-ID stored before its send (None: a row started by a
+    /// version that did not store it; it is a mail of its own).
+    pub message_id: Option<String>,
+    pub reminder_ids: Vec<i64>,
+    pub invoice_ids: Vec<InvoiceId>,
+    pub periods: Vec<StepKey>,
+    pub run_id: Option<i64>,
+    pub replica_id: Option<String>,
+    pub claimed_at: chrono::DateTime<chrono::Utc>,
+    pub last_error: Option<String>,
+}
+
+/// `rows` by mail, in the order of their first row.
+pub fn unknown_mails(rows: &[UnknownRow]) -> Vec<UnknownMail> {
+    let mut mails: Vec<UnknownMail> = Vec::new();
+    for r in rows {
+        let same = r.message_id.as_ref().and_then(|m| {
+            mails
+                .iter_mut()
+                .find(|mail| mail.message_id.as_ref() == Some(m))
+        });
+        match same {
+            Some(mail) => {
+                mail.reminder_ids.push(r.reminder_id);
+                mail.invoice_ids.push(r.invoice_id.clone());
+                mail.periods.push(r.period.clone());
+            }
+            None => mails.push(UnknownMail {
+                message_id: r.message_id.clone(),
+                reminder_ids: vec![r.reminder_id],
+                invoice_ids: vec![r.invoice_id.clone()],
+                periods: vec![r.period.clone()],
+                run_id: r.run_id,
+                replica_id: r.replica_id.clone(),
+                claimed_at: r.claimed_at,
+                last_error: r.last_error.clone(),
+            }),
+        }
+    }
+    mails
+}
