@@ -153,7 +153,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                     .iter()
                     .map(|c| {
                         let invoice = c.source.invoice_id.clone().unwrap_or_default();
-                        mail::message_id(&invoice, &c.period, "bench.test")
+                        mail::message_id(&invoice, &c.step, "bench.test")
                     })
                     .collect();
                 db::deliveries::mark_started(&db, run, &ids, &message_ids)
@@ -164,10 +164,10 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
                 .iter()
                 .map(|c| {
                     let invoice = c.source.invoice_id.clone().unwrap_or_default();
-                    let message_id = mail::message_id(&invoice, &c.period, "bench.test");
+                    let message_id = mail::message_id(&invoice, &c.step, "bench.test");
                     Attempted {
                         id: c.id,
-                        step: c.period.clone(),
+                        step: c.step.clone(),
                         attempts_before: c.attempts,
                         message_id: message_id.clone(),
                         delivery: Delivery::Sent {

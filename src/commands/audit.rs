@@ -140,7 +140,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
             outln!(
                 "  invoice {} period {}: {} rows",
                 d.invoice_id,
-                d.period,
+                d.step,
                 d.copies
             );
         }
@@ -169,7 +169,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
         let invoices: Vec<String> = m
             .invoice_ids
             .iter()
-            .zip(&m.periods)
+            .zip(&m.steps)
             .map(|(i, p)| format!("{i} {p}"))
             .collect();
         let run = match (m.run_id, &m.replica_id) {
@@ -212,7 +212,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
         outln!(
             "  invoice {} {} {} {tried}: {}",
             f.invoice_id,
-            f.period,
+            f.step,
             f.status,
             f.last_error.as_deref().unwrap_or("")
         );
@@ -226,7 +226,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
             "  reminder {} invoice {} {}: {} (claimed {})",
             s.reminder_id,
             s.invoice_id,
-            s.period,
+            s.step,
             s.reason.as_deref().unwrap_or("skipped"),
             s.claimed_at
         );

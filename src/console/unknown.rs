@@ -40,7 +40,7 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
             message_id: m.message_id,
             reminders: join(&m.reminder_ids),
             invoices: m.invoice_ids.iter().map(ToString::to_string).collect(),
-            steps: join(&m.periods),
+            steps: join(&m.steps),
             claimed: pages::when(&app, m.claimed_at),
             replica: m.replica_id,
             error: m.last_error,

@@ -73,7 +73,7 @@ pub enum ArchiveError {
 pub async fn proof_of(
     db: &Db,
     invoice_id: &InvoiceId,
-    period: &StepKey,
+    step: &StepKey,
 ) -> Result<Option<SentProof>, sqlx::Error> {
     on_db!(db, |c| sqlx::query_as(db.sql(
         "SELECT id AS reminder_id, status, message_id, sent_at, smtp_reply, message_sha256
@@ -81,7 +81,7 @@ pub async fn proof_of(
     ))
     .persistent(db.named())
     .bind(invoice_id)
-    .bind(period)
+    .bind(step)
     .fetch_optional(&mut *c)
     .await)
 }

@@ -15,7 +15,10 @@ use crate::domain::StepKey;
 #[derive(Debug, Clone, FromRow, serde::Serialize)]
 pub struct DuplicateGroup {
     pub invoice_id: InvoiceId,
-    pub period: StepKey,
+    /// The step key (column `period`, and `period` in JSON).
+    #[sqlx(rename = "period")]
+    #[serde(rename = "period")]
+    pub step: StepKey,
     pub copies: i64,
 }
 
@@ -37,7 +40,10 @@ pub async fn duplicates(db: &Db) -> Result<Vec<DuplicateGroup>, sqlx::Error> {
 pub struct UnknownRow {
     pub reminder_id: i64,
     pub invoice_id: InvoiceId,
-    pub period: StepKey,
+    /// The step key (column `period`, and `period` in JSON).
+    #[sqlx(rename = "period")]
+    #[serde(rename = "period")]
+    pub step: StepKey,
     pub attempts: i32,
     pub run_id: Option<i64>,
     pub replica_id: Option<String>,
@@ -74,7 +80,10 @@ pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, s
 pub struct FailedRow {
     pub reminder_id: i64,
     pub invoice_id: InvoiceId,
-    pub period: StepKey,
+    /// The step key (column `period`, and `period` in JSON).
+    #[sqlx(rename = "period")]
+    #[serde(rename = "period")]
+    pub step: StepKey,
     pub status: String,
     pub attempts: i32,
     pub last_error: Option<String>,

@@ -20,6 +20,28 @@ use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;
 
+/// The rows of `keyed` (the source rows of the keys asked for) that owe
+/// their due step today, joined to it as `w.key`: on one source row, a
+/// value in every column a reminder needs, unpaid and unpaused, and not
+/// reminded within the gap. Both claims select their owed rows by it.
+macro_rules! owed_of_keyed {
+    () => {
+        concat!(
+            " FROM keyed s JOIN LATERAL (SELECT w.key FROM ",
+            windows!(),
+            " WHERE ",
+            in_window!("s"),
+            " LIMIT 1) w ON TRUE",
+            " WHERE s.copies = 1 AND ",
+            complete!(),
+            " AND ",
+            owes_flags!("s"),
+            " AND ",
+            invoice_gap_clear!(probe)
+        )
+    };
+}
+
 /// Claims, for run `run_id`, the due step of each of `keys` (distinct
 /// invoice keys) that still owes it: unpaid, unpaused, in a window today,
 /// not reminded within the gap, a value in every column a reminder needs,
@@ -60,17 +82,7 @@ async fn claim_steps_on(
         thread_of!(invoice "x"),
         " AS thread, x.* FROM (SELECT w.key AS step, ",
         source_columns!(),
-        " FROM keyed s JOIN LATERAL (SELECT w.key FROM ",
-        windows!(),
-        " WHERE ",
-        in_window!("s"),
-        " LIMIT 1) w ON TRUE",
-        " WHERE s.copies = 1 AND ",
-        complete!(),
-        " AND ",
-        owes_flags!("s"),
-        " AND ",
-        invoice_gap_clear!(probe),
+        owed_of_keyed!(),
         ") x), taken AS (INSERT INTO {ir}.reminders (invoice_id, period, status, run_id, fence_token, customer_id)",
         " SELECT o.invoice_id, o.step, 'sending', $run_id, $fence, o.customer_id FROM owed o",
         " ORDER BY o.invoice_id ON CONFLICT (invoice_id, period) DO NOTHING",
@@ -82,10 +94,7 @@ async fn claim_steps_on(
         .with("keys", &keys)
         .with("run_id", &run_id)
         .with("fence", &token);
-    let results: Vec<ClaimResult> = sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-        .persistent(db.named())
-        .fetch_all(&mut *c)
-        .await?;
+    let results: Vec<ClaimResult> = statement.fetch_all(&mut *c, &params).await?;
     ask_suppressed(c, db, Claim::from_results(results)).await
 }
 
@@ -197,17 +206,7 @@ pub async fn claim_statements(
         " END AS thread, x.* FROM (SELECT w.key AS step, ",
         source_columns!(),
         ", row_number() OVER (PARTITION BY s.customer_id::text) AS nth",
-        " FROM keyed s JOIN LATERAL (SELECT w.key FROM ",
-        windows!(),
-        " WHERE ",
-        in_window!("s"),
-        " LIMIT 1) w ON TRUE",
-        " WHERE s.copies = 1 AND ",
-        complete!(),
-        " AND ",
-        owes_flags!("s"),
-        " AND ",
-        invoice_gap_clear!(probe),
+        owed_of_keyed!(),
         " AND (",
         customer_gap_clear!(),
         " OR s.invoice_id::text = ANY($resend_keys))",
@@ -242,15 +241,9 @@ pub async fn claim_statements(
         .with("fence", &token);
     on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        sqlx::query_with(locks.sql(), locks.args(&params)?)
-            .persistent(db.named())
-            .execute(&mut *c)
-            .await?;
+        locks.execute(&mut *c, &params).await?;
         let results: Vec<ClaimResult> =
-            sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-                .persistent(db.named())
-                .fetch_all(&mut *c)
-                .await?;
+            statement.fetch_all(&mut *c, &params).await?;
         ask_suppressed(c, db, Claim::from_results(results)).await
     })
 }
@@ -307,10 +300,7 @@ pub async fn reclaim_failed(
     on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
         let claimed: Vec<ClaimedRow> =
-            sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-                .persistent(db.named())
-                .fetch_all(&mut *c)
-                .await?;
+            statement.fetch_all(&mut *c, &params).await?;
         let claim = Claim {
             claimed,
             ..Claim::default()

@@ -17,10 +17,12 @@
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::postgres::{PgQueryResult, PgRow};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use std::sync::Arc;
 
+use super::params::Params;
 use super::sql::Names;
 use crate::config::{Pooler, Settings};
 
@@ -99,9 +101,13 @@ impl Db {
     /// `template`, whose parameters are named (`params`), with our schema
     /// and the source put in: ready to bind by name.
     pub(crate) fn statement(&self, template: &str) -> Prepared {
-        let statement = super::params::Statement::new(template);
-        let sqlx::AssertSqlSafe(text) = self.names.sql(statement.text());
-        Prepared { text, statement }
+        let numbered = super::params::Numbered::new(template);
+        let sqlx::AssertSqlSafe(text) = self.names.sql(numbered.text());
+        Prepared {
+            text,
+            numbered,
+            persistent: self.named(),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -156,14 +162,77 @@ impl Db {
     }
 }
 
-/// A statement with named parameters, ready for a call.
+/// A statement with named parameters, ready for a call: it runs on a
+/// connection with its parameters bound by name, prepared once per
+/// connection unless behind a pooler (or [`Prepared::once`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
     text: String,
-    statement: super::params::Statement,
+    numbered: super::params::Numbered,
+    persistent: bool,
 }
 
 impl Prepared {
+    /// Never prepared for reuse: a statement whose text changes per call
+    /// or that runs rarely.
+    pub fn once(mut self) -> Self {
+        self.persistent = false;
+        self
+    }
+
+    /// Every row of one call.
+    pub async fn fetch_all<T>(
+        &self,
+        c: &mut PgConnection,
+        params: &Params<'_>,
+    ) -> Result<Vec<T>, sqlx::Error>
+    where
+        T: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow>,
+    {
+        sqlx::query_as_with(self.sql(), self.args(params)?)
+            .persistent(self.persistent)
+            .fetch_all(c)
+            .await
+    }
+
+    /// The one row of a call, if any.
+    pub async fn fetch_optional<T>(
+        &self,
+        c: &mut PgConnection,
+        params: &Params<'_>,
+    ) -> Result<Option<T>, sqlx::Error>
+    where
+        T: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow>,
+    {
+        sqlx::query_as_with(self.sql(), self.args(params)?)
+            .persistent(self.persistent)
+            .fetch_optional(c)
+            .await
+    }
+
+    /// The one value of a call that answers one row of one column.
+    pub async fn fetch_scalar<T>(&self, c: &mut PgConnection, params: &Params<'_>) -> Result<T, sqlx::Error>
+    where
+        T: Send + Unpin + sqlx::Type<Postgres> + for<'r> sqlx::Decode<'r, Postgres>,
+    {
+        sqlx::query_scalar_with(self.sql(), self.args(params)?)
+            .persistent(self.persistent)
+            .fetch_one(c)
+            .await
+    }
+
+    /// Runs a call that answers no rows.
+    pub async fn execute(
+        &self,
+        c: &mut PgConnection,
+        params: &Params<'_>,
+    ) -> Result<PgQueryResult, sqlx::Error> {
+        sqlx::query_with(self.sql(), self.args(params)?)
+            .persistent(self.persistent)
+            .execute(c)
+            .await
+    }
+
     /// The statement's text, for `sqlx::query*_with_result`.
     pub fn sql(&self) -> sqlx::AssertSqlSafe<String> {
         // Our own statement text with quoted identifiers from the settings.
@@ -173,9 +242,9 @@ impl Prepared {
     /// The arguments of one call (an error if a name has no value).
     pub fn args(
         &self,
-        params: &super::params::Params<'_>,
+        params: &Params<'_>,
     ) -> Result<sqlx::postgres::PgArguments, sqlx::Error> {
-        self.statement.bind(params).map_err(sqlx::Error::Encode)
+        self.numbered.bind(params).map_err(sqlx::Error::Encode)
     }
 }
 

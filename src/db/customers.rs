@@ -210,10 +210,7 @@ async fn read(
     params: &Params<'_>,
 ) -> Result<CustomerPage, sqlx::Error> {
     let (rows, suppressed): (Vec<ReadRow>, Vec<String>) = on_db!(db, tx, |c| {
-        let rows: Vec<ReadRow> = sqlx::query_as_with(statement.sql(), statement.args(params)?)
-            .persistent(db.named())
-            .fetch_all(&mut *c)
-            .await?;
+        let rows: Vec<ReadRow> = statement.fetch_all(&mut *c, params).await?;
         let asked = lowercase_addresses(
             rows.iter()
                 .filter(|r| r.state.is_some())
@@ -353,7 +350,8 @@ pub async fn explain_customer_page(
     let statement = db.statement(&format!(
         "EXPLAIN (FORMAT JSON, VERBOSE) {}",
         customer_read!("s.customer_id::text > $after_customer")
-    ));
+    ))
+    .once();
     let limit = i64::from(limit);
     let due_by = today.due_by();
     let after = String::new();
@@ -363,11 +361,5 @@ pub async fn explain_customer_page(
         .with("after_customer", &after)
         .with("due_by", &due_by)
         .with("limit", &limit);
-    on_db!(db, |c| sqlx::query_scalar_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(false)
-    .fetch_one(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_scalar(&mut *c, &params).await)
 }

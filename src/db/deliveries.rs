@@ -108,13 +108,7 @@ pub async fn write_progress(
         .with("max_attempts", &max_attempts)
         .with("mark_ids", &mark_ids)
         .with("mark_message_ids", &mark_message_ids);
-    let written: Vec<(ReminderId, bool, bool)> = on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)?;
+    let written: Vec<(ReminderId, bool, bool)> = on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
     let mut progress = Progress::default();
     for (id, recorded, gave_up) in written {
         if recorded {

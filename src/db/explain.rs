@@ -167,13 +167,7 @@ async fn source_facts(
     params: &Params<'_>,
 ) -> Result<Vec<SourceFacts>, sqlx::Error> {
     let statement = db.statement(text);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_all(&mut *c, params).await)
 }
 
 /// Every reminder row of the invoices `keys`, oldest first, with its run's
@@ -213,13 +207,7 @@ pub async fn reminder_rows(
         .with("tz", &tz)
         .with("backoff_first", &first)
         .with("backoff_max", &max);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)
 }
 
 /// The keys of the source's rows whose `customer_id` is `customer`, in
@@ -259,11 +247,5 @@ pub async fn customer_reminder_days(
           GROUP BY r.invoice_id",
     );
     let params = Params::new().with("customer", &customer).with("tz", &tz);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)
 }

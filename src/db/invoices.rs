@@ -275,10 +275,7 @@ pub(super) async fn owed_page_on(
     };
     let limit = i64::from(limit);
     let params = page_params(today, window, &after_date, &after_key, &limit);
-    let rows: Vec<PageRow> = sqlx::query_as_with(statement.sql(), statement.args(&params)?)
-        .persistent(db.named())
-        .fetch_all(&mut *c)
-        .await?;
+    let rows: Vec<PageRow> = statement.fetch_all(&mut *c, &params).await?;
     let examined = rows.len();
     // Rows are in the window with a key: neither is NULL.
     let last = rows.iter().rev().find_map(|r| {
@@ -311,17 +308,13 @@ pub async fn explain_owed_page(
     today: &Today,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
-    let statement = db.statement(&format!("EXPLAIN (FORMAT JSON, VERBOSE) {PAGE}"));
+    let statement = db
+        .statement(&format!("EXPLAIN (FORMAT JSON, VERBOSE) {PAGE}"))
+        .once();
     let (after_date, after_key) = (window.due_from, Some(InvoiceId::default()));
     let limit = i64::from(limit);
     let params = page_params(today, window, &after_date, &after_key, &limit);
-    on_db!(db, |c| sqlx::query_scalar_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(false)
-    .fetch_one(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_scalar(&mut *c, &params).await)
 }
 
 /// Estimated rows of `schema.table` (`pg_class.reltuples`; -1 or 0 when

@@ -124,13 +124,7 @@ pub async fn owed_listing(
         .params()
         .with("max_attempts", &max_attempts)
         .with("limit", &limit);
-    let rows: Vec<Listed> = on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)?;
+    let rows: Vec<Listed> = on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
     Ok(OwedListing {
         total: rows.first().map_or(0, |r| r.total),
         total_new: rows.first().map_or(0, |r| r.total_new),
@@ -155,13 +149,7 @@ pub async fn owed_by_step(
     ));
     let max_attempts = i64::from(max_attempts);
     let params = today.params().with("max_attempts", &max_attempts);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)
 }
 
 /// One step's owed rows today ([`owed_by_step`]).

@@ -68,12 +68,12 @@ impl<'a> Params<'a> {
 /// A statement's text with its names made positional, and the order they
 /// are bound in.
 #[derive(Debug, Clone)]
-pub struct Statement {
+pub struct Numbered {
     sql: String,
     order: Vec<String>,
 }
 
-impl Statement {
+impl Numbered {
     /// Numbers each `$name` of `text` by its first appearance.
     pub fn new(text: &str) -> Self {
         let mut sql = String::with_capacity(text.len());
@@ -143,7 +143,7 @@ mod tests {
 
     #[test]
     fn names_are_numbered_by_their_first_appearance_and_reused() {
-        let s = Statement::new("SELECT $b, $a::date, $b, $ x, '$' FROM t WHERE c = $a_2");
+        let s = Numbered::new("SELECT $b, $a::date, $b, $ x, '$' FROM t WHERE c = $a_2");
         assert_eq!(
             s.sql,
             "SELECT $1, $2::date, $1, $ x, '$' FROM t WHERE c = $3"
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_name_without_a_value_is_an_error_naming_it() {
-        let s = Statement::new("SELECT $today, $gap_days");
+        let s = Numbered::new("SELECT $today, $gap_days");
         let today = 1i64;
         let err = s
             .bind(&Params::new().with("today", &today))

@@ -41,13 +41,7 @@ pub type RateStatus = (
 pub async fn status(db: &Db, relay: &str) -> Result<Option<RateStatus>, sqlx::Error> {
     let statement = db.statement(STATUS);
     let params = Params::new().with("relay", &relay);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_optional(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_optional(&mut *c, &params).await)
 }
 
 /// `READ`'s row: rate held, rate measured, raises, seconds quiet.
@@ -57,13 +51,7 @@ type StoredRow = (Option<f64>, Option<f64>, i32, Option<f64>);
 pub async fn read(db: &Db, relay: &str) -> Result<Option<LearnedRate>, sqlx::Error> {
     let statement = db.statement(READ);
     let params = Params::new().with("relay", &relay);
-    let row: Option<StoredRow> = on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_optional(&mut *c)
-    .await)?;
+    let row: Option<StoredRow> = on_db!(db, |c| statement.fetch_optional(&mut *c, &params).await)?;
     Ok(
         row.map(|(per_second, measured, raises, quiet_for)| LearnedRate {
             per_second,
@@ -96,12 +84,6 @@ pub async fn write(
         .with("throttled", &throttled)
         .with("raises", &raises)
         .with("quiet_for", &quiet_for);
-    on_db!(db, |c| sqlx::query_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .execute(&mut *c)
-    .await
+    on_db!(db, |c| statement.execute(&mut *c, &params).await
     .map(|_| ()))
 }

@@ -173,7 +173,7 @@ pub struct ClaimedRow {
     /// Delivery attempts finished before this claim (0 for a first claim).
     pub attempts: i32,
     /// The step claimed.
-    pub period: StepKey,
+    pub step: StepKey,
     /// The Message-ID its last attempt carried (a retry), stored before
     /// that attempt's send.
     pub message_id: Option<String>,
@@ -203,7 +203,8 @@ pub struct Claim {
 pub(super) struct ClaimResult {
     reminder_id: Option<ReminderId>,
     attempts: Option<i32>,
-    period: Option<StepKey>,
+    #[sqlx(rename = "period")]
+    step: Option<StepKey>,
     stored_message_id: Option<String>,
     thread: Option<Vec<String>>,
     repeated: bool,
@@ -224,11 +225,11 @@ impl Claim {
         // insert, so its probes never meet the rows the claim inserts).
         let mut owed: HashMap<InvoiceId, (SourceRow, Vec<String>)> = HashMap::new();
         for r in results {
-            match (r.reminder_id, r.attempts, r.period) {
-                (Some(id), Some(attempts), Some(period)) => claimed.push((
+            match (r.reminder_id, r.attempts, r.step) {
+                (Some(id), Some(attempts), Some(step)) => claimed.push((
                     id,
                     attempts,
-                    period,
+                    step,
                     r.stored_message_id,
                     r.source.invoice_id,
                 )),
@@ -240,13 +241,13 @@ impl Claim {
                 }
             }
         }
-        for (id, attempts, period, message_id, key) in claimed {
+        for (id, attempts, step, message_id, key) in claimed {
             // The claim took only keys of `owed`, each on one row.
             if let Some((source, thread)) = key.and_then(|k| owed.get(&k)).cloned() {
                 claim.claimed.push(ClaimedRow {
                     id,
                     attempts,
-                    period,
+                    step,
                     message_id,
                     thread,
                     source,

@@ -23,7 +23,9 @@ use crate::domain::{InvoiceId, ReminderId};
 pub struct NamedRow {
     pub id: ReminderId,
     pub invoice_id: InvoiceId,
-    pub period: StepKey,
+    /// The step key (column `period`).
+    #[sqlx(rename = "period")]
+    pub step: StepKey,
     pub status: String,
     /// The Message-ID its mail carried, stored before the send (None: a
     /// row started by a version that did not store it).
@@ -73,13 +75,7 @@ pub async fn named_rows(
     ));
     let message: Option<String> = message.map(str::to_owned);
     let params = today.params().with("ids", &ids).with("message", &message);
-    on_db!(db, |c| sqlx::query_as_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)
+    on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)
 }
 
 /// How unknown rows are settled (`operator::settle`).

@@ -112,13 +112,7 @@ pub async fn retire_failed(db: &Db, today: &Today, max_attempts: u32) -> Result<
     ));
     let max_attempts = i64::from(max_attempts);
     let params = today.params().with("max_attempts", &max_attempts);
-    on_db!(db, |c| sqlx::query_with(
-        statement.sql(),
-        statement.args(&params)?
-    )
-    .persistent(db.named())
-    .execute(&mut *c)
-    .await
+    on_db!(db, |c| statement.execute(&mut *c, &params).await
     .map(|done| done.rows_affected()))
 }
 

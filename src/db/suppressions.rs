@@ -225,7 +225,9 @@ async fn remember_id(c: &mut sqlx::PgConnection, db: &Db, id: &str) -> Result<bo
 pub struct SkippedRow {
     pub reminder_id: i64,
     pub invoice_id: crate::domain::InvoiceId,
-    pub period: StepKey,
+    /// The step key (column `period`, and `period` in JSON).
+    #[serde(rename = "period")]
+    pub step: StepKey,
     /// Why (`suppressed`).
     pub reason: Option<String>,
     pub claimed_at: DateTime<Utc>,
@@ -257,10 +259,10 @@ pub async fn skipped(db: &Db, limit: i64) -> Result<(i64, Vec<SkippedRow>), sqlx
     let listed = rows
         .into_iter()
         .map(
-            |(_, reminder_id, invoice_id, period, reason, claimed_at)| SkippedRow {
+            |(_, reminder_id, invoice_id, step, reason, claimed_at)| SkippedRow {
                 reminder_id,
                 invoice_id,
-                period,
+                step,
                 reason,
                 claimed_at,
             },

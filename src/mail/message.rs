@@ -68,8 +68,8 @@ impl OutgoingMail {
 
 /// `invoice-{id}.{period}@{domain}`, the id as [`id_token`] writes it:
 /// the same reminder, the same Message-ID.
-pub fn message_id(invoice_id: &InvoiceId, period: &StepKey, domain: &str) -> String {
-    format!("invoice-{}.{period}@{domain}", id_token(invoice_id))
+pub fn message_id(invoice_id: &InvoiceId, step: &StepKey, domain: &str) -> String {
+    format!("invoice-{}.{step}@{domain}", id_token(invoice_id))
 }
 
 /// An invoice id as it appears in the Message-ID and the `X-Invoice-Id`
@@ -192,7 +192,7 @@ pub fn build_message(
     reply_to: Option<&Mailbox>,
     invoice: &Invoice,
     customer: &Customer,
-    period: &StepKey,
+    step: &StepKey,
     message_id: String,
     earlier: &[String],
     rendered: Rendered,
@@ -201,7 +201,7 @@ pub fn build_message(
         invoice_id: &invoice.id,
         message_id,
         invoice_header: id_token(&invoice.id),
-        period_header: period.to_string(),
+        step_header: step.to_string(),
         earlier,
     };
     build(smtp, reply_to, customer, keys, rendered)
@@ -246,12 +246,12 @@ pub fn build_statement(
         });
     };
     let tokens: Vec<String> = invoices.iter().map(|(i, _)| id_token(&i.id)).collect();
-    let periods: Vec<&str> = invoices.iter().map(|(_, p)| *p).collect();
+    let steps: Vec<&str> = invoices.iter().map(|(_, p)| *p).collect();
     let keys = MailKeys {
         invoice_id: &first.id,
         message_id,
         invoice_header: tokens.join(", "),
-        period_header: periods.join(", "),
+        step_header: steps.join(", "),
         earlier,
     };
     build(smtp, reply_to, customer, keys, rendered)
@@ -263,7 +263,7 @@ struct MailKeys<'a> {
     invoice_id: &'a InvoiceId,
     message_id: String,
     invoice_header: String,
-    period_header: String,
+    step_header: String,
     /// The thread's earlier Message-IDs, oldest first.
     earlier: &'a [String],
 }
@@ -301,7 +301,7 @@ fn build(
         .subject(rendered.subject)
         .message_id(Some(format!("<{id}>")))
         .header(XInvoiceId(keys.invoice_header))
-        .header(XReminderPeriod(keys.period_header))
+        .header(XReminderPeriod(keys.step_header))
         .header(AutoSubmitted);
     if let Some(latest) = keys.earlier.last() {
         let references = bounded_references(keys.earlier)

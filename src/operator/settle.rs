@@ -144,12 +144,12 @@ fn plan(rows: &[NamedRow], resending: bool) -> Plan {
             ));
         }
         for r in mail {
-            if resending && r.due_step.as_deref() != Some(r.period.as_str()) {
+            if resending && r.due_step.as_deref() != Some(r.step.as_str()) {
                 let now = r.due_step.as_deref().unwrap_or("none");
                 plan.notes.push(format!(
                     "{}: step {} is no longer due (due step now: {now}); not resent (use --sent, or leave it)",
                     what(r),
-                    r.period
+                    r.step
                 ));
                 plan.refused += 1;
             } else {
@@ -193,7 +193,7 @@ fn settled(rows: &[NamedRow], plan: &Plan, changed: &[ReminderId], resending: bo
 fn what(row: &NamedRow) -> String {
     format!(
         "reminder {} (invoice {}, {})",
-        row.id, row.invoice_id, row.period
+        row.id, row.invoice_id, row.step
     )
 }
 

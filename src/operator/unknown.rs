@@ -14,7 +14,9 @@ pub struct UnknownMail {
     pub message_id: Option<String>,
     pub reminder_ids: Vec<i64>,
     pub invoice_ids: Vec<InvoiceId>,
-    pub periods: Vec<StepKey>,
+    /// The step keys (`periods` in JSON, after the column).
+    #[serde(rename = "periods")]
+    pub steps: Vec<StepKey>,
     pub run_id: Option<i64>,
     pub replica_id: Option<String>,
     pub claimed_at: chrono::DateTime<chrono::Utc>,
@@ -34,13 +36,13 @@ pub fn unknown_mails(rows: &[UnknownRow]) -> Vec<UnknownMail> {
             Some(mail) => {
                 mail.reminder_ids.push(r.reminder_id);
                 mail.invoice_ids.push(r.invoice_id.clone());
-                mail.periods.push(r.period.clone());
+                mail.steps.push(r.step.clone());
             }
             None => mails.push(UnknownMail {
                 message_id: r.message_id.clone(),
                 reminder_ids: vec![r.reminder_id],
                 invoice_ids: vec![r.invoice_id.clone()],
-                periods: vec![r.period.clone()],
+                steps: vec![r.step.clone()],
                 run_id: r.run_id,
                 replica_id: r.replica_id.clone(),
                 claimed_at: r.claimed_at,

@@ -164,7 +164,7 @@ async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() 
     let mut steps: Vec<(Option<InvoiceId>, invoice_reminder::domain::StepKey)> = claim
         .claimed
         .iter()
-        .map(|c| (c.source.invoice_id.clone(), c.period.clone()))
+        .map(|c| (c.source.invoice_id.clone(), c.step.clone()))
         .collect();
     steps.sort();
     assert_eq!(
@@ -225,7 +225,7 @@ async fn results_handed_over_in_any_order_each_settle_their_own_row() {
         .map(|(c, delivery)| Attempted {
             id: c.id,
             invoice: c.source.invoice_id.clone().unwrap_or_default(),
-            step: c.period.clone(),
+            step: c.step.clone(),
             attempts_before: c.attempts,
             message_id: format!("m{}@test", c.id),
             delivery,

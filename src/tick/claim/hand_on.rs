@@ -53,7 +53,7 @@ pub(super) async fn screen(
             Ok((invoice, customer)) => batch.push(Claimed {
                 id: row.id,
                 attempts: row.attempts,
-                step: row.period,
+                step: row.step,
                 invoice,
                 customer,
                 thread: row.thread,
