@@ -20,7 +20,8 @@
 //! the UNIQUE (invoice_id, period) index, kept that way with `OFFSET 0`:
 //! otherwise PostgreSQL may plan an anti-join from `reminders` statistics,
 //! which are stale exactly when it matters (the table grows by a whole
-//! backlog within one tick), and rescan `reminders` for every page.
+//! backlog within one tick), and rescan `reminders` for every page
+//! (BENCHMARKS.md, "The per-row probe").
 
 use chrono::NaiveDate;
 use sqlx::FromRow;
@@ -166,10 +167,10 @@ impl SourceRow {
 /// only for those rows, in the outer query. The `LIMIT` keeps PostgreSQL
 /// from pushing the per-row probes into the scan, where a misestimate of
 /// their cost (stale `reminders` statistics mid-backlog) made it prefer
-/// driving the view from `customers` and sorting the whole window: 0.5-0.8 s
-/// a page at 100k, measured. A page therefore costs the same whether its
-/// rows owe a reminder or not, and may return fewer owed rows than it
-/// examined.
+/// driving the view from `customers` and sorting the whole window
+/// (BENCHMARKS.md, "The per-row probe"). A page therefore costs the same
+/// whether its rows owe a reminder or not, and may return fewer owed rows
+/// than it examined.
 ///
 /// `clear` is NULL for a row that owes nothing (paid, paused, or its step
 /// already has a row), true for one that owes the step, false for one the

@@ -93,7 +93,8 @@ fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
 /// `enable_seqscan = off`: on a small table PostgreSQL would rather read
 /// the whole of `reminders` than probe its key a few hundred times, a cost
 /// per reminder that depends on how many reminders the table already
-/// holds. Behind a transaction pooler no startup option can be set.
+/// holds (BENCHMARKS.md, "Lookups that read a bounded number of rows").
+/// Behind a transaction pooler no startup option can be set.
 #[derive(Clone, Debug)]
 pub struct PhaseDbs {
     pub claims: Db,

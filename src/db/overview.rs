@@ -2,8 +2,8 @@
 //! `sent` ones (the numbers that stay small however long the history), and
 //! the last days' reminders by outcome per day. Each reads an index of
 //! `migrations/20261206000002_console_indexes.sql`, so it costs what the
-//! days or the open rows hold, not the whole history (BENCHMARKS.md: the
-//! console at 1M reminders).
+//! days or the open rows hold, not the whole history (BENCHMARKS.md, "The
+//! console at 1M reminders").
 
 use std::collections::BTreeMap;
 

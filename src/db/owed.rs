@@ -101,8 +101,8 @@ struct Listed {
 /// source rows, and how many there are in all. Read-only, one statement:
 /// the windows joined with the source and (a hash anti-join, not a probe
 /// per row) with the reminders, the gap tested only for what is left, and
-/// the per-key count only for the rows returned. Measured at 1M invoices
-/// all reminded: under a second.
+/// the per-key count only for the rows returned (BENCHMARKS.md, "The
+/// survey of what is owed").
 pub async fn owed_listing(
     db: &Db,
     today: &Today,

@@ -8,8 +8,9 @@
 //! to a generic plan that ignores the parameters. For the overdue page
 //! (`LIMIT $n`, a keyset cursor) a generic plan can be a full scan and
 //! sort per page, turning a backlog into quadratic work; planning each
-//! execution costs well under a millisecond. Behind a pooler, statements
-//! are unnamed and so always planned with their parameters.
+//! execution costs far less (BENCHMARKS.md, "The per-row probe"). Behind
+//! a pooler, statements are unnamed and so always planned with their
+//! parameters.
 //!
 //! `idle_in_transaction_session_timeout` = `database.statement_timeout`: a
 //! transaction of ours left idle this long (its process paused or hung
@@ -17,8 +18,8 @@
 //! claims any longer than a statement may take.
 //!
 //! `jit = off`: the scan's per-row probes make PostgreSQL estimate a page
-//! at far above `jit_above_cost`, and compiling it (~8 ms) cost more than
-//! running it (~1 ms); these are short OLTP statements.
+//! at far above `jit_above_cost`, and compiling it cost more than running
+//! it; these are short OLTP statements (BENCHMARKS.md, "No JIT").
 //!
 //! `extra_float_digits` is left out (we read no floats that need it), and
 //! `application_name` names the replica, so `pg_stat_activity` shows who is

@@ -5,7 +5,8 @@
 //!
 //! The rule is autovacuum's own default: more than 50 rows plus 10 % of
 //! the table changed. `ANALYZE (SKIP_LOCKED)` never waits: if autovacuum
-//! or another replica is analyzing the table, this one is skipped.
+//! or another replica is analyzing the table, this one is skipped
+//! (BENCHMARKS.md, "Statistics refreshed after a large tick").
 
 use super::Db;
 use super::conn::on_db;

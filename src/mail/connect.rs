@@ -76,9 +76,9 @@ impl Connector<'_> {
                         .map_err(|e| ConnectError::Failed(at(&e)))?;
                     // Each write waits for its reply before the next, but a
                     // write that ever followed an unanswered one would wait
-                    // for the server's delayed ACK under Nagle's algorithm
-                    // (~40 ms a message, as when lettre wrote the content
-                    // and the final "." separately).
+                    // for the server's delayed ACK under Nagle's algorithm,
+                    // as when lettre wrote the content and the final "."
+                    // separately (BENCHMARKS.md, "TCP_NODELAY").
                     tcp.set_nodelay(true)
                         .map_err(|e| ConnectError::Failed(at(&e)))?;
                     let written = Arc::new(Written::default());

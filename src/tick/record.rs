@@ -17,11 +17,11 @@ use super::{TickError, db_err};
 use crate::domain::{Attempted, Counts};
 
 /// How long a delivery result may wait for a mark to carry it before it is
-/// written on its own. At full speed a mark comes every few milliseconds;
-/// this matters only for slow sends (a relay that paces us, a long reply),
-/// where each write is a statement of its own: a second keeps those to at
-/// most one a second, and results of a slow tick still reach the table
-/// within one.
+/// written on its own. At full speed marks come far more often
+/// (BENCHMARKS.md, "Results written with the marks"); this matters only
+/// for slow sends (a relay that paces us, a long reply), where each write
+/// is a statement of its own: a second keeps those to at most one a
+/// second, and results of a slow tick still reach the table within one.
 pub(super) const RECORD_EVERY: Duration = Duration::from_secs(1);
 
 /// Results are written on their own once `batch_size /
