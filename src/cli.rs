@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -73,8 +72,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// A row `sending` for longer than this counts as unknown delivery.
-        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, value_name = "DURATION")]
-        unknown_after: Duration,
+        #[arg(long, default_value_t = crate::operator::unknown::UNKNOWN_AFTER.into(), value_name = "DURATION")]
+        unknown_after: humantime::Duration,
     },
 
     /// Print the reminder an invoice would get, built exactly as the tick
@@ -245,7 +244,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
         Command::Audit {
             json,
             unknown_after,
-        } => commands::audit::audit(&settings, json, unknown_after).await,
+        } => commands::audit::audit(&settings, json, unknown_after.into()).await,
         Command::Preview {
             invoice,
             customer,
@@ -263,7 +262,9 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             commands::preview::preview(&settings, request).await
         }
         Command::Next { count, from, json } => commands::next::next(&settings, count, from, json),
-        Command::Resolve { sent, resend } => commands::resolve::resolve(&settings, sent, resend).await,
+        Command::Resolve { sent, resend } => {
+            commands::resolve::resolve(&settings, sent, resend).await
+        }
         Command::Health { url } => commands::health::health(&settings, url).await,
         Command::Status { json, runs } => commands::status::status(settings, json, runs).await,
         Command::CheckSource => commands::check_source::check_source(&settings).await,
@@ -277,9 +278,10 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
                 (Some(id), _) => commands::explain::Target::Invoice(id),
                 (None, Some(id)) => commands::explain::Target::Customer(id),
                 (None, None) => {
-                    return Err(
-                        crate::operator::UsageError("explain needs --invoice ID or --customer ID".into()).into(),
-                    );
+                    return Err(crate::operator::UsageError(
+                        "explain needs --invoice ID or --customer ID".into(),
+                    )
+                    .into());
                 }
             };
             commands::explain::explain(&settings, target, json, raw).await

@@ -21,9 +21,14 @@
 //! Read [`tick`] first: the job top to bottom. Imports run down this list,
 //! never up, and no two files import each other (`tests/layers` checks
 //! both):
-//! * [`console`]: the operator console's pages, over the commands.
-//! * [`commands`]: one file per subcommand; `main` maps their errors to
-//!   exit codes.
+//! * [`cli`]: the command line's shape, and the dispatch to the commands
+//!   and the console.
+//! * [`console`]: the operator console's pages; [`commands`]: one file per
+//!   subcommand, printing and setting exit codes. Neither imports the
+//!   other: both ask the operator layer.
+//! * [`operator`]: what the operator asks and decides (explain, the survey
+//!   of what is owed, unknown mails and settling, suppression, pauses, the
+//!   lock holder, previews), once for both.
 //! * [`shutdown`]: the shutdown sequence, signal to release, in one place.
 //! * [`http`]: `/healthz`, `/readyz`, `/metrics` and the bounce webhook;
 //!   [`schedule`]: cron wiring and fire computation, one tick at a time.
@@ -33,15 +38,15 @@
 //! * [`lock`]: the lease model (design note), Redis and PostgreSQL backends,
 //!   the watchdog; [`problems`]: which source rows cannot make a reminder.
 //! * [`db`]: all SQL; [`db::reminders`] is the claim protocol,
-//!   [`db::session`] the PostgreSQL session settings. [`mail`]: building a
+//!   [`db::options`] the PostgreSQL connection options. [`mail`]: building a
 //!   message, and SMTP with known-or-unknown outcomes. [`telemetry`]: logs.
 //! * [`config`]: typed settings, defaults compiled in from
 //!   `config/default.toml`, validated once; [`metrics`]: the Prometheus
 //!   metrics; [`liveness`]: is the scheduler loop alive.
-//! * [`stages`]: which step an invoice owes (the step key is a reminder's
-//!   `period`); [`locale`]: language tags; [`dkim`]: the signing key.
+//! * [`stages`]: which step an invoice owes (its step key is stored in
+//!   the column `period`); [`locale`]: language tags; [`dkim`]: the signing key.
 //! * [`domain`]: the plain values the layers exchange (ids, invoice,
-//!   customer, delivery, counts); [`cli`]: the command line's shape.
+//!   customer, delivery, counts).
 
 pub mod causes;
 pub mod cli;
@@ -56,8 +61,8 @@ pub mod liveness;
 pub mod locale;
 pub mod lock;
 pub mod mail;
-pub mod operator;
 pub mod metrics;
+pub mod operator;
 pub mod problems;
 pub mod schedule;
 pub mod shutdown;

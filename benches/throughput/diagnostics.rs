@@ -10,7 +10,7 @@ use futures::StreamExt;
 use invoice_reminder::config::Settings;
 use invoice_reminder::db;
 use invoice_reminder::db::Db;
-use invoice_reminder::db::owing::Today;
+use invoice_reminder::db::owing::OwingDay;
 use invoice_reminder::domain::{
     Attempted, Currency, Customer, Delivery, Invoice, InvoiceId, Money, Proof, Recipients,
     ReminderId,
@@ -128,7 +128,7 @@ pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
     let mut total = 0usize;
     for window in settings.reminders.stages.windows(today) {
         let mut after = None;
-        let one = Today::new(
+        let one = OwingDay::new(
             today,
             "UTC",
             settings.reminders.min_days_between,
@@ -238,8 +238,8 @@ fn templates(settings: &Settings) -> Templates {
 }
 
 /// What a claim would present as "owing today".
-pub fn owed(settings: &Settings, today: NaiveDate) -> Today {
-    Today::new(
+pub fn owed(settings: &Settings, today: NaiveDate) -> OwingDay {
+    OwingDay::new(
         today,
         "UTC",
         settings.reminders.min_days_between,

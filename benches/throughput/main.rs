@@ -207,7 +207,7 @@ async fn bench() {
     // mode), for the bench's SQL and the diagnostics.
     let pool = PgPoolOptions::new()
         .max_connections(8)
-        .connect_with(invoice_reminder::db::session::connect_options(&settings))
+        .connect_with(invoice_reminder::db::options::connect_options(&settings))
         .await
         .expect("connect");
     let new = Worker::create(

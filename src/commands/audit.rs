@@ -12,9 +12,9 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
-use crate::operator::unknown::{UnknownMail, unknown_mails};
 use crate::db::owed::{OwedReminder, OwedRow};
 use crate::db::suppressions::SkippedRow;
+use crate::operator::unknown::{UnknownMail, unknown_mails};
 
 /// How many missing invoices are listed (all are counted).
 const MISSING_LISTED: usize = 100;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{UsageError, connect};
 use crate::config::Settings;
 use crate::db::customers::Retries;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::db::source::{AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, FoundColumn};
 use crate::db::{self, Db};
 
@@ -97,7 +97,7 @@ async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyh
     let Some(window) = windows.last() else {
         return Ok(());
     };
-    let owing = Today::from_settings(settings, today);
+    let owing = OwingDay::from_settings(settings, today);
     let by_customer = db.names().reads_customer();
     let batch_size = settings.reminders.batch_size;
     let plan = if by_customer {

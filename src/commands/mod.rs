@@ -31,10 +31,10 @@ pub mod suppress;
 use crate::config::Settings;
 use crate::db;
 
-pub use audit::{AuditReport, build_report};
-pub use run_once::{DryRun, dry_run};
 pub use crate::operator::UsageError;
 pub(crate) use crate::operator::db_failed;
+pub use audit::{AuditReport, build_report};
+pub use run_once::{DryRun, dry_run};
 
 /// The tick's context for a command. A template that does not load is a
 /// configuration problem (exit 2), like a bad setting.

@@ -10,7 +10,7 @@ use super::{connect, exit};
 use crate::config::{GroupBy, Settings};
 use crate::db;
 use crate::db::customers::Retries;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::domain::InvoiceId;
 use crate::mail::{self, Templates};
 use crate::operator::preview::shown;
@@ -156,7 +156,7 @@ async fn preview_statement(
     let read = "failed to read the customer's invoices from source.relation";
     let (rows, suppressed) = db::customers::fetch_whole_customer(
         pool,
-        &Today::from_settings(settings, today),
+        &OwingDay::from_settings(settings, today),
         &Retries::from_settings(&settings.reminders, 0),
         customer,
         settings.reminders.batch_size,

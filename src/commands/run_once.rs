@@ -12,7 +12,7 @@ use super::exit;
 use crate::config::Settings;
 use crate::db;
 use crate::db::owed::OwedReminder;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::tick::context::Context;
 use crate::tick::{TickError, TickOutcome, db_err, run_tick};
 
@@ -119,7 +119,7 @@ pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
     let stages = &s.reminders.stages;
     let listing = db::owed::owed_listing(
         &ctx.db,
-        &Today::from_settings(s, today),
+        &OwingDay::from_settings(s, today),
         s.reminders.max_attempts,
         limit,
     )

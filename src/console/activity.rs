@@ -26,7 +26,8 @@ struct Line {
 }
 
 pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let records = db::console::activity(&app.db, SHOWN).await
+    let records = db::console::activity(&app.db, SHOWN)
+        .await
         .map_err(failed("read the activity log"))?;
     let lines: Vec<Line> = records
         .into_iter()

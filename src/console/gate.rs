@@ -13,8 +13,8 @@ use axum::response::{IntoResponse as _, Redirect, Response};
 use subtle::ConstantTimeEq as _;
 
 use super::App;
-use super::pages;
 use super::failure::{Failure, failed, refused};
+use super::pages;
 use super::session::{Signed, signed};
 
 /// Middleware for every page but `/login` and the static files; it also

@@ -14,12 +14,12 @@ use super::failure::{Failure, Page, failed};
 use super::messages;
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::operator::explain::{
-    CustomerExplained, Explained, SourceView, explain_customer, explain_invoice,
-};
 use crate::config::GroupBy;
 use crate::db;
 use crate::domain::InvoiceId;
+use crate::operator::explain::{
+    CustomerExplained, Explained, SourceView, explain_customer, explain_invoice,
+};
 
 /// How many invoices a customer's page lists at most.
 const CUSTOMER_INVOICES: u32 = 200;
@@ -38,10 +38,7 @@ struct HistoryRow {
 }
 
 /// `explain --customer` for `customer` today, its invoices read at once.
-async fn explain_whole_customer(
-    app: &App,
-    customer: &str,
-) -> anyhow::Result<CustomerExplained> {
+async fn explain_whole_customer(app: &App, customer: &str) -> anyhow::Result<CustomerExplained> {
     let today = db::today(&app.db, app.settings.schedule.timezone).await?;
     explain_customer(&app.db, &app.settings, today, customer, CUSTOMER_INVOICES).await
 }

@@ -1,9 +1,8 @@
 //! The overview's two reads that grow with the data, kept for [`MAX_AGE`]:
 //! the survey of what is owed today (owed by step, source problems: the
 //! survey `audit` and `check-source` run, which reads every owed source
-//! row and its reminders, a second or more at 1M reminders) and the last
-//! days' reminders by outcome (every reminder of those days, tens of
-//! milliseconds at 1M). Reads that took less than [`KEEP_SLOWER_THAN`]
+//! row and its reminders) and the last days' reminders by outcome (every
+//! reminder of those days). Reads that took less than [`KEEP_SLOWER_THAN`]
 //! are not kept, so on a small database every request reads afresh and
 //! the page always equals `audit`. The page says when they were read; one
 //! request reads them while the others wait for it. `/problems` always surveys
@@ -16,12 +15,12 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
 
 use super::chart;
-use crate::operator;
 use crate::config::Settings;
 use crate::db::Db;
 use crate::db::overview::{DayOutcome, by_day};
 use crate::db::owed::{OwedStep, owed_by_step};
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
+use crate::operator;
 
 /// How long the overview shows what it read before it reads again.
 pub const MAX_AGE: Duration = Duration::from_secs(30);
@@ -106,7 +105,7 @@ async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Owed, 
         }
         steps.into_values().collect()
     } else {
-        let owing = Today::from_settings(settings, today);
+        let owing = OwingDay::from_settings(settings, today);
         owed_by_step(db, &owing, settings.reminders.max_attempts).await?
     };
     Ok(Owed {

@@ -126,4 +126,3 @@ pub async fn message_raw(
     )
         .into_response())
 }
-

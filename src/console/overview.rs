@@ -10,8 +10,6 @@
 //! and the chart are read at most every [`super::kept::MAX_AGE`]; the rest
 //! at every request.
 
-use std::time::Duration;
-
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -22,13 +20,10 @@ use super::chart;
 use super::failure::{Page, failed};
 use super::pages::{render, when};
 use super::session::Signed;
-use crate::operator::lock_holder::lock_holder;
 use crate::db;
 use crate::lock::Holder;
-
-/// A `sending` row counts as unknown after this, as `audit` counts it by
-/// default (its `--unknown-after`).
-pub const UNKNOWN_AFTER: Duration = Duration::from_secs(10 * 60);
+use crate::operator::lock_holder::lock_holder;
+use crate::operator::unknown::UNKNOWN_AFTER;
 
 #[derive(Debug, serde::Serialize)]
 struct Count {
@@ -41,14 +36,20 @@ struct Count {
 pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
     let settings = &app.settings;
     let tz = settings.schedule.timezone;
-    let today = db::today(&app.db, tz).await
+    let today = db::today(&app.db, tz)
+        .await
         .map_err(failed("read the database clock"))?;
-    let kept = app.kept.today(&app.db, settings, today).await
+    let kept = app
+        .kept
+        .today(&app.db, settings, today)
+        .await
         .map_err(failed("read the invoices that owe a reminder"))?;
     let owed = &kept.owed;
-    let open = db::overview::open_counts(&app.db).await
+    let open = db::overview::open_counts(&app.db)
+        .await
         .map_err(failed("count the reminders"))?;
-    let unknown = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64()).await
+    let unknown = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64())
+        .await
         .map_err(failed("read the unknown deliveries"))?;
     let (sent_today, suppressed) = db::console::overview_counts(&app.db, today, tz.name())
         .await

@@ -61,8 +61,12 @@ pub async fn post(
         return page(&app, &signed, &what, StatusCode::UNPROCESSABLE_ENTITY, why).await;
     }
     let path = match what {
-        Paused::Invoice(id) if outcome == Outcome::Done => format!("/invoices/{}", pages::segment(id)),
-        Paused::Customer(id) if outcome == Outcome::Done => format!("/customers/{}", pages::segment(id)),
+        Paused::Invoice(id) if outcome == Outcome::Done => {
+            format!("/invoices/{}", pages::segment(id))
+        }
+        Paused::Customer(id) if outcome == Outcome::Done => {
+            format!("/customers/{}", pages::segment(id))
+        }
         Paused::Invoice(id) => return Err(Failure::NotFound(format!("Invoice {id}"))),
         Paused::Customer(id) => return Err(Failure::NotFound(format!("Customer {id}"))),
     };
@@ -70,7 +74,13 @@ pub async fn post(
 }
 
 /// The page of `what`, with `status` and `notice`.
-async fn page(app: &App, signed: &Signed, what: &Paused<'_>, status: StatusCode, notice: &str) -> Page {
+async fn page(
+    app: &App,
+    signed: &Signed,
+    what: &Paused<'_>,
+    status: StatusCode,
+    notice: &str,
+) -> Page {
     match what {
         Paused::Invoice(id) => invoice_page(app, signed, id, status, Some(notice)).await,
         Paused::Customer(id) => customer_page(app, signed, id, status, Some(notice)).await,

@@ -15,9 +15,9 @@ use super::App;
 use super::failure::{Failure, Page, failed, refused};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::operator::preview::{Sample, samples};
 use crate::db;
 use crate::mail::Templates;
+use crate::operator::preview::{Sample, samples};
 
 /// Which mail a frame shows.
 #[derive(Debug, serde::Deserialize)]

@@ -12,8 +12,8 @@ use super::App;
 use super::failure::{Page, failed};
 use super::pages::render;
 use super::session::Signed;
-use crate::operator::survey::{FIX_HINT, survey};
 use crate::db;
+use crate::operator::survey::{FIX_HINT, survey};
 
 #[derive(Debug, serde::Serialize)]
 struct Row {
@@ -25,7 +25,8 @@ struct Row {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let today = db::today(&app.db, app.settings.schedule.timezone).await
+    let today = db::today(&app.db, app.settings.schedule.timezone)
+        .await
         .map_err(failed("read the database clock"))?;
     let problems = survey(&app.db, &app.settings, today)
         .await

@@ -27,7 +27,8 @@ struct Entry {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let list = db::suppressions::list(&app.db).await
+    let list = db::suppressions::list(&app.db)
+        .await
         .map_err(failed("read the suppression list"))?;
     let entries: Vec<Entry> = list
         .into_iter()

@@ -10,7 +10,6 @@ use axum::http::StatusCode;
 use minijinja::context;
 
 use super::App;
-use super::overview::UNKNOWN_AFTER;
 use super::failure::{Failure, Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
@@ -18,7 +17,7 @@ use crate::db;
 use crate::db::resolve::Settlement;
 use crate::operator::Actor;
 use crate::operator::settle::{Named, settle};
-use crate::operator::unknown::unknown_mails;
+use crate::operator::unknown::{UNKNOWN_AFTER, unknown_mails};
 
 #[derive(Debug, serde::Serialize)]
 struct Mail {
@@ -32,7 +31,8 @@ struct Mail {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let rows = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64()).await
+    let rows = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64())
+        .await
         .map_err(failed("read the unknown deliveries"))?;
     let mails: Vec<Mail> = unknown_mails(&rows)
         .into_iter()

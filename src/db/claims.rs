@@ -9,7 +9,7 @@ use super::customers::Retries;
 use super::invoices::{OverdueKey, OwedPage, owed_page_on, source_columns};
 use super::locks::Fence;
 use super::owing::{
-    Today, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
+    OwingDay, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
     windows,
 };
 use super::reminders::{
@@ -56,7 +56,7 @@ macro_rules! owed_of_keyed {
 pub async fn claim_steps(
     db: &Db,
     keys: &[InvoiceId],
-    today: &Today,
+    today: &OwingDay,
     run_id: i64,
     fence: Option<Fence<'_>>,
 ) -> Result<Claim, ClaimError> {
@@ -71,7 +71,7 @@ async fn claim_steps_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     keys: &[InvoiceId],
-    today: &Today,
+    today: &OwingDay,
     run_id: i64,
     token: Option<i64>,
 ) -> Result<Claim, ClaimError> {
@@ -129,7 +129,7 @@ pub struct PageClaim {
 pub async fn claim_page(
     db: &Db,
     window: &Window,
-    today: &Today,
+    today: &OwingDay,
     after: Option<OverdueKey>,
     limit: u32,
     run_id: i64,
@@ -188,7 +188,7 @@ pub struct StatementClaim {
 pub async fn claim_statements(
     db: &Db,
     claim: &StatementClaim,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     fence: Option<Fence<'_>>,
 ) -> Result<Claim, ClaimError> {
@@ -242,8 +242,7 @@ pub async fn claim_statements(
     on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
         locks.execute(&mut *c, &params).await?;
-        let results: Vec<ClaimResult> =
-            statement.fetch_all(&mut *c, &params).await?;
+        let results: Vec<ClaimResult> = statement.fetch_all(&mut *c, &params).await?;
         ask_suppressed(c, db, Claim::from_results(results)).await
     })
 }
@@ -257,7 +256,7 @@ pub async fn claim_statements(
 /// addresses), never with repeated keys.
 pub async fn reclaim_failed(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     limit: u32,
     fence: Option<Fence<'_>>,
@@ -299,8 +298,7 @@ pub async fn reclaim_failed(
         .with("fence", &token);
     on_db!(db, tx, |c| {
         check_fence(c, db, fence).await?;
-        let claimed: Vec<ClaimedRow> =
-            statement.fetch_all(&mut *c, &params).await?;
+        let claimed: Vec<ClaimedRow> = statement.fetch_all(&mut *c, &params).await?;
         let claim = Claim {
             claimed,
             ..Claim::default()

@@ -44,7 +44,7 @@ impl Db {
         let names = Arc::new(Names::from_settings(settings));
         let settings = &settings.database;
         let pooled = settings.pooler == Pooler::Transaction;
-        let begin = super::session::begin_statement(settings).into();
+        let begin = super::options::begin_statement(settings).into();
         Self {
             pool,
             deadline: settings.statement_timeout,
@@ -211,7 +211,11 @@ impl Prepared {
     }
 
     /// The one value of a call that answers one row of one column.
-    pub async fn fetch_scalar<T>(&self, c: &mut PgConnection, params: &Params<'_>) -> Result<T, sqlx::Error>
+    pub async fn fetch_scalar<T>(
+        &self,
+        c: &mut PgConnection,
+        params: &Params<'_>,
+    ) -> Result<T, sqlx::Error>
     where
         T: Send + Unpin + sqlx::Type<Postgres> + for<'r> sqlx::Decode<'r, Postgres>,
     {
@@ -240,10 +244,7 @@ impl Prepared {
     }
 
     /// The arguments of one call (an error if a name has no value).
-    pub fn args(
-        &self,
-        params: &Params<'_>,
-    ) -> Result<sqlx::postgres::PgArguments, sqlx::Error> {
+    pub fn args(&self, params: &Params<'_>) -> Result<sqlx::postgres::PgArguments, sqlx::Error> {
         self.numbered.bind(params).map_err(sqlx::Error::Encode)
     }
 }

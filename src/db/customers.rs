@@ -21,8 +21,8 @@ use super::Db;
 use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
 use super::owing::{
-    Today, backoff_over, customer_gap_clear, gap_until, in_window, invoice_gap_clear, owes_flags,
-    windows,
+    OwingDay, backoff_over, customer_gap_clear, gap_until, in_window, invoice_gap_clear,
+    owes_flags, windows,
 };
 use super::params::Params;
 use super::suppressions::suppressed_among_on;
@@ -254,7 +254,7 @@ async fn read(
 /// [`CustomerPage::customers`] to cut it at a boundary.
 pub async fn fetch_customer_page(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     after: Option<&str>,
     limit: u32,
@@ -284,7 +284,7 @@ pub async fn fetch_customer_page(
 /// key)` order, and what each owes today.
 pub async fn fetch_customer_rows(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     customer: &str,
     after: Option<(NaiveDate, String)>,
@@ -319,7 +319,7 @@ pub async fn fetch_customer_rows(
 /// addresses on the suppression list, lower-cased.
 pub async fn fetch_whole_customer(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     customer: &str,
     limit: u32,
@@ -343,15 +343,16 @@ pub async fn fetch_whole_customer(
 /// first (the statement a backlog runs most), with today's parameters.
 pub async fn explain_customer_page(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     retries: &Retries,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
-    let statement = db.statement(&format!(
-        "EXPLAIN (FORMAT JSON, VERBOSE) {}",
-        customer_read!("s.customer_id::text > $after_customer")
-    ))
-    .once();
+    let statement = db
+        .statement(&format!(
+            "EXPLAIN (FORMAT JSON, VERBOSE) {}",
+            customer_read!("s.customer_id::text > $after_customer")
+        ))
+        .once();
     let limit = i64::from(limit);
     let due_by = today.due_by();
     let after = String::new();

@@ -2,7 +2,7 @@
 //! and what each send ended in, written in one statement
 //! ([`write_progress`]): a tick's marks carry the results that finished
 //! since the last one, so a result costs no commit of its own while mail
-//! flows (BENCHMARKS.md, "The mark window").
+//! flows (BENCHMARKS.md, "The in-flight limit").
 //!
 //! Every write here is guarded by the row's status and by `run_id`, so a
 //! write replayed after a lost reply, or racing another run's sweep,
@@ -108,7 +108,8 @@ pub async fn write_progress(
         .with("max_attempts", &max_attempts)
         .with("mark_ids", &mark_ids)
         .with("mark_message_ids", &mark_message_ids);
-    let written: Vec<(ReminderId, bool, bool)> = on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
+    let written: Vec<(ReminderId, bool, bool)> =
+        on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
     let mut progress = Progress::default();
     for (id, recorded, gave_up) in written {
         if recorded {

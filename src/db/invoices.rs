@@ -28,7 +28,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::owing::{Today, gap_until, invoice_gap_clear, owes_flags};
+use super::owing::{OwingDay, gap_until, invoice_gap_clear, owes_flags};
 use super::params::Params;
 use crate::domain::{
     Currency, Customer, Invoice, InvoiceId, Money, Problem, Recipients, SourceProblem,
@@ -230,7 +230,7 @@ struct PageRow {
 
 /// The page's own parameters, besides `today`'s.
 fn page_params<'a>(
-    today: &'a Today,
+    today: &'a OwingDay,
     window: &'a Window,
     after_date: &'a Option<NaiveDate>,
     after_key: &'a Option<InvoiceId>,
@@ -251,7 +251,7 @@ fn page_params<'a>(
 pub async fn fetch_owed_page(
     db: &Db,
     window: &Window,
-    today: &Today,
+    today: &OwingDay,
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
@@ -265,7 +265,7 @@ pub(super) async fn owed_page_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     window: &Window,
-    today: &Today,
+    today: &OwingDay,
     after: Option<OverdueKey>,
     limit: u32,
 ) -> Result<OwedPage, sqlx::Error> {
@@ -306,7 +306,7 @@ pub(super) async fn owed_page_on(
 pub async fn explain_owed_page(
     db: &Db,
     window: &Window,
-    today: &Today,
+    today: &OwingDay,
     limit: u32,
 ) -> Result<serde_json::Value, sqlx::Error> {
     let statement = db

@@ -18,6 +18,7 @@ pub mod explain;
 pub mod invoices;
 pub mod locks;
 pub mod migrate;
+pub mod options;
 pub mod overview;
 pub mod owed;
 pub mod owing;
@@ -29,7 +30,6 @@ pub mod resolve;
 pub mod returned;
 pub mod runs;
 pub mod seed;
-pub mod session;
 pub mod source;
 pub mod sql;
 pub mod stats;
@@ -74,7 +74,7 @@ pub fn connect_lazy(settings: &Settings) -> PgPool {
 /// out.
 fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
     use sqlx::ConnectOptions as _;
-    session::connect_options(settings)
+    options::connect_options(settings)
         .log_slow_statements(log::LevelFilter::Debug, std::time::Duration::from_secs(1))
 }
 

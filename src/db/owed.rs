@@ -10,7 +10,7 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
-use super::owing::{Today, in_window, invoice_gap_clear, owes_flags, sane_date, windows};
+use super::owing::{OwingDay, in_window, invoice_gap_clear, owes_flags, sane_date, windows};
 use crate::domain::InvoiceId;
 use crate::domain::StepKey;
 
@@ -70,7 +70,7 @@ pub struct OwedListing {
 /// SQL: `FROM ... WHERE` of the source rows `s` that owe step `w.key`
 /// today, each with its reminder row `r` for the step (NULL: a new claim;
 /// else a `failed` row with attempts left, a retry). Binds `$max_attempts`
-/// and [`Today::params`].
+/// and [`OwingDay::params`].
 macro_rules! owed_today {
     () => {
         concat!(
@@ -105,7 +105,7 @@ struct Listed {
 /// survey of what is owed").
 pub async fn owed_listing(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     max_attempts: u32,
     limit: u32,
 ) -> Result<OwedListing, sqlx::Error> {
@@ -138,7 +138,7 @@ pub async fn owed_listing(
 /// claims add up to its `total_new`.
 pub async fn owed_by_step(
     db: &Db,
-    today: &Today,
+    today: &OwingDay,
     max_attempts: u32,
 ) -> Result<Vec<OwedStep>, sqlx::Error> {
     let statement = db.statement(concat!(

@@ -1,7 +1,7 @@
 //! What makes a source row owe a reminder today: each condition written
 //! once, as SQL over the source row `s` (and, where a step is meant, the
 //! window row `w`), with named parameters ([`super::params`]) that
-//! [`Today::params`] binds. The scans, the claims, the listings and
+//! [`OwingDay::params`] binds. The scans, the claims, the listings and
 //! `explain` compose these and nothing else, so a condition fixed here is
 //! fixed in every statement.
 //!
@@ -292,7 +292,7 @@ pub(crate) use backoff_wait;
 /// once per tick (or command) and bound by name into every statement that
 /// composes the conditions above.
 #[derive(Debug, Clone)]
-pub struct Today {
+pub struct OwingDay {
     /// The database's date in `schedule.timezone`.
     pub date: NaiveDate,
     /// `schedule.timezone`, for "claimed on which day".
@@ -304,7 +304,7 @@ pub struct Today {
     tos: Vec<NaiveDate>,
 }
 
-impl Today {
+impl OwingDay {
     pub fn new(date: NaiveDate, timezone: &str, min_days_between: u32, windows: &[Window]) -> Self {
         Self {
             date,

@@ -84,6 +84,8 @@ pub async fn write(
         .with("throttled", &throttled)
         .with("raises", &raises)
         .with("quiet_for", &quiet_for);
-    on_db!(db, |c| statement.execute(&mut *c, &params).await
-    .map(|_| ()))
+    on_db!(db, |c| statement
+        .execute(&mut *c, &params)
+        .await
+        .map(|_| ()))
 }

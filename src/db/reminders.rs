@@ -226,13 +226,9 @@ impl Claim {
         let mut owed: HashMap<InvoiceId, (SourceRow, Vec<String>)> = HashMap::new();
         for r in results {
             match (r.reminder_id, r.attempts, r.step) {
-                (Some(id), Some(attempts), Some(step)) => claimed.push((
-                    id,
-                    attempts,
-                    step,
-                    r.stored_message_id,
-                    r.source.invoice_id,
-                )),
+                (Some(id), Some(attempts), Some(step)) => {
+                    claimed.push((id, attempts, step, r.stored_message_id, r.source.invoice_id))
+                }
                 _ if r.repeated => claim.repeated.push(r.source),
                 _ => {
                     if let Some(key) = r.source.invoice_id.clone() {

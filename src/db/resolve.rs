@@ -12,7 +12,7 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::console::{NewActivity, record_on};
-use super::owing::{Today, date_value, in_window, windows};
+use super::owing::{OwingDay, date_value, in_window, windows};
 use super::runs::run_ended;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
@@ -48,7 +48,7 @@ pub async fn named_rows(
     db: &Db,
     ids: &[ReminderId],
     message: Option<&str>,
-    today: &Today,
+    today: &OwingDay,
 ) -> Result<Vec<NamedRow>, sqlx::Error> {
     let statement = db.statement(concat!(
         "WITH named AS (SELECT id, message_id FROM {ir}.reminders",

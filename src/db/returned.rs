@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::Db;
 use super::conn::on_db;
-use super::owing::{Today, in_window, windows};
+use super::owing::{OwingDay, in_window, windows};
 use super::runs::{run_ended, run_gone};
 use crate::domain::ReminderId;
 
@@ -91,7 +91,11 @@ pub async fn hand_back_abandoned(db: &Db) -> Result<u64, sqlx::Error> {
 /// `failed` rows whose attempts already reach `max_attempts` (it was
 /// lowered), become `discarded` with the reason. A superseded step is never
 /// sent late. Returns how many.
-pub async fn retire_failed(db: &Db, today: &Today, max_attempts: u32) -> Result<u64, sqlx::Error> {
+pub async fn retire_failed(
+    db: &Db,
+    today: &OwingDay,
+    max_attempts: u32,
+) -> Result<u64, sqlx::Error> {
     // One statement: a row is retired for the first reason that applies.
     // A step is superseded only by the invoice's one source row: a key on
     // several rows (a source problem) says nothing certain about its step.
@@ -112,8 +116,10 @@ pub async fn retire_failed(db: &Db, today: &Today, max_attempts: u32) -> Result<
     ));
     let max_attempts = i64::from(max_attempts);
     let params = today.params().with("max_attempts", &max_attempts);
-    on_db!(db, |c| statement.execute(&mut *c, &params).await
-    .map(|done| done.rows_affected()))
+    on_db!(db, |c| statement
+        .execute(&mut *c, &params)
+        .await
+        .map(|done| done.rows_affected()))
 }
 
 /// `reminders.resend_unknown_after`: started rows left `sending` by runs

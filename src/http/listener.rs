@@ -158,7 +158,7 @@ async fn serve_connection(
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
-        let answering = busy.mark();
+        let answering = busy.enter();
         let app = app.clone();
         async move {
             let response = app.oneshot(request).await;

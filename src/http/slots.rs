@@ -183,7 +183,7 @@ pub(super) struct BusyHandle {
 }
 
 impl BusyHandle {
-    pub(super) fn mark(&self) -> BusyGuard {
+    pub(super) fn enter(&self) -> BusyGuard {
         self.slots.set_busy(self.id, true);
         BusyGuard(self.clone())
     }
@@ -214,7 +214,7 @@ mod tests {
         let slots = Slots::new(2);
         let first = free(&slots);
         let second = free(&slots);
-        let answering = first.busy_handle().mark();
+        let answering = first.busy_handle().enter();
 
         // Nothing has stalled yet: the newcomer waits.
         let Admission::Wait(Some(at)) = slots.admit() else {
@@ -229,7 +229,7 @@ mod tests {
         assert!(!slots.lock().by_age.contains_key(&second.id));
 
         // Both busy: wait for a close, however long.
-        let _also = third.busy_handle().mark();
+        let _also = third.busy_handle().enter();
         tokio::time::advance(STALLED * 10).await;
         assert!(matches!(slots.admit(), Admission::Wait(None)));
         drop(answering);

@@ -168,7 +168,7 @@ pub enum LockBackend {
 #[derive(Clone)]
 pub(crate) enum Handle {
     Redis { token: Uuid },
-    Postgres(postgres::Session),
+    Postgres(postgres::Holding),
 }
 
 pub(crate) enum AcquireResult {
@@ -262,7 +262,7 @@ impl LockBackend {
     pub(crate) async fn renew(&self, handle: &Handle) -> Result<Renewal, LockError> {
         match (self, handle) {
             (Self::Redis(r), Handle::Redis { token }) => r.renew(*token).await,
-            (Self::Postgres(p), Handle::Postgres(session)) => p.renew(session).await,
+            (Self::Postgres(p), Handle::Postgres(holding)) => p.renew(holding).await,
             _ => Err(LockError::Backend(
                 "lease handle from another backend".into(),
             )),
@@ -276,7 +276,7 @@ impl LockBackend {
     ) -> Result<Released, LockError> {
         match (self, handle) {
             (Self::Redis(r), Handle::Redis { token }) => r.release(token, hold_for).await,
-            (Self::Postgres(p), Handle::Postgres(session)) => p.release(session, hold_for).await,
+            (Self::Postgres(p), Handle::Postgres(holding)) => p.release(holding, hold_for).await,
             _ => Err(LockError::Backend(
                 "lease handle from another backend".into(),
             )),

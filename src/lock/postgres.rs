@@ -72,7 +72,7 @@ pub struct PostgresLock {
 
 /// The connection that holds one acquisition's lock. `None` once released.
 #[derive(Clone)]
-pub(crate) struct Session {
+pub(crate) struct Holding {
     conn: Arc<Mutex<Option<PgConnection>>>,
 }
 
@@ -82,7 +82,7 @@ impl PostgresLock {
             key: settings.lock.key.clone(),
             lock_id: advisory_lock_id(&settings.lock.key),
             times,
-            options: crate::db::session::connect_options(settings),
+            options: crate::db::options::connect_options(settings),
             connect_timeout: settings.database.connect_timeout,
             deadline: settings.database.statement_timeout,
             schema: settings.database.schema.clone(),
@@ -132,7 +132,7 @@ impl PostgresLock {
         .await
         {
             Ok(fence) => Ok(AcquireResult::Won {
-                handle: Handle::Postgres(Session {
+                handle: Handle::Postgres(Holding {
                     conn: Arc::new(Mutex::new(Some(conn))),
                 }),
                 fence,
@@ -150,8 +150,8 @@ impl PostgresLock {
 
     /// A liveness check of the lock's session. Any failure of the
     /// connection means the session, and the lock with it, is gone.
-    pub(super) async fn renew(&self, session: &Session) -> Result<Renewal, LockError> {
-        let mut slot = session.conn.lock().await;
+    pub(super) async fn renew(&self, holding: &Holding) -> Result<Renewal, LockError> {
+        let mut slot = holding.conn.lock().await;
         let Some(conn) = slot.as_mut() else {
             return Ok(Renewal::Gone);
         };
@@ -167,10 +167,10 @@ impl PostgresLock {
 
     pub(super) async fn release(
         &self,
-        session: Session,
+        holding: Holding,
         hold_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let Some(conn) = session.conn.lock().await.take() else {
+        let Some(conn) = holding.conn.lock().await.take() else {
             return Ok(Released::NotOwner);
         };
         match hold_for {

@@ -92,9 +92,7 @@ pub async fn change(
     };
     match change {
         Change::Pause => db::console::pause(db, what, &activity).await,
-        Change::Unpause => db::console::unpause(db, what, &activity)
-            .await
-            .map(|_| ()),
+        Change::Unpause => db::console::unpause(db, what, &activity).await.map(|_| ()),
     }
     .context("failed to change the pause")?;
     Ok(Outcome::Done)
@@ -103,13 +101,11 @@ pub async fn change(
 /// Whether the source knows `what`.
 async fn known(db: &Db, settings: &Settings, what: &Paused<'_>) -> Result<bool, sqlx::Error> {
     match what {
-        Paused::Invoice(id) => db::explain::source_rows(
-            db,
-            &[InvoiceId::from(*id)],
-            chrono::Utc::now().date_naive(),
-        )
-        .await
-        .map(|rows| !rows.is_empty()),
+        Paused::Invoice(id) => {
+            db::explain::source_rows(db, &[InvoiceId::from(*id)], chrono::Utc::now().date_naive())
+                .await
+                .map(|rows| !rows.is_empty())
+        }
         Paused::Customer(id) => {
             if settings.reminders.group_by != GroupBy::Customer {
                 Ok(false)

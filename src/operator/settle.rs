@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use super::{Actor, db_failed};
 use crate::config::Settings;
 use crate::db::console::NewActivity;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::db::resolve::{NamedRow, Settlement};
 use crate::db::{self, Db};
 use crate::domain::ReminderId;
@@ -53,7 +53,7 @@ pub async fn settle(
     let today = db::today(db, settings.schedule.timezone)
         .await
         .context("failed to read the database clock")?;
-    let today = Today::from_settings(settings, today);
+    let today = OwingDay::from_settings(settings, today);
     let (ids, message) = match named {
         Named::Reminders(ids) => (ids.as_slice(), None),
         Named::Message(m) => (&[][..], Some(m.as_str())),

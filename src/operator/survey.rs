@@ -15,7 +15,7 @@ use chrono::NaiveDate;
 
 use crate::config::Settings;
 use crate::db::owed::OwedListing;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::db::{self, Db};
 use crate::domain::SourceProblem;
 use crate::problems;
@@ -85,7 +85,7 @@ pub struct Survey {
 /// Surveys today's owed rows (new and retries).
 pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
     let reminders = &settings.reminders;
-    let owing = Today::from_settings(settings, today);
+    let owing = OwingDay::from_settings(settings, today);
     let listing = db::owed::owed_listing(db, &owing, reminders.max_attempts, ROWS_CHECKED).await?;
     let rows_checked = listing.rows.len();
     let mut found = problems::list(

@@ -2,8 +2,15 @@
 //! Message-ID and are one mail to settle. `audit` lists them, the
 //! console's Unknown page shows them.
 
+use std::time::Duration;
+
 use crate::db::audit::UnknownRow;
 use crate::domain::{InvoiceId, StepKey};
+
+/// A started row `sending` for longer than this (its run not known to be
+/// over) counts as an unknown delivery: `audit`'s default
+/// (`--unknown-after`) and the console's.
+pub const UNKNOWN_AFTER: Duration = Duration::from_secs(10 * 60);
 
 /// One mail whose delivery is unknown: what to look up in the mail
 /// server's log, and the rows `resolve` settles with it.

@@ -2,18 +2,18 @@
 //! so the rule can be read (and tested) in one place:
 //!
 //! * [`ClaimBound`]: at most `2 × batch_size` rows claimed and not yet
-//!   recorded (plus the rows of the statements the mark window may hold,
+//!   recorded (plus the rows of the statements the in-flight limit may hold,
 //!   when a letter holds several). The claimer [`reserves`](ClaimBound::reserve) room for a
 //!   page before it claims, [`keeps`](Reservation::keep) what the claim
 //!   took (the rest goes back at once), and each row's place is
 //!   [`released`](ClaimBound::release) when its result is written or it
 //!   will not be sent. This is what a SIGKILL can leave in `sending`.
-//! * [`MarkWindow`]: at most `send_concurrency` letters marked started
+//! * [`InFlight`]: at most `send_concurrency` letters marked started
 //!   whose message has not been written to a connection yet (its final
 //!   dot has not left us). The marker waits for
-//!   [`room`](MarkWindow::room) for a group of letters (the window less
+//!   [`room`](InFlight::room) for a group of letters (the limit less
 //!   two per connection) before marking them, and
-//!   [`takes`](MarkWindow::take) one permit per letter; a letter's permit
+//!   [`takes`](InFlight::take) one permit per letter; a letter's permit
 //!   is dropped once its message was written to a connection (or its
 //!   send ended without that). This is what a SIGKILL can leave
 //!   unknown besides the mail the server took but we never recorded.
@@ -29,7 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use crate::config::ReminderSettings;
 
 /// Rows claimed but not yet recorded: at most `2 × batch_size` (and the
-/// rows of the mark window's statements).
+/// rows of the in-flight limit's statements).
 #[derive(Debug)]
 pub(super) struct ClaimBound {
     permits: Semaphore,
@@ -48,27 +48,27 @@ pub(super) struct Reservation<'a> {
 
 impl ClaimBound {
     /// The bound a tick's settings give: `2 × batch_size` rows, and the
-    /// rows of the letters the mark window may hold (`send_concurrency`
+    /// rows of the letters the in-flight limit may hold (`send_concurrency`
     /// letters of at most `rows_per_letter` rows each: one per row in
-    /// invoice mode, none counted twice). Without them a window of
+    /// invoice mode, none counted twice). without them a limit of
     /// five-invoice statements took most of the rows, and the claimer
     /// waited for room (BENCHMARKS.md, "Where a customer-mode tick's time goes").
     pub fn for_settings(reminders: &ReminderSettings, rows_per_letter: usize) -> Self {
-        let window_rows = match rows_per_letter {
+        let in_flight_rows = match rows_per_letter {
             0 | 1 => 0,
             n => usize::try_from(reminders.send_concurrency)
                 .unwrap_or(usize::MAX)
                 .saturating_mul(n),
         };
-        Self::new(reminders.batch_size, window_rows)
+        Self::new(reminders.batch_size, in_flight_rows)
     }
 
-    /// `2 × batch_size` rows, and `window_rows` more.
-    pub fn new(batch_size: u32, window_rows: usize) -> Self {
+    /// `2 × batch_size` rows, and `in_flight_rows` more.
+    pub fn new(batch_size: u32, in_flight_rows: usize) -> Self {
         let max = usize::try_from(batch_size)
             .unwrap_or(usize::MAX)
             .saturating_mul(2)
-            .saturating_add(window_rows)
+            .saturating_add(in_flight_rows)
             .clamp(1, Semaphore::MAX_PERMITS);
         Self {
             permits: Semaphore::new(max),
@@ -77,7 +77,7 @@ impl ClaimBound {
         }
     }
 
-    /// The bound: `2 × batch_size` (and the mark window's statements'
+    /// The bound: `2 × batch_size` (and the in-flight limit's statements'
     /// rows).
     pub fn max(&self) -> usize {
         self.max
@@ -140,23 +140,23 @@ impl Reservation<'_> {
 /// Letters marked started whose end has not left us: at most
 /// `send_concurrency`.
 #[derive(Debug, Clone)]
-pub(super) struct MarkWindow {
+pub(super) struct InFlight {
     permits: Arc<Semaphore>,
     size: usize,
     group: usize,
 }
 
-impl MarkWindow {
-    /// The window is `send_concurrency` letters, so a SIGKILL leaves at
+impl InFlight {
+    /// The limit is `send_concurrency` letters, so a SIGKILL leaves at
     /// most that many never-sent letters unknown.
     ///
-    /// A group is the window less two letters per connection
+    /// A group is the limit less two letters per connection
     /// (`2 × smtp.pool_size`): a mark is taken once that much room is
-    /// free, and the letters still in the window (one on each connection,
+    /// free, and the letters still in the limit (one on each connection,
     /// one waiting for it) keep the connections busy while the mark's
     /// round trip and commit take place. Marks then cost one commit per
-    /// group (BENCHMARKS.md, "The mark window"). At least half the window,
-    /// so a window not much larger than the pool still marks in two
+    /// group (BENCHMARKS.md, "The in-flight limit"). At least half the limit,
+    /// so a limit not much larger than the pool still marks in two
     /// groups; a group takes more letters when more room has freed by the
     /// time it is marked.
     pub fn new(send_concurrency: u32, pool_size: u32) -> Self {
@@ -170,7 +170,7 @@ impl MarkWindow {
         }
     }
 
-    /// The letters one mark takes once the window has room for them, at
+    /// The letters one mark takes once the limit has room for them, at
     /// `send_concurrency` and `smtp.pool_size`.
     pub fn group_for(send_concurrency: u32, pool_size: u32) -> usize {
         let size = usize::try_from(send_concurrency)
@@ -193,7 +193,7 @@ impl MarkWindow {
     }
 
     /// Waits for room for `n` letters (at most a group): one permit for all
-    /// of them, to hand to [`MarkWindow::take`]. An owned future, so a
+    /// of them, to hand to [`InFlight::take`]. An owned future, so a
     /// waiter can keep its place across other work.
     pub fn room(
         &self,
@@ -204,7 +204,7 @@ impl MarkWindow {
         Arc::clone(&self.permits).acquire_many_owned(u32::try_from(n).unwrap_or(1))
     }
 
-    /// The room [`MarkWindow::room`] found, and whatever more is free (up
+    /// The room [`InFlight::room`] found, and whatever more is free (up
     /// to `wanted` letters in all), as one permit per letter; each is given
     /// back when it is dropped.
     pub fn take(&self, mut all: OwnedSemaphorePermit, wanted: usize) -> Vec<OwnedSemaphorePermit> {
@@ -229,7 +229,7 @@ impl MarkWindow {
     }
 
     /// Waits for room for `n` letters, then takes up to `wanted` (see
-    /// [`MarkWindow::room`] and [`MarkWindow::take`]).
+    /// [`InFlight::room`] and [`InFlight::take`]).
     #[cfg(test)]
     pub async fn open(&self, n: usize, wanted: usize) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = self.room(n).await.ok()?;
@@ -280,27 +280,27 @@ mod tests {
     }
 
     #[test]
-    fn a_mark_takes_the_window_less_two_letters_per_connection_and_at_least_half_of_it() {
-        assert_eq!(MarkWindow::group_for(64, 8), 48);
-        assert_eq!(MarkWindow::group_for(64, 30), 32);
-        assert_eq!(MarkWindow::group_for(16, 8), 8);
-        assert_eq!(MarkWindow::group_for(1, 8), 1);
+    fn a_mark_takes_the_limit_less_two_letters_per_connection_and_at_least_half_of_it() {
+        assert_eq!(InFlight::group_for(64, 8), 48);
+        assert_eq!(InFlight::group_for(64, 30), 32);
+        assert_eq!(InFlight::group_for(16, 8), 8);
+        assert_eq!(InFlight::group_for(1, 8), 1);
     }
 
     #[tokio::test]
-    async fn the_mark_window_hands_out_one_permit_per_row_up_to_its_size() {
-        let window = MarkWindow::new(32, 8);
-        assert_eq!((window.size(), window.group()), (32, 16));
-        let first = window.open(16, 16).await.unwrap_or_default();
+    async fn the_in_flight_limit_hands_out_one_permit_per_row_up_to_its_size() {
+        let limit = InFlight::new(32, 8);
+        assert_eq!((limit.size(), limit.group()), (32, 16));
+        let first = limit.open(16, 16).await.unwrap_or_default();
         assert_eq!(first.len(), 16, "a group");
-        assert_eq!(window.in_use(), 16);
-        let second = window.open(16, 20).await.unwrap_or_default();
+        assert_eq!(limit.in_use(), 16);
+        let second = limit.open(16, 20).await.unwrap_or_default();
         assert_eq!(second.len(), 16, "the second group in flight, and no more");
-        assert_eq!(window.in_use(), 32);
-        let third = tokio::time::timeout(std::time::Duration::from_millis(50), window.open(1, 1));
-        assert!(third.await.is_err(), "the window let a 33rd row in");
+        assert_eq!(limit.in_use(), 32);
+        let third = tokio::time::timeout(std::time::Duration::from_millis(50), limit.open(1, 1));
+        assert!(third.await.is_err(), "the limit let a 33rd row in");
         drop(first);
         drop(second);
-        assert_eq!(window.in_use(), 0);
+        assert_eq!(limit.in_use(), 0);
     }
 }

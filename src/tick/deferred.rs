@@ -28,7 +28,7 @@ use crate::domain::{Attempted, Counts};
 
 /// The most results kept. Sending stops when results cannot be written
 /// (`tick::pipeline`), so one tick adds at most its claim bound (`2 ×
-/// batch_size`, and in customer mode the mark window's statements' rows).
+/// batch_size`, and in customer mode the in-flight limit's statements' rows).
 pub const MAX_ROWS: usize = 50_000;
 
 /// The queue of writes waiting for the database. One per process; cheap

@@ -4,11 +4,11 @@
 //! only then handed to them; each mark also writes the results that
 //! finished since the last one (`record.rs`).
 //!
-//! At most [`MarkWindow::size`] letters (`send_concurrency`) are marked and
+//! At most [`InFlight::size`] letters (`send_concurrency`) are marked and
 //! not yet written to a connection at any moment: that, plus the mail the server took whose
 //! result was not yet written, is all a SIGKILL can leave unknown. A mark
-//! is taken once the window has room for a group ([`MarkWindow::group`]):
-//! the window less the letters that keep the connections busy while the
+//! is taken once the limit has room for a group ([`InFlight::group`]):
+//! the limit less the letters that keep the connections busy while the
 //! mark's round trip and commit take place, so marks cost one commit per
 //! group, and results none of their own while mail flows.
 //!
@@ -26,15 +26,15 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::TickError;
-use super::bounds::MarkWindow;
+use super::bounds::InFlight;
 use super::pipeline::{Pipeline, Stop};
 use super::record::{Finished, RECORD_EVERY};
 use super::timings::Spent;
 use crate::db;
 use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
 
-/// A letter whose rows are marked started, with its place in the mark
-/// window (released when its send ends).
+/// A letter whose rows are marked started, with its place in the
+/// in-flight limit (released when its send ends).
 pub(super) struct Marked {
     pub letter: Letter,
     pub permit: OwnedSemaphorePermit,
@@ -46,19 +46,19 @@ pub(super) type Batch = Vec<Letter>;
 /// The mark phase of one tick.
 pub(super) struct Marker {
     p: Arc<Pipeline>,
-    window: MarkWindow,
-    /// Claimed letters waiting for room in the window.
+    in_flight: InFlight,
+    /// Claimed letters waiting for room in the limit.
     buffer: VecDeque<Letter>,
     /// Results waiting to be written.
     finished: Finished,
 }
 
 impl Marker {
-    pub fn new(p: Arc<Pipeline>, window: MarkWindow) -> Self {
+    pub fn new(p: Arc<Pipeline>, in_flight: InFlight) -> Self {
         let finished = Finished::new(p.ctx().settings.reminders.batch_size);
         Self {
             p,
-            window,
+            in_flight,
             buffer: VecDeque::new(),
             finished,
         }
@@ -99,8 +99,8 @@ impl Marker {
             if !marking {
                 room = None;
             } else if room.is_none() {
-                let n = self.buffer.len().min(self.window.group());
-                room = Some(Box::pin(self.window.room(n)));
+                let n = self.buffer.len().min(self.in_flight.group());
+                room = Some(Box::pin(self.in_flight.room(n)));
             }
             let deadline = self.finished.deadline();
             if deadline != timer_at {
@@ -123,7 +123,7 @@ impl Marker {
                             while let Ok(letter) = results.try_recv() {
                                 self.finished.add(letter);
                             }
-                            let permits = self.window.take(first, self.buffer.len());
+                            let permits = self.in_flight.take(first, self.buffer.len());
                             self.mark_group(permits, to_send.as_ref()).await;
                         }
                         Err(_) => self.skip_buffered(),
@@ -169,7 +169,7 @@ impl Marker {
         self.finished.written(&self.p, results, written);
     }
 
-    /// Marks the next group, one letter per permit (the window's room for
+    /// Marks the next group, one letter per permit (the limit's room for
     /// it), with the results waiting, and passes its rows on.
     async fn mark_group(
         &mut self,
@@ -266,7 +266,7 @@ impl Marker {
     }
 }
 
-/// A wait for room in the mark window (see `MarkWindow::room`).
+/// A wait for room in the in-flight limit (see `InFlight::room`).
 type Room = std::pin::Pin<
     Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>,
 >;

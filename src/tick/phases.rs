@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::TickError;
-use super::bounds::MarkWindow;
+use super::bounds::InFlight;
 use super::claim::{Claimer, Grouping};
 use super::mark::{Batch, Marker};
 use super::pipeline::Pipeline;
@@ -37,13 +37,13 @@ pub(super) async fn claim_send_record(
     grouping: Arc<dyn Grouping>,
 ) -> Result<(), TickError> {
     let reminders = &pipeline.ctx().settings.reminders;
-    let window = MarkWindow::new(
+    let in_flight = InFlight::new(
         reminders.send_concurrency,
         pipeline.ctx().settings.smtp.pool_size,
     );
     let (to_mark, claimed) = mpsc::channel::<Batch>(1);
-    // Never full: marked rows are bounded by the window.
-    let (to_send, marked) = mpsc::channel(window.size());
+    // Never full: marked rows are bounded by the in-flight limit.
+    let (to_send, marked) = mpsc::channel(in_flight.size());
     // Never full: rows in flight are bounded by the claim bound.
     let (to_record, results) = mpsc::channel::<Vec<Attempted>>(pipeline.bound().max());
     let span = tracing::Span::current();
@@ -62,7 +62,7 @@ pub(super) async fn claim_send_record(
     );
     let p = Arc::clone(pipeline);
     phases.spawn(
-        Marker::new(p, window)
+        Marker::new(p, in_flight)
             .run(claimed, results, to_send)
             .instrument(span.clone()),
     );

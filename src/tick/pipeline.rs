@@ -7,10 +7,10 @@
 //! Guarantees: before every mail the lease, the shutdown signal, the SMTP
 //! server and the database's acceptance of our writes are checked
 //! ([`Pipeline::stop_reason`]); at most `2 × batch_size` rows (and the
-//! rows of the letters the mark window holds) are claimed but not yet
+//! rows of the letters the in-flight limit holds) are claimed but not yet
 //! recorded at any moment ([`ClaimBound`]), and of those at most
 //! `send_concurrency` letters are marked started and not yet written to
-//! a connection (`MarkWindow`): a SIGKILL leaves unknown only those and
+//! a connection (`InFlight`): a SIGKILL leaves unknown only those and
 //! the mail the server took whose result was not yet written; later ticks
 //! hand back the rest. Rows marked and not handed to the server are kept in [`Unsent`]
 //! and handed back at the end of the run, whatever ends it.

@@ -1,6 +1,6 @@
 //! The send phase: marked reminders are built and sent, `send_concurrency`
 //! at a time over the SMTP pool. Each send holds its letter's place in the
-//! mark window until the end of its message has left us on a connection
+//! in-flight limit until the end of its message has left us on a connection
 //! (or the send ends without that): from then on its fate is the relay's,
 //! and the place is free for the next mark. Its result goes to the
 //! marker, which records it.
@@ -60,7 +60,7 @@ impl Sender {
     /// gives it its slot), classify; one result per row, all the same.
     /// None: nothing was sent (returned at the end).
     async fn attempt(&self, marked: Marked) -> Option<Vec<Attempted>> {
-        // The letter's place in the mark window: held until its end has
+        // The letter's place in the in-flight limit: held until its end has
         // left us on a connection (or the send ends without that).
         let Marked { letter, permit } = marked;
         let mut window = Some(permit);

@@ -9,7 +9,7 @@
 //! database error, a phase that panicked with rows in its hands), the rows
 //! left here were never sent, and the end of the run returns them (`finish`
 //! in `tick/mod.rs`, or, with the database away, `deferred`). A SIGKILL
-//! leaves them `unknown`; the mark window bounds how many.
+//! leaves them `unknown`; the in-flight limit bounds how many.
 //!
 //! Each row remembers whether its mail's Message-ID was made for this
 //! attempt ("fresh") or is the one its earlier, unknown attempt carried: a

@@ -264,7 +264,7 @@ impl World {
     }
 
     /// A replica's context with `settings`, its pool connected as `run`
-    /// connects it (the session settings of `db::session` included).
+    /// connects it (the connection options of `db::options` included).
     pub async fn context_with(&self, settings: Settings) -> Context {
         let pool = invoice_reminder::db::connect(&settings)
             .await
@@ -368,7 +368,7 @@ pub async fn window(
     key: &str,
 ) -> (
     invoice_reminder::stages::Window,
-    invoice_reminder::db::owing::Today,
+    invoice_reminder::db::owing::OwingDay,
 ) {
     let settings = Settings::load(&ConfigSource::default()).expect("default settings");
     let today = invoice_reminder::db::today(
@@ -384,7 +384,7 @@ pub async fn window(
         .into_iter()
         .find(|w| w.step.key == key)
         .unwrap_or_else(|| panic!("no step {key}"));
-    let owing = invoice_reminder::db::owing::Today::new(
+    let owing = invoice_reminder::db::owing::OwingDay::new(
         today,
         "UTC",
         settings.reminders.min_days_between,

@@ -432,7 +432,7 @@ fn worker_mails_through_the_mailpit_service() {
 fn worker_connects_to_the_compose_postgres_database_with_its_password() {
     let compose = compose();
     let settings = worker_settings(&compose);
-    let options = invoice_reminder::db::session::connect_options(&settings);
+    let options = invoice_reminder::db::options::connect_options(&settings);
     let postgres = compose.service(options.get_host());
     assert!(
         postgres

@@ -3,8 +3,8 @@
 //! `.eml` download); pause and unpause from it, which the next tick obeys.
 
 use http_body_util::BodyExt as _;
-use invoice_reminder::operator::explain::explain_invoice;
 use invoice_reminder::domain::InvoiceId;
+use invoice_reminder::operator::explain::explain_invoice;
 use sha2::Digest as _;
 
 use crate::browser::{self, Browser, OPERATOR, VIEWER, tick};

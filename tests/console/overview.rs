@@ -128,7 +128,7 @@ async fn after_a_tick_the_overview_says_what_audit_status_and_next_say() {
 #[tokio::test]
 async fn owed_by_step_counts_the_rows_the_listing_counts() {
     use invoice_reminder::db::owed::{owed_by_step, owed_listing};
-    use invoice_reminder::db::owing::Today;
+    use invoice_reminder::db::owing::OwingDay;
     let world = World::new().await;
     let ids = common::insert_overdue(world.pool(), 3).await;
     tick(&world).await;
@@ -154,7 +154,7 @@ async fn owed_by_step_counts_the_rows_the_listing_counts() {
     let today = invoice_reminder::db::today(&db, settings.schedule.timezone)
         .await
         .unwrap();
-    let owing = Today::from_settings(&settings, today);
+    let owing = OwingDay::from_settings(&settings, today);
     let max_attempts = settings.reminders.max_attempts;
     let steps = owed_by_step(&db, &owing, max_attempts).await.unwrap();
     let listing = owed_listing(&db, &owing, max_attempts, 1).await.unwrap();

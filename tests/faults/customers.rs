@@ -92,7 +92,7 @@ async fn three_replicas_and_a_killed_holder_mail_each_invoice_once_in_one_statem
         .filter(|(_, n)| **n > 1)
         .collect();
     assert!(multi.is_empty(), "customers with two statements: {multi:?}");
-    // The mark window is send_concurrency = 2 statements: the rows the
+    // The in-flight limit is send_concurrency = 2 statements: the rows the
     // server never received belong to at most 2 customers.
     let customers_unknown: HashSet<i64> = sqlx::query_scalar(
         "SELECT DISTINCT i.customer_id FROM reminders r JOIN invoices i ON i.id::text = r.invoice_id
@@ -106,7 +106,7 @@ async fn three_replicas_and_a_killed_holder_mail_each_invoice_once_in_one_statem
     .collect();
     assert!(
         customers_unknown.len() <= 2,
-        "{} statements unknown and never received (at most the mark window, 2)",
+        "{} statements unknown and never received (at most the in-flight limit, 2)",
         customers_unknown.len()
     );
 }

@@ -156,7 +156,7 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
     harness::stop_all(&mut replicas).await;
     // Rows the dead replica claimed but never started were returned and
     // sent by the others. What stays unknown is what it started: mail the
-    // server received but it never recorded, plus at most the mark window
+    // server received but it never recorded, plus at most the in-flight limit
     // (send_concurrency = 2) of rows it had marked and not finished.
     let report = harness::assert_exactly_once(&world, 2 * 50).await;
     let unknown = report["unknown"].as_array().unwrap();
@@ -176,7 +176,7 @@ async fn a_holder_killed_mid_batch_is_replaced_within_ttl_and_one_tick_and_nothi
         .collect();
     assert!(
         never_received.len() <= 2,
-        "{} unknown rows the server never received (at most the mark window, send_concurrency = 2): {never_received:?}",
+        "{} unknown rows the server never received (at most the in-flight limit, send_concurrency = 2): {never_received:?}",
         never_received.len()
     );
 }

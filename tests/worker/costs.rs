@@ -21,7 +21,7 @@
 //! run's start and end, tidying, the hand-back, each statement prepared
 //! once on each connection: about 50): the growth in commits from the
 //! smaller tick to the larger, per 1,000 more reminders. By design
-//! (BENCHMARKS.md, "The mark window"), in invoice mode: a page read and
+//! (BENCHMARKS.md, "The in-flight limit"), in invoice mode: a page read and
 //! claimed (with its suppression lookup) in one transaction per
 //! `batch_size` (500) rows, 2; a mark per group of 48 letters (the window
 //! of `send_concurrency` 64 less two per connection of `smtp.pool_size`

@@ -70,7 +70,7 @@ pub enum CustomerPlace {
 }
 
 /// A reason with its sentence and, for a wait, when it ends.
-pub(super) type Verdict = (Reason, String, Option<Until>);
+pub(super) type Decision = (Reason, String, Option<Until>);
 
 /// Decides for `facts` under `rules`.
 pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
@@ -142,7 +142,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
             )
         }),
     };
-    let verdict = match (unusable, one, due_date) {
+    let decision = match (unusable, one, due_date) {
         (Some((problem, detail)), _, _) => {
             explained.source_problem = Some(problem);
             (Reason::SourceProblem, detail, None)
@@ -157,12 +157,12 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
                 customer_last,
                 console_pause: console_pause.as_ref(),
             };
-            let verdict = day.verdict(due_step);
+            let decision = day.decision(due_step);
             if let Some((step, date)) = day.next_reminder() {
                 explained.next_step = Some(step.key.clone());
                 explained.next_date = Some(date);
             }
-            verdict
+            decision
         }
         // `SourceRow::into_parts` passed: one row, with a due date.
         (None, _, _) => (
@@ -171,23 +171,23 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
             None,
         ),
     };
-    let verdict = suppressed_verdict(verdict, all_suppressed, due_step, &rows);
-    let verdict = customer_verdict(verdict, customer_place);
-    (explained.reason, explained.reason_detail, explained.until) = verdict;
+    let decision = suppressed_verdict(decision, all_suppressed, due_step, &rows);
+    let decision = customer_decision(decision, customer_place);
+    (explained.reason, explained.reason_detail, explained.until) = decision;
     explained.reminders = rows;
     explained
 }
 
 /// `suppressed` comes right after `paused`: today's due step was recorded
 /// `skipped` (every recipient suppressed when it was claimed), or every
-/// recipient is suppressed now and the verdict was that something would be
+/// recipient is suppressed now and the decision was that something would be
 /// sent (today, after a backoff or after the gap).
 fn suppressed_verdict(
-    verdict: Verdict,
+    decision: Decision,
     all_suppressed: bool,
     due_step: Option<&crate::stages::Step>,
     rows: &[ReminderView],
-) -> Verdict {
+) -> Decision {
     let skipped_today = due_step.is_some_and(|step| {
         rows.iter().any(|r| {
             r.row.step == step.key
@@ -196,25 +196,25 @@ fn suppressed_verdict(
         })
     });
     let would_send = matches!(
-        verdict.0,
+        decision.0,
         Reason::WillSendToday | Reason::BackoffUntil | Reason::MinGapUntil
     );
-    match verdict.0 {
-        Reason::SourceProblem | Reason::Paid | Reason::Paused | Reason::PausedInConsole => verdict,
+    match decision.0 {
+        Reason::SourceProblem | Reason::Paid | Reason::Paused | Reason::PausedInConsole => decision,
         _ if skipped_today || (all_suppressed && would_send) => (
             Reason::Suppressed,
             "every recipient is on the suppression list (`suppress list`): no reminder goes to this invoice until one is removed".into(),
             None,
         ),
-        _ => verdict,
+        _ => decision,
     }
 }
 
 /// Customer mode: an invoice the tick would claim today goes in the next
 /// statement only if its customer's choice puts it there.
-fn customer_verdict(verdict: Verdict, place: Option<CustomerPlace>) -> Verdict {
-    if verdict.0 != Reason::WillSendToday {
-        return verdict;
+fn customer_decision(decision: Decision, place: Option<CustomerPlace>) -> Decision {
+    if decision.0 != Reason::WillSendToday {
+        return decision;
     }
     match place {
         Some(CustomerPlace::Later { ahead, per_mail }) => (
@@ -230,7 +230,7 @@ fn customer_verdict(verdict: Verdict, place: Option<CustomerPlace>) -> Verdict {
             "a failed statement of this customer is retried once its backoff is over, and this invoice goes out with it".into(),
             None,
         ),
-        _ => verdict,
+        _ => decision,
     }
 }
 

@@ -7,14 +7,14 @@ use std::collections::HashMap;
 
 use chrono::NaiveDate;
 
-use crate::operator::db_failed;
 use super::{CustomerPlace, Explained, Facts, decide, rules};
 use crate::config::Settings;
 use crate::db::customers::Retries;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::db::reminders::Backoff;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
+use crate::operator::db_failed;
 
 /// The invoices `keys` (of `customer`, if known) explained from their
 /// `sources`: their reminders, the suppression list, the console's pauses
@@ -155,7 +155,7 @@ async fn customer_statements(
 ) -> anyhow::Result<crate::tick::Chosen> {
     let (rows, suppressed) = db::customers::fetch_whole_customer(
         db,
-        &Today::from_settings(settings, today),
+        &OwingDay::from_settings(settings, today),
         &Retries::from_settings(&settings.reminders, 0),
         customer,
         settings.reminders.batch_size,

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::db;
 use crate::db::claims::Superseded;
 use crate::db::customers::Retries;
-use crate::db::owing::Today;
+use crate::db::owing::OwingDay;
 use crate::db::reminders::{Claim, ClaimError, ClaimedRow};
 use crate::domain::{Attempted, Counts, count_of};
 use crate::lock::LostReason;
@@ -27,7 +27,7 @@ pub(in crate::tick) struct Claiming {
     p: Arc<Pipeline>,
     /// Each step's due-date range today, oldest due dates first.
     windows: Vec<Window>,
-    today: Today,
+    today: OwingDay,
     retries: Retries,
     /// The record phase: claimed rows that are not sent at all (every
     /// recipient suppressed) go straight there.
@@ -39,7 +39,7 @@ impl Claiming {
         let settings = &p.ctx().settings;
         let r = &settings.reminders;
         let windows = r.stages.windows(p.today());
-        let today = Today::new(
+        let today = OwingDay::new(
             p.today(),
             settings.schedule.timezone.name(),
             r.min_days_between,
@@ -63,7 +63,7 @@ impl Claiming {
         &self.windows
     }
 
-    pub fn today(&self) -> &Today {
+    pub fn today(&self) -> &OwingDay {
         &self.today
     }
 

@@ -24,7 +24,7 @@ pub(in crate::tick) trait Grouping: Send + Sync {
     ) -> BoxFuture<'a, Result<(), TickError>>;
 
     /// The most rows one letter holds (the claim bound keeps room for the
-    /// letters the mark window holds).
+    /// letters the in-flight limit holds).
     fn rows_per_letter(&self) -> usize;
 
     /// A row the walk never meets, as the problem it is (besides a NULL

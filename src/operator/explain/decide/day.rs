@@ -1,13 +1,13 @@
-//! One invoice's facts, read for one day: the verdict for today's due step
+//! One invoice's facts, read for one day: the decision for today's due step
 //! and the day of the next reminder if nothing changes but the date.
 
 use chrono::NaiveDate;
 
-use super::{Rules, Verdict, instant};
-use crate::operator::explain::report::{Reason, ReminderView, RowState, Until, count, times};
+use super::{Decision, Rules, instant};
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::db::pauses::ConsolePause;
 use crate::domain::StepKey;
+use crate::operator::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::stages::{Step, shift};
 
 /// One invoice's facts, read for one day.
@@ -77,7 +77,7 @@ impl Day<'_> {
         Some((step, shift(self.due_date, step.offset), last))
     }
 
-    pub(super) fn verdict(&self, due: Option<&Step>) -> Verdict {
+    pub(super) fn decision(&self, due: Option<&Step>) -> Decision {
         let s = self.source;
         if !s.flags_owe {
             if s.is_paid != Some(false) {
@@ -131,11 +131,11 @@ impl Day<'_> {
                 None => (Reason::NotDueUntil, "there are no stages".into(), None),
             };
         };
-        self.verdict_for_step(due)
+        self.decision_for_step(due)
     }
 
-    /// The verdict once `due` is today's due step.
-    fn verdict_for_step(&self, due: &Step) -> Verdict {
+    /// The decision once `due` is today's due step.
+    fn decision_for_step(&self, due: &Step) -> Decision {
         let steps = self.rules.stages.steps();
         let index = steps.iter().position(|s| s.key == due.key).unwrap_or(0);
         let done = |s: &Step| {

@@ -1,4 +1,4 @@
-//! PostgreSQL session settings, in one place: sent as startup options on a
+//! PostgreSQL connection options, in one place: sent as startup options on a
 //! direct connection, and (behind a transaction pooler, which refuses
 //! unknown startup options and carries nothing from one transaction to the
 //! next) set at the start of every transaction instead.
