@@ -1,6 +1,8 @@
 //! The console at 1M reminders: `GET /` (the overview), `GET /unknown` and
 //! an invoice's page (`GET /invoices/500000`: `explain`, its history, its
-//! archived message) answered by a console served in-process over a database of 1M
+//! archived message) and, from a second console in customer mode, the page
+//! of a customer with 200 invoices (`GET /customers/1`), answered by
+//! consoles served in-process over a database of 1M
 //! reminders, median and p95 of `CONSOLE_BENCH_REQUESTS` requests each
 //! after a first one, whose time is printed too (for `/` it includes the
 //! survey of what is owed, kept for 30 s) (BENCHMARKS.md, "The console at
@@ -56,7 +58,18 @@ const SEED: &[&str] = &[
      SELECT g::text, 'final', 'sending', 0, 'invoice-' || g || '.final@bench.test',
             now() - interval '1 hour', now() - interval '1 hour'
        FROM generate_series(1, 20) g",
+    // Customer 1 has 200 invoices: the 100 above and these, each reminded.
+    "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date, paid_at)
+     SELECT 1, 'INV-C1-' || g, 2000 + g, 'EUR', current_date - g, NULL
+       FROM generate_series(1, 100) g",
+    "INSERT INTO reminders (invoice_id, period, status, attempts, message_id, claimed_at, created_at, sent_at, last_attempt_at, customer_id)
+     SELECT i.id::text, 'overdue', 'sent', 1, 'invoice-' || i.id || '.overdue@bench.test',
+            now() - interval '1 day', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day', '1'
+       FROM invoices i WHERE i.number LIKE 'INV-C1-%'",
 ];
+
+/// The customer whose page is asked for, with 200 invoices.
+const CUSTOMER: &str = "1";
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     let at = (sorted.len() * p).div_ceil(100).saturating_sub(1);
@@ -156,10 +169,23 @@ async fn main() {
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let stop = CancellationToken::new();
     let db = invoice_reminder::db::Db::new(pool.clone(), &settings);
+    // A second console over the same database in customer mode, for a
+    // customer's page.
+    let mut by_customer = settings.clone();
+    by_customer.reminders.group_by = invoice_reminder::config::GroupBy::Customer;
+    let customer_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let customer_base = format!("http://{}", customer_listener.local_addr().expect("addr"));
+    let customer_db = invoice_reminder::db::Db::new(pool.clone(), &by_customer);
     tokio::spawn(invoice_reminder::console::serve(
         settings,
         db,
         listener,
+        stop.clone(),
+    ));
+    tokio::spawn(invoice_reminder::console::serve(
+        by_customer,
+        customer_db,
+        customer_listener,
         stop.clone(),
     ));
 
@@ -180,17 +206,29 @@ async fn main() {
         .and_then(|v| v.split(';').next())
         .expect("a session cookie")
         .to_owned();
+    let customer_page = format!("{customer_base}/customers/{CUSTOMER}");
 
     let before = index_scans(&pool).await;
     let get = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    for path in ["/", "/unknown", "/invoices/500000"] {
+    let pages = [
+        format!("{base}/"),
+        format!("{base}/unknown"),
+        format!("{base}/invoices/500000"),
+        customer_page,
+    ];
+    for url in &pages {
+        let path = url
+            .split_once("//")
+            .and_then(|(_, r)| r.split_once('/'))
+            .map_or("/", |(_, p)| p);
+        let path = format!("/{path}");
         let mut times = Vec::with_capacity(requests);
         let mut first = Duration::ZERO;
         // One request first: a console that has just started answers it
         // (prepared statements, the pool's connections) and, for `/`, runs
         // the survey of what is owed, which the overview keeps for 30 s.
         for i in 0..=requests {
-            let request = hyper::Request::get(format!("{base}{path}"))
+            let request = hyper::Request::get(url)
                 .header("cookie", &cookie)
                 .body(Empty::new())
                 .expect("request");

@@ -1,5 +1,6 @@
 //! `/healthz`, `/readyz` and `/metrics` over HTTP, when `http.listen` is
-//! set, and the bounce webhook, when `http.webhook_secret` is.
+//! set, and the webhooks: bounces when `http.webhook_secret` is set,
+//! payment signals when a `payments` secret is.
 //!
 //! * `/healthz` (liveness) never touches the database or Redis: 200 while
 //!   the scheduler loop runs and no tick is past `schedule.max_tick_duration`.
@@ -13,6 +14,9 @@
 //!   list; on `http.webhook_listen` when it is set (then that listener
 //!   serves nothing else, and the one on `http.listen` no webhook), else on
 //!   `http.listen` with the rest.
+//! * `POST /webhooks/stripe` and `POST /webhooks/payments` ([`payments`]):
+//!   payment signals that hold reminders, on the same listener as the
+//!   bounce webhook, each only when its secret is set.
 //!
 //! Every listener has the limits of [`listener`]. Failures answer
 //! `{"status":"fail","reason":"..."}` with status 503.
@@ -36,13 +40,16 @@ use tokio_util::sync::CancellationToken;
 use crate::liveness::Liveness;
 use crate::tick::context::Context;
 
+mod body;
 mod bounce;
 pub mod files;
 #[cfg(test)]
 mod fuzz;
 pub mod listener;
+pub mod payments;
 pub mod signature;
 mod slots;
+mod stripe;
 pub mod webhook;
 
 /// How long each readiness check may take.
@@ -90,12 +97,12 @@ pub async fn bind(
     let (listen, webhook_listen) = (http.listen, http.webhook_listen);
     let limits = listener::Limits::from_settings(http);
     let state = AppState::new(ctx.clone(), liveness);
-    let webhook_on = state.webhook.is_some();
+    let webhook_on = state.webhook.is_some() || ctx.settings.payments.enabled();
     let mut served = Vec::new();
     if let Some(addr) = listen {
         let with_webhook = webhook_on && webhook_listen.is_none();
         if with_webhook {
-            tracing::info!(%addr, "serving /healthz, /readyz, /metrics and POST {}", webhook::PATH);
+            tracing::info!(%addr, "serving /healthz, /readyz, /metrics and the webhooks");
         } else {
             tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
         }
@@ -103,7 +110,7 @@ pub async fn bind(
         served.push((bind_one("http.listen", addr)?, app));
     }
     if let Some(addr) = webhook_listen.filter(|_| webhook_on) {
-        tracing::info!(%addr, "serving POST {} (http.webhook_listen)", webhook::PATH);
+        tracing::info!(%addr, "serving the webhooks (http.webhook_listen)");
         let app = app(&state, Routes::WebhookOnly);
         served.push((bind_one("http.webhook_listen", addr)?, app));
     }
@@ -144,14 +151,29 @@ fn app(state: &AppState, routes: Routes) -> Router {
                 .route("/readyz", get(readyz))
                 .route("/metrics", get(metrics));
             if with_webhook {
-                app.route(webhook::PATH, post(webhook::bounces))
+                webhooks(state, app)
             } else {
                 app
             }
         }
-        Routes::WebhookOnly => Router::new().route(webhook::PATH, post(webhook::bounces)),
+        Routes::WebhookOnly => webhooks(state, Router::new()),
     };
     app.with_state(state.clone())
+}
+
+/// `app` with each webhook route whose secret is set.
+fn webhooks(state: &AppState, mut app: Router<AppState>) -> Router<AppState> {
+    let payments = &state.ctx.settings.payments;
+    if state.webhook.is_some() {
+        app = app.route(webhook::PATH, post(webhook::bounces));
+    }
+    if !payments.stripe_secrets.is_empty() {
+        app = app.route(payments::STRIPE_PATH, post(payments::stripe));
+    }
+    if payments.secret.is_some() {
+        app = app.route(payments::SIGNALS_PATH, post(payments::signals));
+    }
+    app
 }
 
 impl AppState {

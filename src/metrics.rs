@@ -32,6 +32,13 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// `{kind="paid", outcome="stored"}` and the like.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub kind: &'static str,
+    pub outcome: &'static str,
+}
+
 /// `{action="replaced"}` and the like.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
@@ -68,6 +75,7 @@ struct Inner {
     source_problems: Family<ProblemLabel, Counter>,
     suppressed: Counter,
     webhook_requests: Family<OutcomeLabel, Counter>,
+    payment_signals: Family<SignalLabel, Counter>,
     http_listener_full: Family<ActionLabel, Counter>,
     smtp_accepted_rate: Gauge<f64, AtomicU64>,
     smtp_pace: Gauge<f64, AtomicU64>,
@@ -155,6 +163,12 @@ impl Default for Metrics {
             "Requests to POST /webhooks/bounces by outcome: accepted, ignored, unauthorized, stale, replayed, bad_request, too_large, error",
             webhook_requests.clone(),
         );
+        let payment_signals = Family::<SignalLabel, Counter>::default();
+        registry.register(
+            "payment_signals",
+            "Requests to POST /webhooks/stripe and /webhooks/payments by kind (paid, pending, disputed, failed, released, none) and outcome (stored, seen, older, no_invoice, ignored, unauthorized, stale, bad_request, too_large, timeout, busy, error)",
+            payment_signals.clone(),
+        );
         let http_listener_full = Family::<ActionLabel, Counter>::default();
         registry.register(
             "http_listener_full",
@@ -195,6 +209,7 @@ impl Default for Metrics {
                 source_problems,
                 suppressed,
                 webhook_requests,
+                payment_signals,
                 http_listener_full,
                 smtp_accepted_rate,
                 smtp_pace,
@@ -271,6 +286,15 @@ impl Metrics {
     }
 
     /// One request to the bounce webhook ended with `outcome`.
+    /// One request to a payment signal route: the signal's kind (`none`
+    /// when it was not read) and how it ended.
+    pub fn payment_signal(&self, kind: &'static str, outcome: &'static str) {
+        self.inner
+            .payment_signals
+            .get_or_create(&SignalLabel { kind, outcome })
+            .inc();
+    }
+
     pub fn webhook_request(&self, outcome: &'static str) {
         self.inner
             .webhook_requests

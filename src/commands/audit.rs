@@ -53,6 +53,9 @@ pub struct AuditReport {
     pub source_problems: Vec<crate::domain::SourceProblem>,
     /// Owed rows the check read (at most `operator::survey::ROWS_CHECKED`).
     pub source_rows_checked: usize,
+    /// Invoices a payment signal holds now, by state (not missing: the
+    /// provider said paid, pending or disputed).
+    pub payment_holds: db::payments::HoldCounts,
 }
 
 pub async fn build_report(
@@ -100,6 +103,9 @@ pub async fn build_report(
         source_problems_count: problems.count,
         source_rows_checked: problems.rows_checked,
         source_problems: problems.listed,
+        payment_holds: db::payments::counts(pool)
+            .await
+            .map_err(super::db_failed("failed to read the payment holds"))?,
         today,
     })
 }
@@ -157,6 +163,14 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     };
     outln!("reminders by status: {}", counts(&r.counts));
     outln!("sent by step: {}", counts(&r.sent_by_step));
+    let holds = &r.payment_holds;
+    outln!(
+        "held by payment signals: {} (paid {}, pending {}, disputed {})",
+        holds.total(),
+        holds.paid,
+        holds.pending,
+        holds.disputed
+    );
     let stored = r.unknown.iter().filter(|u| u.message_id.is_some()).count();
     outln!(
         "unknown delivery ('sending' after its run ended or for over {}): {} row(s) in {} mail(s), {stored} row(s) with a stored Message-ID to look up",

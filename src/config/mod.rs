@@ -17,6 +17,7 @@ mod console;
 mod env;
 mod error;
 mod names;
+mod payments;
 mod sections;
 mod types;
 mod urls;
@@ -31,6 +32,7 @@ use serde::Deserialize;
 pub use console::{ConsoleSettings, ConsoleUser, Role};
 pub use error::ConfigError;
 pub use names::{RelationName, SqlName};
+pub use payments::PaymentSettings;
 pub use sections::*;
 pub use types::{Cron, parse_cron};
 pub use urls::{DatabaseUrl, RedisUrl, redact_url};
@@ -108,6 +110,7 @@ pub struct Settings {
     pub templates: TemplateSettings,
     pub company: CompanySettings,
     pub http: HttpSettings,
+    pub payments: PaymentSettings,
     pub smtp: SmtpSettings,
     pub archive: ArchiveSettings,
     pub log: LogSettings,

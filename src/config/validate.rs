@@ -44,6 +44,18 @@ pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
     reminders(s)?;
     templates(s)?;
     http(s)?;
+    super::payments::check(&s.payments)?;
+    if s.payments.enabled() && s.http.webhook_addr().is_none() {
+        let key = if s.payments.secret.is_some() {
+            "payments.secret"
+        } else {
+            "payments.stripe_secrets"
+        };
+        return Err(ConfigError::new(
+            key,
+            "needs http.listen or http.webhook_listen: there is no listener to serve the payment signals on",
+        ));
+    }
     smtp(s)?;
     if s.archive.keep_days == 0 {
         return Err(ConfigError::new("archive.keep_days", "must be at least 1"));
@@ -195,10 +207,10 @@ fn http(s: &Settings) -> Result<(), ConfigError> {
             "needs http.webhook_secret: the bounce webhook is off without it, so Postmark's requests would get 404",
         ));
     }
-    if http.webhook_listen.is_some() && http.webhook_secret.is_none() {
+    if http.webhook_listen.is_some() && http.webhook_secret.is_none() && !s.payments.enabled() {
         return Err(ConfigError::new(
             "http.webhook_listen",
-            "needs http.webhook_secret: the bounce webhook is off without it",
+            "needs http.webhook_secret or a payments secret: nothing is served on it without one",
         ));
     }
     if http.webhook_listen.is_some() && http.webhook_listen == http.listen {

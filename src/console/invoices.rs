@@ -114,6 +114,7 @@ pub(super) async fn invoice_page(
         },
     };
     let pause = explained.console_pause.clone();
+    let hold = explained.payment_hold.clone();
     let source = explained.source.clone();
     let amount = source.as_ref().and_then(|s| amount_text(app, s));
     let customer_mode = app.settings.reminders.group_by == GroupBy::Customer;
@@ -137,6 +138,9 @@ pub(super) async fn invoice_page(
             pause_by => pause.as_ref().map(|p| p.paused_by.clone()),
             pause_at => pause.as_ref().map(|p| pages::when(app, p.paused_at)),
             pause_reason => pause.map(|p| p.reason),
+            hold_at => hold.as_ref().map(|h| pages::when(app, h.event_at)),
+            hold_until => hold.as_ref().and_then(|h| h.expires_at).map(|t| pages::when(app, t)),
+            hold,
             customer_mode,
             history,
             message,

@@ -177,6 +177,7 @@ fn router(app: App) -> Router {
         )
         .route("/invoices/{id}/pause", post(pause::post))
         .route("/invoices/{id}/unpause", post(pause::post))
+        .route("/invoices/{id}/lift", post(pause::lift))
         .route("/customers/{id}", get(invoices::customer))
         .route("/customers/{id}/pause", post(pause::post))
         .route("/customers/{id}/unpause", post(pause::post))

@@ -54,6 +54,9 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
     let (sent_today, suppressed) = db::console::overview_counts(&app.db, today, tz.name())
         .await
         .map_err(failed("count today's mail"))?;
+    let held = db::payments::counts(&app.db)
+        .await
+        .map_err(failed("count the payment holds"))?;
     let holder = match lock_holder(&app.lock, &app.db).await {
         Ok(h) => holder_text(h.as_ref()),
         Err(e) => {
@@ -100,6 +103,12 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             label: "suppressed addresses",
             value: suppressed,
             link: Some("/suppressions"),
+        },
+        Count {
+            key: "held",
+            label: "held by payment signals",
+            value: held.total(),
+            link: None,
         },
         Count {
             key: "problems",

@@ -3,7 +3,8 @@
 //! route it answers. The decision is `operator::pause::change`: a refused
 //! change (no reason, an unpause not confirmed) answers 422 with the page
 //! and its message, an unknown invoice or customer 404, nothing changed;
-//! a change answers 303 to the page.
+//! a change answers 303 to the page. `POST /invoices/{id}/lift` lifts a
+//! payment signal's hold the same way.
 
 use axum::Extension;
 use axum::extract::{Form, Path, State};
@@ -15,6 +16,8 @@ use super::failure::{Failure, Page, failed};
 use super::invoices::{customer_page, invoice_page};
 use super::pages;
 use super::session::Signed;
+use crate::domain::InvoiceId;
+use crate::operator::holds;
 use crate::operator::pause::{Change, Outcome, Paused, change};
 
 #[derive(Debug, serde::Deserialize)]
@@ -70,6 +73,37 @@ pub async fn post(
         Paused::Invoice(id) => return Err(Failure::NotFound(format!("Invoice {id}"))),
         Paused::Customer(id) => return Err(Failure::NotFound(format!("Customer {id}"))),
     };
+    Ok(Redirect::to(&app.path(&path)).into_response())
+}
+
+/// `POST /invoices/{id}/lift`: lifts the payment signal's hold
+/// (`operator::holds::lift`); the same refusals as an unpause, and 409
+/// when nothing holds the invoice any more.
+pub async fn lift(
+    State(app): State<App>,
+    Extension(signed): Extension<Signed>,
+    Path(id): Path<String>,
+    Form(form): Form<PauseForm>,
+) -> Page {
+    let confirmed = form.confirm.as_deref() == Some("yes");
+    let key = InvoiceId::from(id.as_str());
+    let outcome = holds::lift(&app.db, &key, &form.reason, confirmed, &signed.user)
+        .await
+        .map_err(failed("lift the payment hold"))?;
+    let what = Paused::Invoice(&id);
+    if let Some(why) = outcome.refusal() {
+        return page(&app, &signed, &what, StatusCode::UNPROCESSABLE_ENTITY, why).await;
+    }
+    if outcome == Outcome::Unknown {
+        return Err(Failure::Refused {
+            status: StatusCode::CONFLICT,
+            lines: vec![format!(
+                "No payment signal holds invoice {id} now: it was lifted, released or expired meanwhile. Nothing was changed."
+            )],
+            back: None,
+        });
+    }
+    let path = format!("/invoices/{}", pages::segment(&id));
     Ok(Redirect::to(&app.path(&path)).into_response())
 }
 

@@ -11,7 +11,8 @@
 //! - it is unpaid (`is_paid` false; NULL counts as paid: no reminder when
 //!   in doubt) and not paused (`paused` not true, `paused_until` before
 //!   today, "today" in `schedule.timezone`; neither it nor, in customer
-//!   mode, its customer paused in the console) ([`owes_flags!`]);
+//!   mode, its customer paused in the console; no payment signal holding
+//!   it, [`hold_active!`]) ([`owes_flags!`]);
 //! - it has every column a reminder needs ([`complete!`]);
 //! - no reminder of it was `sent` or `sending` within
 //!   `reminders.min_days_between` days ([`invoice_gap_clear!`]); in
@@ -90,7 +91,8 @@ pub(crate) use in_window;
 /// SQL: row `$s` is unpaid and not paused today: neither by the source's
 /// own columns nor in the console (`console_pauses`: the invoice, or in
 /// customer mode its customer; two anti-joins on that small table's
-/// unique indexes).
+/// unique indexes), and no payment signal holds it (`payment_holds`, by
+/// its key).
 macro_rules! owes_flags {
     ($s:literal) => {
         concat!(
@@ -106,11 +108,32 @@ macro_rules! owes_flags {
             " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.invoice_id = ",
             $s,
             ".invoice_id::text)",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.customer_id = {customer})"
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.customer_id = {customer})",
+            " AND NOT EXISTS (SELECT 1 FROM {ir}.payment_holds ph WHERE ph.invoice_id = ",
+            $s,
+            ".invoice_id::text AND ",
+            $crate::db::owing::hold_active!("ph"),
+            ")"
         )
     };
 }
 pub(crate) use owes_flags;
+
+/// SQL: payment hold `h` holds its invoice's reminders now: paid or
+/// disputed, or pending and not yet expired (`db::payments`).
+macro_rules! hold_active {
+    ($h:literal) => {
+        concat!(
+            $h,
+            ".state IN ('paid', 'pending', 'disputed') AND (",
+            $h,
+            ".expires_at IS NULL OR ",
+            $h,
+            ".expires_at > now())"
+        )
+    };
+}
+pub(crate) use hold_active;
 
 /// SQL: row `s` has every column a reminder needs (its values are checked
 /// by `crate::problems`).

@@ -172,7 +172,8 @@ pub struct ClaimedRow {
     pub id: ReminderId,
     /// Delivery attempts finished before this claim (0 for a first claim).
     pub attempts: i32,
-    /// The step claimed.
+    /// The step claimed (column `period`).
+    #[sqlx(rename = "period")]
     pub step: StepKey,
     /// The Message-ID its last attempt carried (a retry), stored before
     /// that attempt's send.

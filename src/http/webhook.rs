@@ -13,11 +13,9 @@
 //!   constant time; Postmark's bounce body is read by its `Type`.
 //!
 //! Guarantees: the body is read only after the request named a way in,
-//! never past [`MAX_BODY_BYTES`] (413) and never longer than
-//! `http.body_read_timeout` (408, and the connection is closed); at most
-//! half of `http.max_connections` requests read bodies at once (503 and
-//! the connection closed beyond, so slow senders cannot fill the
-//! listener); no valid signature or credentials: 401; a body that cannot
+//! within the listener's limits (`body`: 413 over 64 KiB, 408 past
+//! `http.body_read_timeout`, 503 when half of `http.max_connections` are
+//! reading bodies already; the connection is closed after each); no valid signature or credentials: 401; a body that cannot
 //! be read: 400; the database away: 503 (the sender retries). Bad input never gets a 500. Neither secret,
 //! nor the `Authorization` header, is ever logged or answered. Every
 //! request is counted by outcome
@@ -36,14 +34,12 @@ use standardwebhooks::HEADER_WEBHOOK_SIGNATURE;
 use subtle::ConstantTimeEq as _;
 
 use super::AppState;
+use super::body::{self, Unread};
 use super::bounce::{self, Bounce};
 use super::signature::{self, Refused};
 use crate::config::HttpSettings;
 use crate::db;
 use crate::db::suppressions::{BounceRecorded, NewSuppression};
-
-/// The largest body read (64 KiB).
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The route's path.
 pub const PATH: &str = "/webhooks/bounces";
@@ -116,7 +112,7 @@ enum Outcome {
     Replayed,
     /// A body that cannot be read.
     BadRequest,
-    /// A body over [`MAX_BODY_BYTES`].
+    /// A body over `body::MAX_BODY_BYTES`.
     TooLarge,
     /// A body that did not arrive within `http.body_read_timeout`.
     Timeout,
@@ -209,34 +205,27 @@ async fn handle(
             "no valid webhook-signature or basic auth",
         );
     }
-    // Slow senders hold at most half of the listener's connections.
-    let Ok(_reading) = state.webhook_reads.try_acquire() else {
-        return refuse(
-            Outcome::Busy,
-            "too many webhook requests at once; retry later",
-        );
+    let body = match body::read(state, body).await {
+        Ok(body) => body,
+        Err(unread) => {
+            let outcome = match unread {
+                Unread::TooLarge => Outcome::TooLarge,
+                Unread::Timeout => Outcome::Timeout,
+                Unread::Broken => Outcome::BadRequest,
+                Unread::Busy => Outcome::Busy,
+            };
+            return refuse(outcome, &unread.reason());
+        }
     };
-    let deadline = state.ctx.settings.http.body_read_timeout;
-    let body =
-        match tokio::time::timeout(deadline, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(e)) if too_large(&e) => {
-                return refuse(
-                    Outcome::TooLarge,
-                    &format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-                );
-            }
-            Ok(Err(_)) => return refuse(Outcome::BadRequest, "the body could not be read"),
-            Err(_) => {
-                return refuse(
-                    Outcome::Timeout,
-                    "the body did not arrive within http.body_read_timeout",
-                );
-            }
-        };
     let caller = match &auth.signer {
         Some(signer) if signed => {
-            match signature::check(signer, headers, &body, signature::now()) {
+            match signature::check(
+                signer,
+                headers,
+                &body,
+                signature::now(),
+                signature::TIMESTAMP_TOLERANCE_SECS,
+            ) {
                 Ok(id) => Caller::Signed { id },
                 Err(refused) => {
                     let outcome = match refused {
@@ -259,18 +248,6 @@ async fn handle(
         Caller::Postmark => None,
     };
     record(state, webhook_id, &bounce).await
-}
-
-/// Whether reading a body failed on its size (not on the connection).
-fn too_large(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(error) = source {
-        if error.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
 }
 
 /// Suppresses the bounce's address (or, for a soft bounce, only logs it

@@ -8,13 +8,14 @@
 //! * [`survey`]: what is owed today, and the source problems among it;
 //! * [`unknown`] and [`settle`]: unknown deliveries by mail, and settling
 //!   one (read, plan, write with its activity record, report);
-//! * [`suppress`] and [`pause`]: the suppression list and the console's
-//!   pauses;
+//! * [`suppress`], [`pause`] and [`holds`]: the suppression list, the
+//!   console's pauses, and lifting a payment signal's hold;
 //! * [`lock_holder`]: who holds the lock; [`preview`]: a mail as the tick
 //!   would compose it;
 //! * [`UsageError`]: a request that is wrong for this configuration.
 
 pub mod explain;
+pub mod holds;
 pub mod lock_holder;
 pub mod pause;
 pub mod preview;

@@ -36,11 +36,11 @@ impl Change {
 pub enum Outcome {
     Done,
     /// The source does not know the invoice or customer (or the worker is
-    /// not in customer mode); nothing changed.
+    /// not in customer mode), or nothing holds it; nothing changed.
     Unknown,
     /// No reason was given; nothing changed.
     NoReason,
-    /// Unpausing was not confirmed; nothing changed.
+    /// An unpause (or a lifted hold) was not confirmed; nothing changed.
     NotConfirmed,
 }
 
@@ -53,7 +53,7 @@ impl Outcome {
                 Some("Give a reason: it goes in the activity log. Nothing was changed.")
             }
             Self::NotConfirmed => Some(
-                "Unpausing can mail the customer at the next tick: tick the box that confirms it. Nothing was changed.",
+                "This can mail the customer at the next tick: tick the box that confirms it. Nothing was changed.",
             ),
         }
     }

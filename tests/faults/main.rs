@@ -16,6 +16,7 @@ mod exits;
 mod http;
 mod listener;
 mod lock_failure;
+mod payments;
 mod pgbouncer;
 mod postgres;
 mod random;

@@ -52,6 +52,8 @@ pub struct Facts {
     pub customer_place: Option<CustomerPlace>,
     /// The console pause of the invoice or its customer, if any.
     pub console_pause: Option<crate::db::pauses::ConsolePause>,
+    /// The payment signal that holds it now, if any.
+    pub payment_hold: Option<crate::db::payments::PaymentHold>,
 }
 
 /// Customer mode: where an invoice stands in its customer's mail today.
@@ -85,6 +87,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         customer_last,
         customer_place,
         console_pause,
+        payment_hold,
     } = facts;
     let rows: Vec<ReminderView> = reminders
         .into_iter()
@@ -117,6 +120,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         paused: one.map(|s| s.paused == Some(true)),
         paused_until: one.and_then(|s| s.paused_until),
         console_pause: console_pause.clone(),
+        payment_hold: payment_hold.clone(),
         due_date,
         days_overdue: due_date.map(|d| today.signed_duration_since(d).num_days()),
         due_step_today: due_step.map(|s| s.key.clone()),
@@ -156,6 +160,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
                 rows: &rows,
                 customer_last,
                 console_pause: console_pause.as_ref(),
+                payment_hold: payment_hold.as_ref(),
             };
             let decision = day.decision(due_step);
             if let Some((step, date)) = day.next_reminder() {
@@ -200,7 +205,11 @@ fn suppressed_verdict(
         Reason::WillSendToday | Reason::BackoffUntil | Reason::MinGapUntil
     );
     match decision.0 {
-        Reason::SourceProblem | Reason::Paid | Reason::Paused | Reason::PausedInConsole => decision,
+        Reason::SourceProblem
+        | Reason::Paid
+        | Reason::Paused
+        | Reason::PausedInConsole
+        | Reason::HeldByPaymentSignal => decision,
         _ if skipped_today || (all_suppressed && would_send) => (
             Reason::Suppressed,
             "every recipient is on the suppression list (`suppress list`): no reminder goes to this invoice until one is removed".into(),

@@ -1,7 +1,7 @@
 //! What `explain` reads for any number of invoices, each kind once for
 //! all of them (their reminders, the suppression list, the console's
-//! pauses, the customer's statements in customer mode), and the facts each
-//! invoice is decided from.
+//! pauses, the payment holds, the customer's statements in customer
+//! mode), and the facts each invoice is decided from.
 
 use std::collections::HashMap;
 
@@ -90,6 +90,13 @@ pub(super) async fn explain_keys(
     let pauses = db::pauses::find(db, keys, customer.as_deref())
         .await
         .map_err(db_failed("failed to read the console's pauses"))?;
+    let mut holds: HashMap<String, db::payments::PaymentHold> = db::payments::holds(db, keys)
+        .await
+        .map_err(db_failed("failed to read the payment holds"))?
+        .into_iter()
+        .filter(|h| h.active)
+        .map(|h| (h.invoice_id.clone(), h))
+        .collect();
     let mut explained = Vec::with_capacity(keys.len());
     for (id, recipients) in keys.iter().zip(recipients) {
         let sources = sources_of.remove(id).unwrap_or_default();
@@ -139,6 +146,7 @@ pub(super) async fn explain_keys(
             customer_last,
             customer_place,
             console_pause,
+            payment_hold: holds.remove(id.as_str()),
         };
         explained.push(decide(facts, rules(settings)));
     }

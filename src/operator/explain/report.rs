@@ -22,6 +22,9 @@ pub enum Reason {
     /// Paused in the operator console (`console_pauses`): the invoice, or
     /// its customer.
     PausedInConsole,
+    /// A payment signal holds it (`payment_holds`): paid, a payment on its
+    /// way, or disputed, by the provider's word.
+    HeldByPaymentSignal,
     /// Every recipient is on the suppression list (`suppress`, bounces):
     /// today's step was recorded `skipped`, or would be.
     Suppressed,
@@ -59,6 +62,7 @@ impl Reason {
             Self::Paid => "paid",
             Self::Paused => "paused",
             Self::PausedInConsole => "paused_in_console",
+            Self::HeldByPaymentSignal => "held_by_payment_signal",
             Self::Suppressed => "suppressed",
             Self::NotDueUntil => "not_due_until",
             Self::NoMoreSteps => "no_more_steps",
@@ -253,6 +257,8 @@ pub struct Explained {
     pub paused_until: Option<NaiveDate>,
     /// The console pause that holds it back, if any.
     pub console_pause: Option<crate::db::pauses::ConsolePause>,
+    /// The payment signal that holds it, if any.
+    pub payment_hold: Option<crate::db::payments::PaymentHold>,
     pub due_date: Option<NaiveDate>,
     /// Days from the due date to today (negative: not yet due).
     pub days_overdue: Option<i64>,

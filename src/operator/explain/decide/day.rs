@@ -6,6 +6,7 @@ use chrono::NaiveDate;
 use super::{Decision, Rules, instant};
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::db::pauses::ConsolePause;
+use crate::db::payments::PaymentHold;
 use crate::domain::StepKey;
 use crate::operator::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::stages::{Step, shift};
@@ -19,6 +20,7 @@ pub(super) struct Day<'a> {
     pub(super) rows: &'a [ReminderView],
     pub(super) customer_last: Option<NaiveDate>,
     pub(super) console_pause: Option<&'a ConsolePause>,
+    pub(super) payment_hold: Option<&'a PaymentHold>,
 }
 
 impl Day<'_> {
@@ -87,6 +89,25 @@ impl Day<'_> {
                     "is_paid is true"
                 };
                 return (Reason::Paid, format!("{how}: no reminder is sent"), None);
+            }
+            if let Some(h) = self.payment_hold {
+                let until = match h.expires_at {
+                    Some(end) => {
+                        format!("until {} unless the source says paid first", instant(end))
+                    }
+                    None => "until the source says paid or an operator lifts it".to_owned(),
+                };
+                return (
+                    Reason::HeldByPaymentSignal,
+                    format!(
+                        "held by a payment signal: {} event {} ({}) at {}: no reminder {until}",
+                        h.provider,
+                        h.event_id,
+                        h.state,
+                        instant(h.event_at)
+                    ),
+                    None,
+                );
             }
             if let Some(p) = self.console_pause {
                 let what = match &p.customer_id {
@@ -294,7 +315,11 @@ impl Day<'_> {
     /// of unknown delivery is never claimed again.
     pub(super) fn next_reminder(&self) -> Option<(&Step, NaiveDate)> {
         let s = self.source;
-        if s.is_paid != Some(false) || s.paused == Some(true) || self.console_pause.is_some() {
+        if s.is_paid != Some(false)
+            || s.paused == Some(true)
+            || self.console_pause.is_some()
+            || self.payment_hold.is_some()
+        {
             return None;
         }
         let waits = [self.pause_ends(), self.gap_ends(None).map(|(_, ends)| ends)];

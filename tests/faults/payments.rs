@@ -1,0 +1,501 @@
+//! `POST /webhooks/stripe` and `POST /webhooks/payments` on a real `run`
+//! process: signed payment signals hold reminders the view still calls
+//! owed, a second delivery of an event changes nothing, an older event
+//! never undoes a newer one, a failed payment or a won dispute releases,
+//! a pending hold ends on its own, and bad input is refused with nothing
+//! stored. Ticks are run with `run-once` between the requests (the
+//! replica's own schedule never fires during a test).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{self, Backend, World};
+use crate::harness::{self, Replica, ReplicaOptions};
+use crate::http::{get, wait_for_status};
+use crate::webhook::{new_secret, now, signed};
+
+/// A Stripe endpoint secret of our own.
+fn stripe_secret() -> String {
+    format!("whsec_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A replica serving the payment routes on a port of its own, with two
+/// Stripe secrets (a rotation) and the generic signal's secret.
+async fn spawn_signals(world: &mut World, stripe: &[&str], generic: &str) -> (Replica, u16) {
+    // A schedule that does not fire while the test runs.
+    world.set("schedule.cron", "0 0 0 1 1 *");
+    let port = harness::free_port();
+    let list = stripe
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let replica = Replica::spawn(
+        world,
+        "payments",
+        ReplicaOptions {
+            env: vec![
+                (
+                    "INVOICE_REMINDER__HTTP__LISTEN".to_owned(),
+                    format!("127.0.0.1:{port}"),
+                ),
+                (
+                    "INVOICE_REMINDER__PAYMENTS__STRIPE_SECRETS".to_owned(),
+                    format!("[{list}]"),
+                ),
+                (
+                    "INVOICE_REMINDER__PAYMENTS__SECRET".to_owned(),
+                    generic.to_owned(),
+                ),
+            ],
+            ..ReplicaOptions::default()
+        },
+    );
+    wait_for_status(port, "/healthz", 200, Duration::from_secs(15)).await;
+    (replica, port)
+}
+
+/// `POST path` with `headers` and `body`: (status, the JSON answer).
+async fn post(port: u16, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, Value) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<hyper::body::Bytes>>();
+    let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(
+            body.to_vec(),
+        )))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A Stripe event of `kind` about `object`, created at `created`.
+fn event(id: &str, kind: &str, created: i64, object: Value) -> Vec<u8> {
+    json!({"id": id, "object": "event", "type": kind, "created": created,
+           "data": {"object": object}})
+    .to_string()
+    .into_bytes()
+}
+
+/// A payment intent for invoice `invoice` (our id in its metadata).
+fn intent(pi: &str, invoice: i64) -> Value {
+    json!({"id": pi, "object": "payment_intent", "metadata": {"invoice_id": invoice.to_string()}})
+}
+
+/// `Stripe-Signature` for `body`, signed with `secret` at `t`.
+fn stripe_signed(secret: &str, t: i64, body: &[u8]) -> Vec<(String, String)> {
+    let mut message = t.to_string().into_bytes();
+    message.push(b'.');
+    message.extend_from_slice(body);
+    let mac = hmac_sha256::HMAC::mac(&message, secret.as_bytes());
+    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    vec![("Stripe-Signature".to_owned(), format!("t={t},v1={hex}"))]
+}
+
+/// A signed Stripe event posted: its status and outcome.
+async fn stripe(port: u16, secret: &str, body: &[u8]) -> (u16, String) {
+    let (status, answer) = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(secret, now(), body),
+        body,
+    )
+    .await;
+    (status, answer["outcome"].as_str().unwrap_or("").to_owned())
+}
+
+/// One `run-once` tick; the invoices it mailed.
+async fn tick(world: &World) -> Vec<i64> {
+    let before = world.sink.count();
+    let out = common::cli(world, &["run-once"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    world.sink.received()[before..]
+        .iter()
+        .filter_map(|m| m.invoice_id())
+        .collect()
+}
+
+/// The state of the hold on `invoice`, if any.
+async fn hold(world: &World, invoice: i64) -> Option<String> {
+    sqlx::query_scalar("SELECT state FROM payment_holds WHERE invoice_id = $1")
+        .bind(invoice.to_string())
+        .fetch_optional(world.pool())
+        .await
+        .unwrap()
+}
+
+/// The value of one sample line of an OpenMetrics exposition.
+fn sample(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_or_a_won_dispute_releases_them()
+ {
+    let mut world = harness::world_for(Backend::Redis).await;
+    let ids = common::insert_overdue(world.pool(), 4).await;
+    let (paid, pending, disputed, untouched) = (ids[0], ids[1], ids[2], ids[3]);
+    let (old_secret, new_secret_) = (stripe_secret(), stripe_secret());
+    let (mut replica, port) =
+        spawn_signals(&mut world, &[&old_secret, &new_secret_], &new_secret()).await;
+    let t = now();
+
+    let succeeded = event(
+        "evt_paid",
+        "payment_intent.succeeded",
+        t,
+        intent("pi_paid", paid),
+    );
+    let stored = stripe(port, &new_secret_, &succeeded).await;
+    let again = stripe(port, &new_secret_, &succeeded).await;
+    let processing = event(
+        "evt_pending",
+        "payment_intent.processing",
+        t,
+        intent("pi_pending", pending),
+    );
+    let pending_stored = stripe(port, &old_secret, &processing).await;
+    let charged = event(
+        "evt_charged",
+        "payment_intent.succeeded",
+        t - 60,
+        intent("pi_disputed", disputed),
+    );
+    stripe(port, &old_secret, &charged).await;
+    // A dispute names only its payment intent, as Stripe sends it.
+    let dispute = json!({"id": "dp_1", "object": "dispute", "payment_intent": "pi_disputed", "status": "needs_response"});
+    let opened = stripe(
+        port,
+        &old_secret,
+        &event("evt_dispute", "charge.dispute.created", t, dispute.clone()),
+    )
+    .await;
+    // An older failure of the paid intent arrives late: it undoes nothing.
+    let late = stripe(
+        port,
+        &old_secret,
+        &event(
+            "evt_late",
+            "payment_intent.payment_failed",
+            t - 3600,
+            intent("pi_paid", paid),
+        ),
+    )
+    .await;
+    // A failed payment does not end a dispute.
+    let failed_dispute = stripe(
+        port,
+        &old_secret,
+        &event(
+            "evt_failed_dispute",
+            "payment_intent.payment_failed",
+            t + 1,
+            intent("pi_disputed", disputed),
+        ),
+    )
+    .await;
+
+    assert_eq!(stored, (200, "stored".into()));
+    assert_eq!(again, (200, "seen".into()), "the same event id twice");
+    assert_eq!(pending_stored, (200, "stored".into()));
+    assert_eq!(opened, (200, "stored".into()));
+    assert_eq!(late, (200, "older".into()));
+    assert_eq!(failed_dispute, (200, "older".into()));
+    assert_eq!(hold(&world, paid).await.as_deref(), Some("paid"));
+    assert_eq!(hold(&world, disputed).await.as_deref(), Some("disputed"));
+    assert_eq!(
+        tick(&world).await,
+        vec![untouched],
+        "held invoices are not claimed while the view still says unpaid"
+    );
+    let explained = common::cli(
+        &world,
+        &["explain", "--invoice", &paid.to_string(), "--json"],
+    )
+    .await;
+    let explained: Value = serde_json::from_slice(&explained.stdout).unwrap();
+    assert_eq!(explained["reason"], "held_by_payment_signal");
+    assert!(
+        explained["reason_detail"]
+            .as_str()
+            .unwrap()
+            .contains("stripe event evt_paid"),
+        "{explained}"
+    );
+    let (_, audit) = harness::audit(&world).await;
+    assert_eq!(
+        audit["payment_holds"],
+        json!({"paid": 1, "pending": 1, "disputed": 1})
+    );
+
+    // The pending payment fails, and the merchant wins the dispute.
+    let failure = stripe(
+        port,
+        &new_secret_,
+        &event(
+            "evt_pending_failed",
+            "payment_intent.payment_failed",
+            t + 5,
+            intent("pi_pending", pending),
+        ),
+    )
+    .await;
+    let won = json!({"id": "dp_1", "object": "dispute", "payment_intent": "pi_disputed", "status": "won"});
+    let closed = stripe(
+        port,
+        &new_secret_,
+        &event("evt_won", "charge.dispute.closed", t + 5, won),
+    )
+    .await;
+    assert_eq!(
+        (failure, closed),
+        ((200, "stored".into()), (200, "stored".into()))
+    );
+    let mut mailed = tick(&world).await;
+    mailed.sort();
+    assert_eq!(
+        mailed,
+        vec![pending, disputed],
+        "released holds resume reminders"
+    );
+    assert_eq!(
+        hold(&world, paid).await.as_deref(),
+        Some("paid"),
+        "the paid hold stays"
+    );
+
+    let (_, metrics) = get(port, "/metrics").await.unwrap();
+    replica.stop_gracefully().await;
+    let line = |kind: &str, outcome: &str| {
+        sample(
+            &metrics,
+            &format!(
+                r#"invoice_reminder_payment_signals_total{{kind="{kind}",outcome="{outcome}"}}"#
+            ),
+        )
+    };
+    assert_eq!(line("paid", "stored"), 2.0, "{metrics}");
+    assert_eq!(line("paid", "seen"), 1.0, "{metrics}");
+    assert_eq!(line("failed", "older"), 2.0, "{metrics}");
+    assert!(!replica.log().contains(&old_secret) && !replica.log().contains(&new_secret_));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing_stored_and_ignored_ones_get_200()
+ {
+    let mut world = harness::world_for(Backend::Redis).await;
+    let ids = common::insert_overdue(world.pool(), 1).await;
+    let stripe_key = stripe_secret();
+    let generic = new_secret();
+    let (mut replica, port) = spawn_signals(&mut world, &[&stripe_key], &generic).await;
+    let body = event(
+        "evt_1",
+        "invoice.paid",
+        now(),
+        json!({"id": "in_1", "metadata": {"invoice_id": ids[0].to_string()}}),
+    );
+
+    let unsigned = post(port, "/webhooks/stripe", &[], &body).await.0;
+    let wrong_key = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_secret(), now(), &body),
+        &body,
+    )
+    .await
+    .0;
+    let stale = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_key, now() - 6 * 60, &body),
+        &body,
+    )
+    .await
+    .0;
+    let tampered = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_key, now(), &body),
+        b"{\"id\":\"evt_1\"}",
+    )
+    .await
+    .0;
+    let malformed = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_key, now(), b"not json"),
+        b"not json",
+    )
+    .await
+    .0;
+    let no_object = br#"{"id":"evt_2","type":"invoice.paid","created":1}"#;
+    let no_object = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_key, now(), no_object),
+        no_object,
+    )
+    .await
+    .0;
+    let mut big = body.clone();
+    big.extend(std::iter::repeat_n(b' ', 64 * 1024));
+    let oversized = post(
+        port,
+        "/webhooks/stripe",
+        &stripe_signed(&stripe_key, now(), &big),
+        &big,
+    )
+    .await
+    .0;
+    let generic_body =
+        json!({"invoice_id": ids[0].to_string(), "signal": "maybe", "at": "2026-12-01T10:00:00Z"})
+            .to_string();
+    let bad_signal = post(
+        port,
+        "/webhooks/payments",
+        &signed(&generic, "msg_1", now(), generic_body.as_bytes()),
+        generic_body.as_bytes(),
+    )
+    .await
+    .0;
+    let generic_stale = post(
+        port,
+        "/webhooks/payments",
+        &signed(&generic, "msg_2", now() - 6 * 60, generic_body.as_bytes()),
+        generic_body.as_bytes(),
+    )
+    .await
+    .0;
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM payment_events) + (SELECT count(*) FROM payment_holds)",
+    )
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+
+    let other_type = event("evt_3", "customer.created", now(), json!({"id": "cus_1"}));
+    let ignored = stripe(port, &stripe_key, &other_type).await;
+    let keyless = event(
+        "evt_4",
+        "invoice.paid",
+        now(),
+        json!({"id": "in_2", "metadata": {}}),
+    );
+    let no_invoice = stripe(port, &stripe_key, &keyless).await;
+    let lost = json!({"id": "dp_2", "payment_intent": "pi_none", "status": "lost"});
+    let dispute_lost = stripe(
+        port,
+        &stripe_key,
+        &event("evt_5", "charge.dispute.closed", now(), lost),
+    )
+    .await;
+    let after: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM payment_events) + (SELECT count(*) FROM payment_holds)",
+    )
+    .fetch_one(world.pool())
+    .await
+    .unwrap();
+    let mailed = tick(&world).await;
+    replica.stop_gracefully().await;
+
+    assert_eq!(
+        [
+            unsigned,
+            wrong_key,
+            stale,
+            tampered,
+            malformed,
+            no_object,
+            oversized,
+            bad_signal,
+            generic_stale
+        ],
+        [401, 401, 401, 401, 400, 400, 413, 400, 401]
+    );
+    assert_eq!(stored, 0, "nothing is stored on a 4xx");
+    assert_eq!(ignored, (200, "ignored".into()));
+    assert_eq!(no_invoice, (200, "no_invoice".into()));
+    assert_eq!(dispute_lost, (200, "ignored".into()));
+    assert_eq!(after, 0, "ignored events are only counted");
+    assert_eq!(mailed, vec![ids[0]], "the worker is unaffected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_signal_holds_an_invoice_the_view_shows_later_and_a_pending_one_ends_after_its_hold()
+ {
+    let mut world = harness::world_for(Backend::Redis).await;
+    let ids = common::insert_overdue(world.pool(), 1).await;
+    let generic = new_secret();
+    let (mut replica, port) = spawn_signals(&mut world, &[], &generic).await;
+    let signal = |invoice: String, word: &str, at: chrono::DateTime<chrono::Utc>| {
+        json!({"invoice_id": invoice, "signal": word, "at": at.to_rfc3339()}).to_string()
+    };
+    let send = |id: &'static str, body: String| {
+        let generic = generic.clone();
+        async move {
+            let (status, answer) = post(
+                port,
+                "/webhooks/payments",
+                &signed(&generic, id, now(), body.as_bytes()),
+                body.as_bytes(),
+            )
+            .await;
+            (status, answer["outcome"].as_str().unwrap_or("").to_owned())
+        }
+    };
+    let eight_days_ago = chrono::Utc::now() - chrono::Duration::days(8);
+    // A bank's debit pending since eight days ago: its 7-day hold is over.
+    let expired = send(
+        "msg_expired",
+        signal(ids[0].to_string(), "pending", eight_days_ago),
+    )
+    .await;
+    // An invoice the view does not show yet.
+    let next_id = ids[0] + 1;
+    let early = send(
+        "msg_early",
+        signal(next_id.to_string(), "paid", chrono::Utc::now()),
+    )
+    .await;
+    let later = common::insert_overdue(world.pool(), 1).await;
+    let mailed = tick(&world).await;
+    let released = send(
+        "msg_released",
+        signal(next_id.to_string(), "released", chrono::Utc::now()),
+    )
+    .await;
+    let then = tick(&world).await;
+    replica.stop_gracefully().await;
+
+    assert_eq!(expired, (200, "stored".into()));
+    assert_eq!(early, (200, "stored".into()));
+    assert_eq!(later, vec![next_id]);
+    assert_eq!(
+        mailed,
+        vec![ids[0]],
+        "the expired pending hold no longer holds; the early signal does"
+    );
+    assert_eq!(released, (200, "stored".into()));
+    assert_eq!(then, vec![next_id]);
+}
