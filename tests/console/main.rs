@@ -11,6 +11,7 @@ mod common;
 
 mod browser;
 mod guards;
+mod holds;
 mod invoices;
 mod overview;
 mod pages;

@@ -17,6 +17,7 @@ use invoice_reminder::domain::Counts;
 use invoice_reminder::metrics::Metrics;
 
 mod layout;
+mod payments;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -50,6 +51,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.lock_acquisition("acquired");
     metrics.source_problems("repeated_key", 1);
     metrics.webhook_request("accepted");
+    metrics.payment_signal("paid", "stored");
     metrics.http_listener_full("replaced");
     metrics
         .lock_renewals()

@@ -11,6 +11,7 @@ mod addresses;
 mod clean_rows;
 mod explain_reads;
 mod message_ids;
+mod payment_holds;
 mod rounds;
 mod unsent;
 
