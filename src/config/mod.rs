@@ -196,6 +196,8 @@ mod tests {
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         );
         const LISTEN: (&str, &str) = ("HTTP__LISTEN", "127.0.0.1:9464");
+        const SECRET_PAYMENTS: (&str, &str) =
+            ("PAYMENTS__SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
         for (env, key, reason) in [
             (
                 vec![("HTTP__WEBHOOK_BASIC_AUTH", "pm:pw"), LISTEN],
@@ -241,6 +243,40 @@ mod tests {
                 vec![("REMINDERS__RETRY_BACKOFF_MAX", "3651days")],
                 "reminders.retry_backoff_max",
                 "at most 3650 days",
+            ),
+            (
+                vec![SECRET_PAYMENTS],
+                "payments.secret",
+                "needs http.listen or http.webhook_listen",
+            ),
+            (
+                vec![LISTEN, ("PAYMENTS__SECRET", "whsec_not base64!")],
+                "payments.secret",
+                "whsec_ followed by the base64 key",
+            ),
+            (
+                vec![LISTEN, ("PAYMENTS__STRIPE_SECRETS", "[\"sk_live_123\"]")],
+                "payments.stripe_secrets",
+                "whsec_",
+            ),
+            (
+                vec![LISTEN, SECRET_PAYMENTS, ("PAYMENTS__PENDING_HOLD", "0s")],
+                "payments.pending_hold",
+                "greater than zero",
+            ),
+            (
+                vec![LISTEN, SECRET_PAYMENTS, ("PAYMENTS__TOLERANCE", "2days")],
+                "payments.tolerance",
+                "at most 24 hours",
+            ),
+            (
+                vec![
+                    LISTEN,
+                    SECRET_PAYMENTS,
+                    ("PAYMENTS__STRIPE_INVOICE_KEY", "metadata..id"),
+                ],
+                "payments.stripe_invoice_key",
+                "dotted path",
             ),
         ] {
             let e = load(&env).err().map(|e| e.to_string()).unwrap_or_default();

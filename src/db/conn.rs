@@ -195,6 +195,21 @@ impl Prepared {
             .await
     }
 
+    /// The one row of a call that answers exactly one.
+    pub async fn fetch_one<T>(
+        &self,
+        c: &mut PgConnection,
+        params: &Params<'_>,
+    ) -> Result<T, sqlx::Error>
+    where
+        T: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow>,
+    {
+        sqlx::query_as_with(self.sql(), self.args(params)?)
+            .persistent(self.persistent)
+            .fetch_one(c)
+            .await
+    }
+
     /// The one row of a call, if any.
     pub async fn fetch_optional<T>(
         &self,

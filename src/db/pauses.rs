@@ -9,7 +9,11 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::owing::hold_active;
+use super::params::Params;
+use super::payments::PaymentHold;
 use crate::domain::InvoiceId;
+use sqlx::types::Json;
 
 /// What a console pause holds back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +35,7 @@ impl Paused<'_> {
 }
 
 /// A pause as stored.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize, serde::Deserialize)]
 pub struct ConsolePause {
     /// Set when the invoice itself is paused.
     pub invoice_id: Option<String>,
@@ -42,22 +46,30 @@ pub struct ConsolePause {
     pub paused_at: DateTime<Utc>,
 }
 
-/// The pauses of the invoices `ids` and of `customer`; an invoice is held
-/// back by its own before its customer's ([`holding`]).
+/// What holds back the invoices `ids` and `customer`, in one statement:
+/// the console pauses of the invoices and of the customer (an invoice is
+/// held back by its own before its customer's, [`holding`]), and the
+/// invoices' payment holds (`db::payments`).
 pub async fn find(
     db: &Db,
     ids: &[InvoiceId],
     customer: Option<&str>,
-) -> Result<Vec<ConsolePause>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
-        "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses
-          WHERE invoice_id = ANY($1) OR customer_id = $2"
-    ))
-    .persistent(db.named())
-    .bind(ids)
-    .bind(customer)
-    .fetch_all(&mut *c)
-    .await)
+) -> Result<(Vec<ConsolePause>, Vec<PaymentHold>), sqlx::Error> {
+    let query = db.statement(concat!(
+        "SELECT (SELECT coalesce(json_agg(p), '[]') FROM (",
+        "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses",
+        " WHERE invoice_id = ANY($ids) OR customer_id = $customer) p),",
+        " (SELECT coalesce(json_agg(h), '[]') FROM (",
+        "SELECT h.invoice_id, h.state, h.provider, h.event_id, h.event_at, h.expires_at,",
+        " h.lifted_by, (",
+        hold_active!("h"),
+        ") AS active FROM {ir}.payment_holds h WHERE h.invoice_id = ANY($ids)) h)"
+    ));
+    let customer = customer.map(str::to_owned);
+    let params = Params::new().with("ids", &ids).with("customer", &customer);
+    let (Json(pauses), Json(holds)): (Json<Vec<ConsolePause>>, Json<Vec<PaymentHold>>) =
+        on_db!(db, |c| query.fetch_one(&mut *c, &params).await)?;
+    Ok((pauses, holds))
 }
 
 /// Among `pauses`, the one that holds invoice `id` back: its own, else

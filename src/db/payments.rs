@@ -3,7 +3,8 @@
 //! in one transaction with the hold it changes; a hold follows the newest
 //! event by the provider's time, so a late, older event never undoes a
 //! newer one. The tick reads holds only through `owing::owes_flags!`;
-//! `explain`, the console and `audit` read them here.
+//! `explain` reads them with the console's pauses (`pauses::find`), the
+//! console and `audit` count them here.
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use super::params::Params;
 use crate::domain::{InvoiceId, PaymentSignal, Signal, SignalOutcome};
 
 /// A hold as stored, and whether it holds now.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Serialize, serde::Deserialize)]
 pub struct PaymentHold {
     pub invoice_id: String,
     /// `paid`, `pending`, `disputed`, `released` or `lifted`.
@@ -123,18 +124,6 @@ pub async fn record(
         )
     }
     .await)
-}
-
-/// The holds of the invoices `ids`.
-pub async fn holds(db: &Db, ids: &[InvoiceId]) -> Result<Vec<PaymentHold>, sqlx::Error> {
-    let query = db.statement(concat!(
-        "SELECT h.invoice_id, h.state, h.provider, h.event_id, h.event_at, h.expires_at,",
-        " h.lifted_by, (",
-        hold_active!("h"),
-        ") AS active FROM {ir}.payment_holds h WHERE h.invoice_id = ANY($ids)"
-    ));
-    let params = Params::default().with("ids", &ids);
-    on_db!(db, |c| query.fetch_all(&mut *c, &params).await)
 }
 
 /// The holds that hold now, by state.

@@ -233,7 +233,11 @@ async fn handle(
                         Refused::Unauthorized(_) => Outcome::Unauthorized,
                         Refused::BadRequest(_) => Outcome::BadRequest,
                     };
-                    return refuse(outcome, refused.reason());
+                    let reason = match refused {
+                        Refused::Stale => "webhook-timestamp is more than 5 minutes off",
+                        other => other.reason(),
+                    };
+                    return refuse(outcome, reason);
                 }
             }
         }

@@ -480,6 +480,7 @@ async fn a_generic_signal_holds_an_invoice_the_view_shows_later_and_a_pending_on
     .await;
     let later = common::insert_overdue(world.pool(), 1).await;
     let mailed = tick(&world).await;
+    let stripe_off = post(port, "/webhooks/stripe", &[], b"{}").await.0;
     let released = send(
         "msg_released",
         signal(next_id.to_string(), "released", chrono::Utc::now()),
@@ -498,4 +499,5 @@ async fn a_generic_signal_holds_an_invoice_the_view_shows_later_and_a_pending_on
     );
     assert_eq!(released, (200, "stored".into()));
     assert_eq!(then, vec![next_id]);
+    assert_eq!(stripe_off, 404, "a route is off until its secret is set");
 }

@@ -87,12 +87,12 @@ pub(super) async fn explain_keys(
         ),
         _ => (Vec::new(), None),
     };
-    let pauses = db::pauses::find(db, keys, customer.as_deref())
+    let (pauses, holds) = db::pauses::find(db, keys, customer.as_deref())
         .await
-        .map_err(db_failed("failed to read the console's pauses"))?;
-    let mut holds: HashMap<String, db::payments::PaymentHold> = db::payments::holds(db, keys)
-        .await
-        .map_err(db_failed("failed to read the payment holds"))?
+        .map_err(db_failed(
+            "failed to read the console's pauses and the payment holds",
+        ))?;
+    let mut holds: HashMap<String, db::payments::PaymentHold> = holds
         .into_iter()
         .filter(|h| h.active)
         .map(|h| (h.invoice_id.clone(), h))

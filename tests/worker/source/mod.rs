@@ -335,6 +335,8 @@ async fn migrate_creates_everything_in_its_schema_and_nothing_in_public_even_bes
         "console_activity",
         "console_activity_id_seq",
         "console_pauses",
+        "payment_events",
+        "payment_holds",
     ]);
     expected.sort();
     assert_eq!(ours(world.pool(), "invoice_reminder").await, expected);
