@@ -505,6 +505,44 @@ fn every_statement_variable_the_reminders_guide_lists_exists() {
     assert!(loaded.is_ok(), "{loaded:?}");
 }
 
+/// A `run` worker for `world` whose schedule does not fire during a test,
+/// serving `http.listen` on a free port, with `env` besides; once it
+/// listens.
+async fn listening_worker(
+    world: &common::World,
+    env: &[(&str, &str)],
+) -> (std::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let worker = std::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
+        .arg("--config")
+        .arg(common::default_config_path())
+        .arg("run")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(world.env())
+        .env("INVOICE_REMINDER__SCHEDULE__CRON", "0 0 0 1 1 *")
+        .env(
+            "INVOICE_REMINDER__HTTP__LISTEN",
+            format!("127.0.0.1:{port}"),
+        )
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the worker");
+    common::wait_until("the worker listens", Duration::from_secs(20), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    (worker, port)
+}
+
 /// The operating guide's `curl` examples for the bounce webhook, run as
 /// written (only the port changed) against a real worker configured as the
 /// guide says: both must be accepted and suppress their address.
@@ -522,37 +560,16 @@ async fn the_bounce_webhook_curl_examples_are_accepted_by_a_real_worker() {
         .expect("the operating guide's example secret")
         .to_owned();
     let world = common::World::new().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
-        .arg("--config")
-        .arg(common::default_config_path())
-        .arg("run")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(world.env())
-        .env("INVOICE_REMINDER__SCHEDULE__CRON", "0 0 0 1 1 *")
-        .env(
-            "INVOICE_REMINDER__HTTP__LISTEN",
-            format!("127.0.0.1:{port}"),
-        )
-        .env("INVOICE_REMINDER__HTTP__WEBHOOK_SECRET", &secret)
-        .env(
-            "INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH",
-            "postmark:change-me",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the worker");
-    common::wait_until("the worker listens", Duration::from_secs(20), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
+    let (mut worker, port) = listening_worker(
+        &world,
+        &[
+            ("INVOICE_REMINDER__HTTP__WEBHOOK_SECRET", &secret),
+            (
+                "INVOICE_REMINDER__HTTP__WEBHOOK_BASIC_AUTH",
+                "postmark:change-me",
+            ),
+        ],
+    )
     .await;
 
     let mut answers = Vec::new();

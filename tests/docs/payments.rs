@@ -2,9 +2,7 @@
 //! as written (only the port changed) against a real worker configured
 //! with the guide's example secret: it is stored and holds invoice 42.
 
-use std::time::Duration;
-
-use super::{blocks, common, page, repo};
+use super::{blocks, common, listening_worker, page, repo};
 
 const GUIDE: &str = "docs/own-invoices.md";
 
@@ -22,34 +20,8 @@ async fn the_payment_signal_curl_example_is_stored_by_a_real_worker_and_holds_it
         .expect("the guide's example secret")
         .to_owned();
     let world = common::World::new().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut worker = std::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
-        .arg("--config")
-        .arg(common::default_config_path())
-        .arg("run")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(world.env())
-        .env("INVOICE_REMINDER__SCHEDULE__CRON", "0 0 0 1 1 *")
-        .env(
-            "INVOICE_REMINDER__HTTP__LISTEN",
-            format!("127.0.0.1:{port}"),
-        )
-        .env("INVOICE_REMINDER__PAYMENTS__SECRET", &secret)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the worker");
-    common::wait_until("the worker listens", Duration::from_secs(20), || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
-    .await;
+    let (mut worker, port) =
+        listening_worker(&world, &[("INVOICE_REMINDER__PAYMENTS__SECRET", &secret)]).await;
 
     let script = examples[0].replace("127.0.0.1:9464", &format!("127.0.0.1:{port}"));
     let out = tokio::process::Command::new("bash")

@@ -69,7 +69,7 @@ fn spawn_listening(world: &World, extra: &[(&str, &str)]) -> (Replica, u16) {
 }
 
 /// The value of one sample line of an OpenMetrics exposition.
-fn sample(metrics: &str, name_and_labels: &str) -> f64 {
+pub(crate) fn sample(metrics: &str, name_and_labels: &str) -> f64 {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::common::{self, Backend, World};
 use crate::harness::{self, Replica, ReplicaOptions};
-use crate::http::{get, wait_for_status};
+use crate::http::{get, sample, wait_for_status};
 use crate::webhook::{new_secret, now, signed};
 
 /// A Stripe endpoint secret of our own.
@@ -139,15 +139,6 @@ async fn hold(world: &World, invoice: i64) -> Option<String> {
         .fetch_optional(world.pool())
         .await
         .unwrap()
-}
-
-/// The value of one sample line of an OpenMetrics exposition.
-fn sample(metrics: &str, name_and_labels: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

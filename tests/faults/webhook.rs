@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{self, Backend, SmtpMode, World};
 use crate::harness::{self, Replica, ReplicaOptions};
-use crate::http::{get, wait_for_status};
+use crate::http::{get, sample, wait_for_status};
 
 /// A key of our own for each test, in the scheme's form.
 pub(crate) fn new_secret() -> String {
@@ -122,15 +122,6 @@ async fn suppressed(world: &World) -> Vec<(String, String, String)> {
         .fetch_all(world.pool())
         .await
         .unwrap()
-}
-
-/// The value of one sample line of an OpenMetrics exposition.
-fn sample(metrics: &str, name_and_labels: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// `/metrics` once a tick has been counted in it (a tick's duration is
