@@ -8,8 +8,11 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::owing::hold_active;
+use super::params::Params;
 use super::pauses::Paused;
 use super::suppressions::{Added, NewSuppression};
+use crate::domain::InvoiceId;
 
 /// A signed-in browser, found by the SHA-256 of its cookie's token.
 #[derive(Debug, Clone, FromRow)]
@@ -201,6 +204,30 @@ pub async fn unpause(
             record_on(c, db, activity, &[]).await?;
         }
         Ok::<_, sqlx::Error>(removed)
+    }
+    .await)
+}
+
+/// Lifts the payment hold of invoice `id` for a console user, with `activity`, in
+/// one transaction; false (and no record) when nothing held it.
+pub async fn lift_hold(
+    db: &Db,
+    id: &InvoiceId,
+    activity: &NewActivity<'_>,
+) -> Result<bool, sqlx::Error> {
+    let query = db.statement(concat!(
+        "UPDATE {ir}.payment_holds h SET state = 'lifted', lifted_by = $user, changed_at = now()",
+        " WHERE h.invoice_id = $id AND ",
+        hold_active!("h")
+    ));
+    let user = activity.user_name.to_owned();
+    let params = Params::default().with("id", &id).with("user", &user);
+    on_db!(db, tx, |c| async {
+        let lifted = query.execute(&mut *c, &params).await?.rows_affected() > 0;
+        if lifted {
+            record_on(c, db, activity, &[]).await?;
+        }
+        Ok::<_, sqlx::Error>(lifted)
     }
     .await)
 }

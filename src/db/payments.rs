@@ -4,7 +4,8 @@
 //! event by the provider's time, so a late, older event never undoes a
 //! newer one. The tick reads holds only through `owing::owes_flags!`;
 //! `explain` reads them with the console's pauses (`pauses::find`), the
-//! console and `audit` count them here.
+//! console and `audit` count them here, and the console lifts one
+//! (`console::lift_hold`).
 
 use std::time::Duration;
 
@@ -13,7 +14,6 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::console::{NewActivity, record_on};
 use super::owing::hold_active;
 use super::params::Params;
 use crate::domain::{InvoiceId, PaymentSignal, Signal, SignalOutcome};
@@ -145,28 +145,4 @@ pub async fn counts(db: &Db) -> Result<HoldCounts, sqlx::Error> {
         }
     }
     Ok(counts)
-}
-
-/// Lifts the hold of invoice `id` for a console user, with `activity`, in
-/// one transaction; false (and no record) when nothing held it.
-pub async fn lift(
-    db: &Db,
-    id: &InvoiceId,
-    activity: &NewActivity<'_>,
-) -> Result<bool, sqlx::Error> {
-    let query = db.statement(concat!(
-        "UPDATE {ir}.payment_holds h SET state = 'lifted', lifted_by = $user, changed_at = now()",
-        " WHERE h.invoice_id = $id AND ",
-        hold_active!("h")
-    ));
-    let user = activity.user_name.to_owned();
-    let params = Params::default().with("id", &id).with("user", &user);
-    on_db!(db, tx, |c| async {
-        let lifted = query.execute(&mut *c, &params).await?.rows_affected() > 0;
-        if lifted {
-            record_on(c, db, activity, &[]).await?;
-        }
-        Ok::<_, sqlx::Error>(lifted)
-    }
-    .await)
 }

@@ -2,7 +2,7 @@
 //! payment signal put on an invoice (a dispute settled outside the
 //! provider, a signal sent in error). Like unpausing, it needs a reason and
 //! a confirmation, since the next tick may mail the customer; the change
-//! and its activity record are one transaction (`db::payments::lift`). A
+//! and its activity record are one transaction (`db::console::lift_hold`). A
 //! newer signal from the provider holds the invoice again.
 
 use anyhow::Context as _;
@@ -36,7 +36,7 @@ pub async fn lift(
         subject: &subject,
         reason: Some(&reason),
     };
-    let lifted = db::payments::lift(db, id, &activity)
+    let lifted = db::console::lift_hold(db, id, &activity)
         .await
         .context("failed to lift the payment hold")?;
     Ok(if lifted {

@@ -188,6 +188,7 @@ async fn check_source_in_customer_mode_explains_the_customer_scan_and_advises_it
          SELECT 1 + g % 50, 'INV-' || g, 1000, 'EUR', current_date - 10 - g % 30
            FROM generate_series(1, 20000) g;
          DROP INDEX invoices_unpaid_customer_key;
+         DROP INDEX invoices_customer_key;
          ANALYZE invoices; ANALYZE customers;",
     )
     .execute(world.pool())
