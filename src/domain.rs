@@ -19,7 +19,7 @@ mod text;
 pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
 pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use money::{Currency, Money};
-pub use payment::{PaymentSignal, Signal, SignalOutcome};
+pub use payment::{LinkTo, PaymentLink, PaymentSignal, Recorded, Signal, SignalOutcome};
 pub use problem::{Problem, SourceProblem};
 pub use relay_rate::LearnedRate;
 pub use step_key::StepKey;
@@ -175,6 +175,10 @@ pub struct Counts {
     /// Steps that could no longer be sent within their window (the gap
     /// held them back past it): recorded `skipped`, never sent.
     pub superseded: u32,
+    /// Claimed reminders that a console pause or a payment hold, come
+    /// after the claim, stopped before their mail went: handed back
+    /// unattempted.
+    pub withheld: u32,
 }
 
 impl Counts {
@@ -190,6 +194,7 @@ impl Counts {
         self.source_problems = self.source_problems.saturating_add(other.source_problems);
         self.suppressed = self.suppressed.saturating_add(other.suppressed);
         self.superseded = self.superseded.saturating_add(other.superseded);
+        self.withheld = self.withheld.saturating_add(other.withheld);
     }
 
     /// Counts one delivery by what it ended in, as recording it would

@@ -50,6 +50,7 @@ pub mod payments;
 pub mod signature;
 mod slots;
 mod stripe;
+mod stripe_events;
 pub mod webhook;
 
 /// How long each readiness check may take.

@@ -90,7 +90,7 @@ impl Default for Metrics {
         let reminders = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reminders",
-            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back, superseded (a step the gap held back past its window, recorded skipped)",
+            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back, superseded (a step the gap held back past its window, recorded skipped), withheld (a pause or payment hold come after the claim stopped it, handed back unattempted)",
             reminders.clone(),
         );
         // 10 ms .. ~1.5 h
@@ -245,6 +245,7 @@ impl Metrics {
             ("unknown", counts.unknown),
             ("handed_back", counts.handed_back),
             ("superseded", counts.superseded),
+            ("withheld", counts.withheld),
         ] {
             m.reminders
                 .get_or_create(&ResultLabel { result })

@@ -214,7 +214,12 @@ pub async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
                 let mail = compose(settings, templates, invoice, customer, today);
                 let mut stopped = std::future::pending::<()>();
                 mailer
-                    .send(&mail, &|| true, &mut stopped, None)
+                    .send(
+                        &mail,
+                        &invoice_reminder::mail::smtp::Open,
+                        &mut stopped,
+                        None,
+                    )
                     .await
                     .is_ok()
             }

@@ -165,11 +165,17 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     outln!("sent by step: {}", counts(&r.sent_by_step));
     let holds = &r.payment_holds;
     outln!(
-        "held by payment signals: {} (paid {}, pending {}, disputed {})",
+        "held by payment signals: {} (paid {}, pending {}, disputed {}, dispute lost {})",
         holds.total(),
         holds.paid,
         holds.pending,
-        holds.disputed
+        holds.disputed,
+        holds.lost
+    );
+    outln!(
+        "unlinked payment signals (no invoice found yet, last {} days): {}",
+        db::payments::UNLINKED_DAYS,
+        holds.unlinked
     );
     let stored = r.unknown.iter().filter(|u| u.message_id.is_some()).count();
     outln!(

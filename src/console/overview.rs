@@ -111,6 +111,12 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
             link: None,
         },
         Count {
+            key: "unlinked",
+            label: "payment signals naming no invoice yet (7 days)",
+            value: held.unlinked,
+            link: None,
+        },
+        Count {
             key: "problems",
             label: "source problems",
             value: wide(owed.problems),

@@ -8,7 +8,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::runs::run_ended;
+use super::runs::run_gone;
 use crate::domain::InvoiceId;
 use crate::domain::StepKey;
 
@@ -54,8 +54,9 @@ pub struct UnknownRow {
 }
 
 /// Rows whose delivery is unknown: started, still `sending`, and either
-/// their run is over (finished, or its lease ran out; or the row has no
-/// run any more, its `job_runs` row pruned) or they were claimed longer
+/// their run's lease is over for good (a finished run that still holds
+/// results keeps it; or the row has no run any more, its `job_runs` row
+/// pruned) or they were claimed longer
 /// than `older_than_secs` ago (the process that claimed them hangs). Rows
 /// never started are not unknown: the next tick returns them.
 pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, sqlx::Error> {
@@ -66,7 +67,7 @@ pub async fn unknown(db: &Db, older_than_secs: f64) -> Result<Vec<UnknownRow>, s
            LEFT JOIN {ir}.job_runs jr ON jr.id = r.run_id
           WHERE r.status = 'sending' AND r.started_at IS NOT NULL
             AND (",
-        run_ended!("jr"),
+        run_gone!("jr"),
         " OR r.claimed_at < now() - make_interval(secs => $1))
           ORDER BY r.claimed_at, r.id"
     )),)

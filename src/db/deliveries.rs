@@ -19,6 +19,9 @@ use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 pub struct Progress {
     /// The rows marked started: those this run may send.
     pub marked: Vec<ReminderId>,
+    /// The rows a pause or a payment hold now holds back (`owing::not_withheld!`):
+    /// left unstarted, to be handed back unattempted.
+    pub held: Vec<ReminderId>,
     /// The results written, counted.
     pub recorded: Counts,
 }
@@ -43,6 +46,20 @@ pub async fn mark_started(
 ) -> Result<Vec<ReminderId>, sqlx::Error> {
     let marks = Marks { ids, message_ids };
     Ok(write_progress(db, run_id, 1, marks, &[]).await?.marked)
+}
+
+/// Of the rows `ids`, those a console pause or a payment hold holds back
+/// now (`owing::not_withheld!`, as the mark reads it): the last check
+/// before a letter that waited goes (`tick::last_check`).
+pub async fn withheld(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
+    let query = db.statement(concat!(
+        "SELECT r.id FROM {ir}.reminders r WHERE r.id = ANY($ids) AND NOT (",
+        super::owing::not_withheld!("r.invoice_id", "r.customer_id"),
+        ")"
+    ));
+    let params = Params::new().with("ids", &ids);
+    let rows: Vec<(ReminderId,)> = on_db!(db, |c| query.fetch_all(&mut *c, &params).await)?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
 /// Records the outcome of a set of attempts in one statement (see
@@ -108,12 +125,14 @@ pub async fn write_progress(
         .with("max_attempts", &max_attempts)
         .with("mark_ids", &mark_ids)
         .with("mark_message_ids", &mark_message_ids);
-    let written: Vec<(ReminderId, bool, bool)> =
+    let written: Vec<(ReminderId, bool, bool, bool)> =
         on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
     let mut progress = Progress::default();
-    for (id, recorded, gave_up) in written {
+    for (id, recorded, gave_up, held) in written {
         if recorded {
             results.count(&mut progress.recorded, id, gave_up);
+        } else if held {
+            progress.held.push(id);
         } else {
             progress.marked.push(id);
         }
@@ -178,26 +197,31 @@ macro_rules! write_results {
 
 macro_rules! write_marks {
     () => {
-        "marked AS (
-     UPDATE {ir}.reminders r SET started_at = now(),
+        concat!(
+            "marked AS (
+     UPDATE {ir}.reminders r
+        SET started_at = CASE WHEN ",
+            $crate::db::owing::not_withheld!("r.invoice_id", "r.customer_id"),
+            " THEN now() END,
             message_id = ($mark_message_ids::text[])[width_bucket(r.id, $mark_ids::bigint[])]
       WHERE r.id = ANY($mark_ids) AND r.run_id + 0 = $run_id AND r.status || '' = 'sending'
         AND r.started_at IS NULL
-  RETURNING r.id
+  RETURNING r.id, r.started_at IS NULL AS held
  )"
+        )
     };
 }
 
 const RECORD: &str = concat!(
     "WITH ",
     write_results!(),
-    " SELECT id, true AS recorded, outcome = 'discarded' AS gave_up FROM recorded"
+    " SELECT id, true AS recorded, outcome = 'discarded' AS gave_up, false AS held FROM recorded"
 );
 
 const MARK: &str = concat!(
     "WITH ",
     write_marks!(),
-    " SELECT id, false AS recorded, false AS gave_up FROM marked"
+    " SELECT id, false AS recorded, false AS gave_up, held FROM marked"
 );
 
 const MARK_AND_RECORD: &str = concat!(
@@ -205,8 +229,8 @@ const MARK_AND_RECORD: &str = concat!(
     write_results!(),
     ", ",
     write_marks!(),
-    " SELECT id, true AS recorded, outcome = 'discarded' AS gave_up FROM recorded",
-    " UNION ALL SELECT id, false, false FROM marked"
+    " SELECT id, true AS recorded, outcome = 'discarded' AS gave_up, false AS held FROM recorded",
+    " UNION ALL SELECT id, false, false, held FROM marked"
 );
 
 /// Results laid out as the write statement reads them: arrays in id order.

@@ -105,27 +105,47 @@ macro_rules! owes_flags {
             ".paused_until IS NULL OR ",
             $s,
             ".paused_until < $today)",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.invoice_id = ",
-            $s,
-            ".invoice_id::text)",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.customer_id = {customer})",
-            " AND NOT EXISTS (SELECT 1 FROM {ir}.payment_holds ph WHERE ph.invoice_id = ",
-            $s,
-            ".invoice_id::text AND ",
-            $crate::db::owing::hold_active!("ph"),
-            ")"
+            " AND ",
+            $crate::db::owing::not_withheld!(concat!($s, ".invoice_id::text"), "{customer}")
         )
     };
 }
 pub(crate) use owes_flags;
 
-/// SQL: payment hold `h` holds its invoice's reminders now: paid or
-/// disputed, or pending and not yet expired (`db::payments`).
+/// SQL: nothing in the worker's own tables holds back the invoice keyed
+/// `$invoice` (of customer `$customer`, NULL in invoice mode): no console
+/// pause of the invoice or its customer (two anti-joins on that small
+/// table's unique indexes), and no payment hold of one of its objects in
+/// force (`payment_holds`, by its key). The claim reads it through
+/// [`owes_flags!`]; the mark, and the last check before a letter that
+/// waited goes, read it again on the claimed rows (`deliveries`), so a
+/// hold that came after the claim still stops the mail. Written as
+/// `NOT EXISTS` terms, never `NOT (... OR ...)`, so the planner can make
+/// them anti-joins.
+macro_rules! not_withheld {
+    ($invoice:expr, $customer:expr) => {
+        concat!(
+            "NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.invoice_id = ",
+            $invoice,
+            ") AND NOT EXISTS (SELECT 1 FROM {ir}.console_pauses cp WHERE cp.customer_id = ",
+            $customer,
+            ") AND NOT EXISTS (SELECT 1 FROM {ir}.payment_holds ph WHERE ph.invoice_id = ",
+            $invoice,
+            " AND ",
+            $crate::db::owing::hold_active!("ph"),
+            ")"
+        )
+    };
+}
+pub(crate) use not_withheld;
+
+/// SQL: payment hold `h` holds its invoice's reminders now: paid,
+/// disputed (or lost), or pending and not yet expired (`db::payments`).
 macro_rules! hold_active {
     ($h:literal) => {
         concat!(
             $h,
-            ".state IN ('paid', 'pending', 'disputed') AND (",
+            ".state IN ('paid', 'pending', 'disputed', 'lost') AND (",
             $h,
             ".expires_at IS NULL OR ",
             $h,

@@ -60,10 +60,11 @@ pub async fn find(
         "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses",
         " WHERE invoice_id = ANY($ids) OR customer_id = $customer) p),",
         " (SELECT coalesce(json_agg(h), '[]') FROM (",
-        "SELECT h.invoice_id, h.state, h.provider, h.event_id, h.event_at, h.expires_at,",
-        " h.lifted_by, (",
+        "SELECT h.invoice_id, h.object_id, h.state, h.provider, h.event_id, h.event_at,",
+        " h.expires_at, h.changed_at, h.lifted_by, (",
         hold_active!("h"),
-        ") AS active FROM {ir}.payment_holds h WHERE h.invoice_id = ANY($ids)) h)"
+        ") AS active FROM {ir}.payment_holds h WHERE h.invoice_id = ANY($ids)",
+        " ORDER BY h.invoice_id, h.event_at, h.object_id) h)"
     ));
     let customer = customer.map(str::to_owned);
     let params = Params::new().with("ids", &ids).with("customer", &customer);

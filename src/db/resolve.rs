@@ -1,8 +1,11 @@
 //! Settling unknown deliveries by hand (`invoice-reminder resolve`): the
 //! operator checked the mail server's log for the stored Message-ID and
 //! says whether the mail went out. Only rows whose delivery is unknown can
-//! be settled: `sending`, started, and their run over (finished, or past
-//! its lease; or pruned: the row's `run_id` cleared). One mail is settled
+//! be settled: `sending`, started, and their run's lease over for good
+//! (`run_gone!`; or pruned: the row's `run_id` cleared). A finished run
+//! whose process still holds results the database would not take keeps
+//! its lease, so a mail the relay accepted is never settled for a resend
+//! while its result may still be written. One mail is settled
 //! as a whole: the rows of a statement share its Message-ID, and naming
 //! one of them names them all.
 
@@ -13,7 +16,7 @@ use super::Db;
 use super::conn::on_db;
 use super::console::{NewActivity, record_on};
 use super::owing::{OwingDay, date_value, in_window, windows};
-use super::runs::run_ended;
+use super::runs::run_gone;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
@@ -32,7 +35,7 @@ pub struct NamedRow {
     pub message_id: Option<String>,
     /// Named on the command line (not only one of its mail's rows).
     pub named: bool,
-    /// Delivery unknown: `sending`, started, its run over.
+    /// Delivery unknown: `sending`, started, its run's lease over.
     pub unknown: bool,
     /// The invoice's due step today, if it owes one.
     pub due_step: Option<String>,
@@ -58,7 +61,7 @@ pub async fn named_rows(
         " AS due_date,",
         " r.id IN (SELECT id FROM named) AS named,",
         " (r.status = 'sending' AND r.started_at IS NOT NULL AND ",
-        run_ended!("j"),
+        run_gone!("j"),
         ") AS unknown,",
         " (SELECT w.key FROM ",
         windows!(),
@@ -91,14 +94,14 @@ pub enum Settlement {
 }
 
 /// The rows of `ids` whose delivery is still unknown: `sending`, started,
-/// and their run over.
+/// and their run's lease over.
 macro_rules! still_unknown {
     () => {
         concat!(
             " WHERE r.id = ANY($1)",
             " AND r.status = 'sending' AND r.started_at IS NOT NULL",
             " AND NOT EXISTS (SELECT 1 FROM {ir}.job_runs j WHERE j.id = r.run_id AND NOT ",
-            run_ended!("j"),
+            run_gone!("j"),
             ") RETURNING r.id"
         )
     };

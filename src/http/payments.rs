@@ -25,9 +25,10 @@ use serde_json::json;
 use super::AppState;
 use super::body::{self, Unread};
 use super::signature::{self, Refused};
-use super::stripe::{self, Event};
+use super::stripe;
+use super::stripe_events::{self, Event};
 use crate::db;
-use crate::domain::{InvoiceId, PaymentSignal, Signal};
+use crate::domain::{InvoiceId, PaymentSignal, Signal, SignalOutcome};
 
 /// Stripe's route.
 pub const STRIPE_PATH: &str = "/webhooks/stripe";
@@ -60,7 +61,7 @@ impl Answer {
 
     fn unread(unread: Unread) -> Self {
         let (status, outcome) = match unread {
-            Unread::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Unread::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Unread::Timeout => (StatusCode::REQUEST_TIMEOUT, "timeout"),
             Unread::Broken => (StatusCode::BAD_REQUEST, "bad_request"),
             Unread::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
@@ -85,7 +86,9 @@ pub(super) async fn stripe(
                 "Stripe-Signature is missing",
             )));
         };
-        let bytes = body::read(&state, body).await.map_err(Answer::unread)?;
+        let bytes = body::read(&state, body, body::MAX_PAYMENT_BODY_BYTES)
+            .await
+            .map_err(Answer::unread)?;
         let payments = &state.ctx.settings.payments;
         stripe::verify(
             &payments.stripe_secrets,
@@ -96,7 +99,7 @@ pub(super) async fn stripe(
         )
         .map_err(Answer::refused)?;
         let path: Vec<&str> = payments.invoice_key_path().collect();
-        stripe::read(&bytes, &path).map_err(Answer::bad_request)
+        stripe_events::read(&bytes, &path).map_err(Answer::bad_request)
     };
     match read.await {
         Ok(Event::Signal(signal)) => store(&state, &signal).await,
@@ -128,7 +131,9 @@ pub(super) async fn signals(
                 "webhook-signature is missing",
             )));
         }
-        let bytes = body::read(&state, body).await.map_err(Answer::unread)?;
+        let bytes = body::read(&state, body, body::MAX_PAYMENT_BODY_BYTES)
+            .await
+            .map_err(Answer::unread)?;
         let payments = &state.ctx.settings.payments;
         // Validated at start-up: only a secret that decodes gets here.
         let signer = payments
@@ -161,10 +166,11 @@ pub(super) async fn signals(
         Ok(PaymentSignal {
             provider: "payments",
             event_id: id,
-            signal,
+            signal: Some(signal),
             invoice_id: Some(InvoiceId::from(invoice)),
-            object_id: None,
-            linked: None,
+            object_id: String::new(),
+            refs: Vec::new(),
+            links: Vec::new(),
             at: generic.at,
         })
     };
@@ -174,26 +180,44 @@ pub(super) async fn signals(
     }
 }
 
-/// Stores `signal`: 200 with what it did, or 503 when the database did
-/// not take it (the provider retries).
+/// Stores `signal`: 200 with what it did, 400 for a time further ahead
+/// than `payments.tolerance` (nothing stored), or 503 when the database
+/// did not take it (the provider retries).
 async fn store(state: &AppState, signal: &PaymentSignal) -> Response {
-    let kind = signal.signal.label();
-    match db::payments::record(
-        &state.ctx.db,
-        signal,
-        state.ctx.settings.payments.pending_hold,
-    )
-    .await
-    {
-        Ok(outcome) => {
-            tracing::info!(
-                provider = signal.provider,
-                event = %signal.event_id,
-                kind,
-                invoice = signal.invoice_id.as_ref().map(|i| i.as_str()).unwrap_or(""),
-                outcome = outcome.label(),
-                "payment signal"
-            );
+    let kind = signal.signal.map_or("link", Signal::label);
+    let payments = &state.ctx.settings.payments;
+    if ahead(signal.at, payments.tolerance) {
+        return answer(
+            state,
+            kind,
+            Answer::bad_request(
+                "the signal's time is further ahead of our clock than payments.tolerance",
+            ),
+        );
+    }
+    match db::payments::record(&state.ctx.db, signal, payments.pending_hold).await {
+        Ok(recorded) => {
+            let outcome = recorded.outcome;
+            if outcome == SignalOutcome::Unlinked {
+                tracing::warn!(
+                    provider = signal.provider,
+                    event = %signal.event_id,
+                    kind,
+                    object = %signal.object_id,
+                    "payment signal names no invoice known yet; kept, it applies when a later event links its objects (see docs/own-invoices.md, \"Unlinked signals\")"
+                );
+            } else {
+                tracing::info!(
+                    provider = signal.provider,
+                    event = %signal.event_id,
+                    kind,
+                    object = %signal.object_id,
+                    invoice = signal.invoice_id.as_ref().map(|i| i.as_str()).unwrap_or(""),
+                    outcome = outcome.label(),
+                    linked = recorded.linked,
+                    "payment signal"
+                );
+            }
             answer(
                 state,
                 kind,
@@ -213,6 +237,14 @@ async fn store(state: &AppState, signal: &PaymentSignal) -> Response {
             )
         }
     }
+}
+
+/// Whether `at` is further ahead of our clock than `tolerance`.
+fn ahead(at: DateTime<Utc>, tolerance: std::time::Duration) -> bool {
+    let latest = chrono::Duration::from_std(tolerance)
+        .ok()
+        .and_then(|t| Utc::now().checked_add_signed(t));
+    latest.is_none_or(|latest| at > latest)
 }
 
 fn answer(state: &AppState, kind: &'static str, answer: Answer) -> Response {

@@ -205,11 +205,11 @@ async fn handle(
             "no valid webhook-signature or basic auth",
         );
     }
-    let body = match body::read(state, body).await {
+    let body = match body::read(state, body, body::MAX_BODY_BYTES).await {
         Ok(body) => body,
         Err(unread) => {
             let outcome = match unread {
-                Unread::TooLarge => Outcome::TooLarge,
+                Unread::TooLarge(_) => Outcome::TooLarge,
                 Unread::Timeout => Outcome::Timeout,
                 Unread::Broken => Outcome::BadRequest,
                 Unread::Busy => Outcome::Busy,

@@ -20,8 +20,10 @@
 //!   raises the rate by [`RAISE`]; after [`FREE_AFTER`] raises without one
 //!   the limit is dropped: the relay stopped throttling.
 //! - **Give up within the tick's bound.** A pause longer than the tick may
-//!   wait ([`Pacer::bound_pauses`]) ends the tick `throttled`, the rest
+//!   wait ([`Pacer::bound_pauses`]), or a slot under the held rate that
+//!   would come after it, ends the tick `throttled`, the rest handed back
 //!   unattempted; a stop (shutdown, a lost lease) wakes every waiting send.
+//!   The learnt rate never goes below [`MIN_RATE`].
 //!
 //! The learnt rate is stored per relay (`db::relay_pace`) and shared by the
 //! replicas (docs/operating.md, "A relay that throttles").
@@ -52,6 +54,10 @@ pub const QUIET: Duration = Duration::from_secs(300);
 pub const RAISE: f64 = 1.1;
 /// Raises without a throttle after which the limit is dropped.
 pub const FREE_AFTER: u32 = 3;
+/// The lowest rate learnt or restored (messages a second): a few
+/// throttles in a row, or a bad measurement, never pin sending below it.
+/// A relay slower than this is set with `smtp.max_per_second`.
+pub const MIN_RATE: f64 = 1.0;
 
 /// What the relay did since [`Pacer::take_seen`] was last called.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -75,7 +81,8 @@ pub enum Slot {
 pub enum NotReady {
     /// The stop future resolved.
     Stopped,
-    /// The relay kept refusing past the bound ([`Pacer::bound_pauses`]).
+    /// The relay kept refusing past the bound ([`Pacer::bound_pauses`]),
+    /// or the next slot under the held rate comes after it.
     GaveUp,
 }
 
@@ -150,6 +157,10 @@ impl Pacer {
     pub fn restore(&self, learned: LearnedRate) {
         let mut s = self.state();
         let now = Instant::now();
+        let learned = LearnedRate {
+            per_second: learned.per_second.map(|r| r.max(MIN_RATE)),
+            ..learned
+        };
         let rate_changed = s.learned.per_second != learned.per_second;
         s.learned = learned;
         s.changed_at = now.checked_sub(learned.quiet_for).unwrap_or(now);
@@ -249,8 +260,13 @@ impl Pacer {
         match s.limiter.as_ref().map(Limiter::check) {
             None | Some(Ok(())) => Ok(Slot::Open),
             Some(Err(not_until)) => {
-                let wait = not_until.wait_time_from(self.clock.elapsed());
-                Err(Wait::Until(Some(now + wait)))
+                let at = now + not_until.wait_time_from(self.clock.elapsed());
+                // A slot past the tick's bound is waited for no more than
+                // a pause is.
+                if give_up_at.is_some_and(|bound| at > bound) {
+                    return Err(Wait::GaveUp);
+                }
+                Err(Wait::Until(Some(at)))
             }
         }
     }
@@ -312,7 +328,8 @@ impl Pacer {
         let rate = s
             .learned
             .per_second
-            .map_or(rate, |held| rate.min(held * HOLD));
+            .map_or(rate, |held| rate.min(held * HOLD))
+            .max(MIN_RATE);
         s.learned.measured = Some(measured);
         s.learned.per_second = Some(rate);
         s.limiter = limiter(&self.clock, held(self.configured, Some(rate)));

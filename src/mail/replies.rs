@@ -94,11 +94,12 @@ pub fn classify(invoice_id: &InvoiceId, e: SendError) -> Delivery {
     }
 }
 
-/// Whether a transient reply says we send too much or too fast: an
-/// enhanced status code of class 4.7 (Postfix's rate limits, 4.7.0 and
-/// 4.7.1; Office 365's concurrency cap), or the words relays use for it.
-/// A bare `421` is not enough: "421 4.3.2 Service not available" is a
-/// relay going down, not one that wants less from us.
+/// Whether a transient reply says we send too much or too fast: the
+/// words of [`SLOW_DOWN`] (docs/operating.md, "A relay that throttles").
+/// A code alone is not enough: a 4.7.x is as often a policy refusal
+/// ("450 4.7.1 Client host rejected"), which no wait would change and
+/// which is that message's failure, and "421 4.3.2 Service not
+/// available" is a relay going down, not one that wants less from us.
 pub(super) fn throttles(e: &LettreSmtpError) -> bool {
     e.is_transient() && says_throttled(&e.to_string())
 }
@@ -106,19 +107,26 @@ pub(super) fn throttles(e: &LettreSmtpError) -> bool {
 /// The words of a transient reply that say we are throttled.
 pub(super) fn says_throttled(reply: &str) -> bool {
     let text = reply.to_ascii_lowercase();
-    let coded = text
-        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .any(|word| word.strip_prefix("4.7.").is_some_and(|d| !d.is_empty()));
-    const WORDS: [&str; 6] = [
-        "too many connections",
-        "too many concurrent",
-        "too much mail",
-        "too many messages",
-        "rate limit",
-        "throttl",
-    ];
-    coded || WORDS.iter().any(|w| text.contains(w))
+    SLOW_DOWN.iter().any(|w| text.contains(w))
 }
+
+/// The words that mean "slow down" in a transient reply: Postfix's anvil
+/// ("too much mail", "too many connections"), Office 365 ("too many
+/// concurrent", "server busy"), Amazon SES ("throttling", "maximum
+/// sending rate"), Gmail ("unusual rate"), and the common "rate limit",
+/// "too many messages", "slow down".
+pub const SLOW_DOWN: [&str; 10] = [
+    "too many connections",
+    "too many concurrent",
+    "too much mail",
+    "too many messages",
+    "rate limit",
+    "throttl",
+    "sending rate",
+    "unusual rate",
+    "server busy",
+    "slow down",
+];
 
 /// Whether a reply to RCPT says the address does not exist (so no later
 /// mail to it can go either): a permanent reply with an enhanced status
@@ -165,6 +173,9 @@ mod tests {
             "transient error (421): 4.7.0 relay.test Error: too many connections from 127.0.0.1",
             "transient error (452): Too many messages this hour",
             "transient error (451): Rate limit exceeded",
+            "transient error (454): Throttling failure: Maximum sending rate exceeded.",
+            "transient error (421): 4.7.28 Our system has detected an unusual rate of mail",
+            "transient error (432): 4.3.2 Server busy. Please try again later",
         ] {
             assert!(says_throttled(throttled), "{throttled}");
         }
@@ -173,6 +184,9 @@ mod tests {
             "transient error (421): 4.3.2 Service not available",
             "transient error (451): 4.3.0 temporary failure",
             "transient error (452): 4.3.1 insufficient system storage",
+            "transient error (450): 4.7.1 Client host rejected: cannot find your hostname",
+            "transient error (450): 4.7.1 <ada@x.test>: Recipient address rejected: try again later",
+            "transient error (454): 4.7.0 TLS not available due to local problem",
         ] {
             assert!(!says_throttled(other), "{other}");
         }

@@ -45,6 +45,22 @@ use crate::config::SmtpSettings;
 /// What stops a send that waits: resolves when the tick stops.
 pub type Stopped<'a> = dyn Future<Output = ()> + Send + Unpin + 'a;
 
+/// Asked once a connection is the send's own, just before its message
+/// goes (waiting for the pacer's slot and the connection may have taken
+/// a while): whether it may still start.
+pub trait Gate: Sync {
+    fn may_start(&self) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>>;
+}
+
+/// A gate that always opens.
+pub struct Open;
+
+impl Gate for Open {
+    fn may_start(&self) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(std::future::ready(true))
+    }
+}
+
 /// SMTP client with a pool of reused connections. Cheap to clone.
 #[derive(Clone)]
 pub struct Mailer {
@@ -101,15 +117,15 @@ impl Mailer {
         }
     }
 
-    /// Sends one message when the pacer gives it a slot, if `may_start`
-    /// still allows it once a connection is ours (checked again there:
-    /// waiting for one may take a while), and returns the server's final
+    /// Sends one message when the pacer gives it a slot, if `gate` still
+    /// allows it once a connection is ours (asked there: waiting for the
+    /// slot and the connection may take a while), and returns the server's final
     /// reply. `stopped` resolving ends a wait for the pacer at once. See
     /// `transaction` for what each error means.
     pub async fn send(
         &self,
         mail: &OutgoingMail,
-        may_start: &(dyn Fn() -> bool + Sync),
+        gate: &dyn Gate,
         stopped: &mut Stopped<'_>,
         on_written: Option<OnWritten>,
     ) -> Result<Accepted, SendError> {
@@ -121,12 +137,12 @@ impl Mailer {
                 Err(NotReady::Stopped) => return Err(SendError::NotStarted),
                 Err(NotReady::GaveUp) => {
                     return Err(SendError::Throttled {
-                        reason: "the relay kept refusing us past this tick's bound".into(),
+                        reason: "the relay's pace (its refusals, or the rate learnt from them) goes past this tick's bound".into(),
                     });
                 }
             };
             let started = Instant::now();
-            let result = self.send_once(mail, may_start, kept.as_ref()).await;
+            let result = self.send_once(mail, gate, kept.as_ref()).await;
             self.inner
                 .durations
                 .observe(started.elapsed().as_secs_f64());
@@ -158,7 +174,7 @@ impl Mailer {
     async fn send_once(
         &self,
         mail: &OutgoingMail,
-        may_start: &(dyn Fn() -> bool + Sync),
+        gate: &dyn Gate,
         kept: Option<&Kept>,
     ) -> Result<Accepted, SendError> {
         let pool = &self.inner.pool;
@@ -166,7 +182,7 @@ impl Mailer {
         loop {
             let slot = pool.acquire().await.map_err(|_| SendError::NotStarted)?;
             if let Some(pooled) = pool.take_idle() {
-                if !may_start() {
+                if !gate.may_start().await {
                     pool.put_idle(pooled);
                     return Err(SendError::NotStarted);
                 }
@@ -182,7 +198,7 @@ impl Mailer {
             match self.connector().connect().await {
                 Ok((conn, pipelining, written)) => {
                     let pooled = connecting.opened(conn, pipelining, written);
-                    if !may_start() {
+                    if !gate.may_start().await {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }

@@ -38,6 +38,8 @@ use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
 pub(super) struct Marked {
     pub letter: Letter,
     pub permit: OwnedSemaphorePermit,
+    /// When the mark read its rows' holds (just before its statement).
+    pub checked_at: tokio::time::Instant,
 }
 
 /// What the claimer hands the marker: letters to mark.
@@ -204,12 +206,16 @@ impl Marker {
             marks,
             &results,
         );
+        let checked_at = tokio::time::Instant::now();
         let written = self.p.timings().time(Spent::MarkStatements, writing).await;
-        let marked: HashSet<ReminderId> = match written {
+        let (marked, held): (HashSet<ReminderId>, HashSet<ReminderId>) = match written {
             Ok(progress) => {
                 self.finished
                     .written(&self.p, results, Ok(progress.recorded));
-                progress.marked.into_iter().collect()
+                (
+                    progress.marked.into_iter().collect(),
+                    progress.held.into_iter().collect(),
+                )
             }
             Err(e) => {
                 if self.p.stop(Stop::RecordFailed) {
@@ -222,23 +228,35 @@ impl Marker {
                 return;
             }
         };
-        let mut skipped = 0usize;
+        let (mut skipped, mut withheld) = (0usize, 0usize);
         for (mut letter, permit) in letters.into_iter().zip(permits) {
-            // A row another run's sweep handed back is not ours to send.
+            // A row held since its claim stays unstarted, for the end of
+            // the run to hand back unattempted; the rest of its statement
+            // goes. A row another run's sweep handed back is not ours to
+            // send.
             let before = letter.rows.len();
-            let (mine, theirs): (Vec<_>, Vec<_>) = letter
-                .rows
-                .into_iter()
-                .partition(|r| marked.contains(&r.id));
+            let (rows, stopped): (Vec<_>, Vec<_>) =
+                letter.rows.into_iter().partition(|r| !held.contains(&r.id));
+            let (mine, theirs): (Vec<_>, Vec<_>) =
+                rows.into_iter().partition(|r| marked.contains(&r.id));
             self.p.unsent().forget(theirs.iter().map(|r| r.id));
             letter.rows = mine;
-            skipped = skipped.saturating_add(before.saturating_sub(letter.rows.len()));
+            withheld = withheld.saturating_add(stopped.len());
+            skipped = skipped.saturating_add(
+                before
+                    .saturating_sub(letter.rows.len())
+                    .saturating_sub(stopped.len()),
+            );
             if letter.rows.is_empty() {
                 continue;
             }
             let sent = match to_send {
                 Some(to_send) => to_send
-                    .send(Marked { letter, permit })
+                    .send(Marked {
+                        letter,
+                        permit,
+                        checked_at,
+                    })
                     .await
                     .map_err(|e| e.0.letter),
                 None => Err(letter),
@@ -248,12 +266,13 @@ impl Marker {
                 self.p.not_sent(&unsent);
             }
         }
-        if skipped > 0 {
+        if skipped > 0 || withheld > 0 {
             self.p.add(&Counts {
                 skipped: count_of(skipped),
+                withheld: count_of(withheld),
                 ..Counts::default()
             });
-            self.p.bound().release(skipped);
+            self.p.bound().release(skipped.saturating_add(withheld));
         }
     }
 

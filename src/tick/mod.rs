@@ -24,6 +24,7 @@ mod claim;
 pub mod context;
 pub mod deferred;
 mod error;
+mod last_check;
 mod mark;
 mod outcome;
 mod phases;
@@ -328,6 +329,7 @@ async fn finish(
         source_problems = counts.source_problems,
         suppressed = counts.suppressed,
         superseded = counts.superseded,
+        withheld = counts.withheld,
         duration_ms = summary.duration_ms,
         "tick finished"
     );

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bounds::ClaimBound;
 use super::context::Context;
+use super::last_check::HoldChecks;
 use super::timings::Timings;
 use super::unsent::Unsent;
 use crate::db;
@@ -88,6 +89,8 @@ pub(super) struct Pipeline {
     /// Rows marked started and not handed to the server: returned at the
     /// end of the run, whatever ends it.
     unsent: Unsent,
+    /// The reads of the holds for letters that waited before they go.
+    hold_checks: HoldChecks,
 }
 
 impl Pipeline {
@@ -119,6 +122,7 @@ impl Pipeline {
             bound: ClaimBound::for_settings(&ctx.settings.reminders, rows_per_letter),
             timings: Timings::default(),
             unsent: Unsent::default(),
+            hold_checks: HoldChecks::default(),
         }
     }
 
@@ -242,6 +246,11 @@ impl Pipeline {
     /// Rows marked started and not handed to the server.
     pub fn unsent(&self) -> &Unsent {
         &self.unsent
+    }
+
+    /// The reads of the holds before a letter that waited goes.
+    pub fn hold_checks(&self) -> &HoldChecks {
+        &self.hold_checks
     }
 
     /// `letter` was marked but its mail will not go out this run: its rows

@@ -16,14 +16,15 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use super::last_check::LastCheck;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use super::timings::Spent;
 use crate::config::ArchiveStore;
 use crate::db;
-use crate::domain::{Attempted, Claimed, Delivery, Letter, LetterKind};
+use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, LetterKind, count_of};
 use crate::mail::{self, SendError};
 
 /// The send phase of one tick.
@@ -57,22 +58,69 @@ impl Sender {
     }
 
     /// One marked letter: check we may still send, build, send (the pacer
-    /// gives it its slot), classify; one result per row, all the same.
-    /// None: nothing was sent (returned at the end).
+    /// gives it its slot, and the last check its word), classify; one
+    /// result per row, all the same. None: nothing was sent (returned at
+    /// the end).
     async fn attempt(&self, marked: Marked) -> Option<Vec<Attempted>> {
+        let Marked {
+            mut letter,
+            permit,
+            checked_at,
+        } = marked;
         // The letter's place in the in-flight limit: held until its end has
-        // left us on a connection (or the send ends without that).
-        let Marked { letter, permit } = marked;
-        let mut window = Some(permit);
-        let ctx = self.p.ctx();
-        let first = letter.rows.first()?;
-        let invoice_id = first.invoice.id.clone();
+        // left us on a connection (or the attempt ends without that),
+        // across sends the last check turns back.
+        let window = Arc::new(std::sync::Mutex::new(Some(permit)));
+        let invoice_id = letter.rows.first()?.invoice.id.clone();
         if let Some(stop) = self.p.stop_reason() {
             tracing::debug!(%invoice_id, ?stop, "not sending");
             return self.not_sent(&letter);
         }
+        let mut gate = LastCheck::new(&self.p, letter.ids().collect(), checked_at);
+        loop {
+            match self.send(&letter, &gate, &window).await {
+                Sent::Done(attempted) => return attempted,
+                Sent::Withheld => {
+                    let held = gate.take_held();
+                    let (stopped, rows): (Vec<_>, Vec<_>) =
+                        letter.rows.into_iter().partition(|r| held.contains(&r.id));
+                    letter.rows = stopped;
+                    self.p.not_sent(&letter);
+                    self.p.add(&Counts {
+                        withheld: count_of(letter.rows.len()),
+                        ..Counts::default()
+                    });
+                    tracing::info!(
+                        %invoice_id,
+                        rows = letter.rows.len(),
+                        "a pause or a payment hold came while the letter waited; handed back unattempted"
+                    );
+                    letter.rows = rows;
+                    if letter.rows.is_empty() {
+                        return None;
+                    }
+                    // The rest of the statement goes without them.
+                    self.p.unsent().handed_over(&letter);
+                    gate.keep(letter.ids().collect());
+                }
+            }
+        }
+    }
+
+    /// One send of `letter`: composed, handed to the mailer with its gate.
+    async fn send(
+        &self,
+        letter: &Letter,
+        gate: &LastCheck<'_>,
+        window: &Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>,
+    ) -> Sent {
+        let ctx = self.p.ctx();
+        let Some(first) = letter.rows.first() else {
+            return Sent::Done(None);
+        };
+        let invoice_id = first.invoice.id.clone();
         let finished = |delivery: Delivery| {
-            Some(
+            Sent::Done(Some(
                 letter
                     .rows
                     .iter()
@@ -85,9 +133,9 @@ impl Sender {
                         delivery: delivery.clone(),
                     })
                     .collect(),
-            )
+            ))
         };
-        let mail = match self.compose(&letter) {
+        let mail = match self.compose(letter) {
             Ok(mail) => mail,
             Err(e) => {
                 tracing::warn!(%invoice_id, error = %e, "reminder discarded");
@@ -96,21 +144,19 @@ impl Sender {
                 });
             }
         };
-        // Checked again once a connection is ours: waiting for one may have
-        // outlasted the lease.
-        let may_start = || self.p.stop_reason().is_none();
         // From here on the mail may reach the server: its rows are no longer
         // the end of the run's to return (a send that does not start puts
         // them back).
-        self.p.unsent().handed_over(&letter);
-        let on_written: Option<mail::written::OnWritten> = window
-            .take()
-            .map(|permit| -> mail::written::OnWritten { Box::new(move || drop(permit)) });
+        self.p.unsent().handed_over(letter);
+        let kept = Arc::clone(window);
+        let on_written: mail::written::OnWritten = Box::new(move || {
+            drop(kept.lock().unwrap_or_else(|p| p.into_inner()).take());
+        });
         // A stop wakes a send waiting for its slot: the letter goes back.
         let mut stopped = Box::pin(self.p.stopped());
         match ctx
             .mailer
-            .send(&mail, &may_start, &mut stopped, on_written)
+            .send(&mail, gate, &mut stopped, Some(on_written))
             .await
         {
             Ok(accepted) => {
@@ -125,18 +171,21 @@ impl Sender {
                 let archive = ctx.settings.archive.store == ArchiveStore::Database;
                 finished(mail::sent(mail, accepted, archive))
             }
-            Err(SendError::NotStarted) => self.not_sent(&letter),
+            Err(SendError::NotStarted) if !gate.held_is_empty() => Sent::Withheld,
+            Err(SendError::NotStarted) => Sent::Done(self.not_sent(letter)),
             Err(e @ SendError::LoginRefused { .. }) => {
                 if self.p.stop(Stop::SmtpAuth) {
                     tracing::error!(error = %e, "the SMTP server refused our login (check smtp.username and smtp.password); no more mail is started this tick");
                 }
-                self.not_sent(&letter)
+                Sent::Done(self.not_sent(letter))
             }
+            // The pacer gave up at the tick's bound: the relay never had
+            // this message, which goes back unattempted with the rest.
             Err(e @ SendError::Throttled { .. }) => {
                 if self.p.stop(Stop::Throttled) {
-                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay kept throttling us for as long as this tick may wait; no more mail is started this tick");
+                    tracing::warn!(%invoice_id, error = %e, "the SMTP relay's pace does not fit in what is left of this tick's bound; no more mail is started this tick, the rest is handed back unattempted");
                 }
-                finished(mail::classify(&invoice_id, e))
+                Sent::Done(self.not_sent(letter))
             }
             Err(e) => {
                 if let SendError::AddressRejected { address, reason } = &e {
@@ -255,6 +304,14 @@ fn step_of<'s>(
                 row.step
             ),
         })
+}
+
+/// How one send of a letter ended.
+enum Sent {
+    /// Its results (None: nothing was sent, returned at the end).
+    Done(Option<Vec<Attempted>>),
+    /// The last check found rows held: they go back, the rest goes.
+    Withheld,
 }
 
 /// The marked rows as a stream that notes how long it kept the senders

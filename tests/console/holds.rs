@@ -17,10 +17,11 @@ async fn a_held_invoice_is_shown_counted_and_left_alone_until_an_operator_lifts_
     let signal = PaymentSignal {
         provider: "stripe",
         event_id: "evt_console".into(),
-        signal: Signal::Disputed,
+        signal: Some(Signal::Disputed),
         invoice_id: Some(InvoiceId::from(held.to_string().as_str())),
-        object_id: Some("dp_1".into()),
-        linked: None,
+        object_id: "dp_1".into(),
+        refs: vec!["dp_1".into()],
+        links: Vec::new(),
         at: Utc::now(),
     };
     invoice_reminder::db::payments::record(

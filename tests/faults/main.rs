@@ -24,6 +24,7 @@ mod redis_outage;
 mod replicas;
 mod secrets;
 mod shutdown;
+mod signals;
 mod smtp;
 mod soak;
 mod source;

@@ -1,151 +1,27 @@
 //! `POST /webhooks/stripe` and `POST /webhooks/payments` on a real `run`
 //! process: signed payment signals hold reminders the view still calls
 //! owed, a second delivery of an event changes nothing, an older event
-//! never undoes a newer one, a failed payment or a won dispute releases,
-//! a pending hold ends on its own, and bad input is refused with nothing
-//! stored. Ticks are run with `run-once` between the requests (the
-//! replica's own schedule never fires during a test).
+//! never undoes a newer one, a failed payment ends its own object's hold
+//! and no other, a won dispute leaves the payment standing, a pending hold
+//! ends on its own, and bad input is refused with nothing stored. Ticks
+//! are run with `run-once` between the requests (the replica's own
+//! schedule never fires during a test).
 
-use std::time::Duration;
+use serde_json::json;
 
-use serde_json::{Value, json};
-
-use crate::common::{self, Backend, World};
-use crate::harness::{self, Replica, ReplicaOptions};
-use crate::http::{get, sample, wait_for_status};
+use crate::common::Backend;
+use crate::harness;
+use crate::http::{get, sample};
+use crate::signals::{
+    event, hold, intent, post, spawn_signals, stripe, stripe_secret, stripe_signed, tick,
+};
 use crate::webhook::{new_secret, now, signed};
 
-/// A Stripe endpoint secret of our own.
-fn stripe_secret() -> String {
-    format!("whsec_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// A replica serving the payment routes on a port of its own, with two
-/// Stripe secrets (a rotation) and the generic signal's secret.
-async fn spawn_signals(world: &mut World, stripe: &[&str], generic: &str) -> (Replica, u16) {
-    // A schedule that does not fire while the test runs.
-    world.set("schedule.cron", "0 0 0 1 1 *");
-    let port = harness::free_port();
-    let list = stripe
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let replica = Replica::spawn(
-        world,
-        "payments",
-        ReplicaOptions {
-            env: vec![
-                (
-                    "INVOICE_REMINDER__HTTP__LISTEN".to_owned(),
-                    format!("127.0.0.1:{port}"),
-                ),
-                (
-                    "INVOICE_REMINDER__PAYMENTS__STRIPE_SECRETS".to_owned(),
-                    format!("[{list}]"),
-                ),
-                (
-                    "INVOICE_REMINDER__PAYMENTS__SECRET".to_owned(),
-                    generic.to_owned(),
-                ),
-            ],
-            ..ReplicaOptions::default()
-        },
-    );
-    wait_for_status(port, "/healthz", 200, Duration::from_secs(15)).await;
-    (replica, port)
-}
-
-/// `POST path` with `headers` and `body`: (status, the JSON answer).
-async fn post(port: u16, path: &str, headers: &[(String, String)], body: &[u8]) -> (u16, Value) {
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<hyper::body::Bytes>>();
-    let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"))
-        .header("content-type", "application/json");
-    for (name, value) in headers {
-        request = request.header(name.as_str(), value.as_str());
-    }
-    let request = request
-        .body(http_body_util::Full::new(hyper::body::Bytes::from(
-            body.to_vec(),
-        )))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-/// A Stripe event of `kind` about `object`, created at `created`.
-fn event(id: &str, kind: &str, created: i64, object: Value) -> Vec<u8> {
-    json!({"id": id, "object": "event", "type": kind, "created": created,
-           "data": {"object": object}})
-    .to_string()
-    .into_bytes()
-}
-
-/// A payment intent for invoice `invoice` (our id in its metadata).
-fn intent(pi: &str, invoice: i64) -> Value {
-    json!({"id": pi, "object": "payment_intent", "metadata": {"invoice_id": invoice.to_string()}})
-}
-
-/// `Stripe-Signature` for `body`, signed with `secret` at `t`.
-fn stripe_signed(secret: &str, t: i64, body: &[u8]) -> Vec<(String, String)> {
-    let mut message = t.to_string().into_bytes();
-    message.push(b'.');
-    message.extend_from_slice(body);
-    let mac = hmac_sha256::HMAC::mac(&message, secret.as_bytes());
-    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
-    vec![("Stripe-Signature".to_owned(), format!("t={t},v1={hex}"))]
-}
-
-/// A signed Stripe event posted: its status and outcome.
-async fn stripe(port: u16, secret: &str, body: &[u8]) -> (u16, String) {
-    let (status, answer) = post(
-        port,
-        "/webhooks/stripe",
-        &stripe_signed(secret, now(), body),
-        body,
-    )
-    .await;
-    (status, answer["outcome"].as_str().unwrap_or("").to_owned())
-}
-
-/// One `run-once` tick; the invoices it mailed.
-async fn tick(world: &World) -> Vec<i64> {
-    let before = world.sink.count();
-    let out = common::cli(world, &["run-once"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    world.sink.received()[before..]
-        .iter()
-        .filter_map(|m| m.invoice_id())
-        .collect()
-}
-
-/// The state of the hold on `invoice`, if any.
-async fn hold(world: &World, invoice: i64) -> Option<String> {
-    sqlx::query_scalar("SELECT state FROM payment_holds WHERE invoice_id = $1")
-        .bind(invoice.to_string())
-        .fetch_optional(world.pool())
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_or_a_won_dispute_releases_them()
+async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_their_own_object_releases_them()
  {
     let mut world = harness::world_for(Backend::Redis).await;
-    let ids = common::insert_overdue(world.pool(), 4).await;
+    let ids = crate::common::insert_overdue(world.pool(), 4).await;
     let (paid, pending, disputed, untouched) = (ids[0], ids[1], ids[2], ids[3]);
     let (old_secret, new_secret_) = (stripe_secret(), stripe_secret());
     let (mut replica, port) =
@@ -194,8 +70,8 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
         ),
     )
     .await;
-    // A failed payment does not end a dispute.
-    let failed_dispute = stripe(
+    // A failed payment ends its own object's hold, never the dispute's.
+    let failed_intent = stripe(
         port,
         &old_secret,
         &event(
@@ -212,7 +88,7 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
     assert_eq!(pending_stored, (200, "stored".into()));
     assert_eq!(opened, (200, "stored".into()));
     assert_eq!(late, (200, "older".into()));
-    assert_eq!(failed_dispute, (200, "older".into()));
+    assert_eq!(failed_intent, (200, "stored".into()));
     assert_eq!(hold(&world, paid).await.as_deref(), Some("paid"));
     assert_eq!(hold(&world, disputed).await.as_deref(), Some("disputed"));
     assert_eq!(
@@ -220,12 +96,7 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
         vec![untouched],
         "held invoices are not claimed while the view still says unpaid"
     );
-    let explained = common::cli(
-        &world,
-        &["explain", "--invoice", &paid.to_string(), "--json"],
-    )
-    .await;
-    let explained: Value = serde_json::from_slice(&explained.stdout).unwrap();
+    let explained = crate::signals::explain(&world, paid).await;
     assert_eq!(explained["reason"], "held_by_payment_signal");
     assert!(
         explained["reason_detail"]
@@ -237,10 +108,11 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
     let (_, audit) = harness::audit(&world).await;
     assert_eq!(
         audit["payment_holds"],
-        json!({"paid": 1, "pending": 1, "disputed": 1})
+        json!({"paid": 1, "pending": 1, "disputed": 1, "lost": 0, "unlinked": 0})
     );
 
-    // The pending payment fails, and the merchant wins the dispute.
+    // The pending payment fails, and the merchant wins the dispute: the
+    // disputed payment stands.
     let failure = stripe(
         port,
         &new_secret_,
@@ -263,18 +135,13 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
         (failure, closed),
         ((200, "stored".into()), (200, "stored".into()))
     );
-    let mut mailed = tick(&world).await;
-    mailed.sort();
     assert_eq!(
-        mailed,
-        vec![pending, disputed],
-        "released holds resume reminders"
+        tick(&world).await,
+        vec![pending],
+        "a failed payment's invoice is reminded again; a won dispute's payment stands"
     );
-    assert_eq!(
-        hold(&world, paid).await.as_deref(),
-        Some("paid"),
-        "the paid hold stays"
-    );
+    assert_eq!(hold(&world, disputed).await.as_deref(), Some("paid"));
+    assert_eq!(hold(&world, paid).await.as_deref(), Some("paid"));
 
     let (_, metrics) = get(port, "/metrics").await.unwrap();
     replica.stop_gracefully().await;
@@ -286,9 +153,10 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
             ),
         )
     };
-    assert_eq!(line("paid", "stored"), 2.0, "{metrics}");
+    assert_eq!(line("paid", "stored"), 3.0, "{metrics}");
     assert_eq!(line("paid", "seen"), 1.0, "{metrics}");
-    assert_eq!(line("failed", "older"), 2.0, "{metrics}");
+    assert_eq!(line("failed", "older"), 1.0, "{metrics}");
+    assert_eq!(line("failed", "stored"), 2.0, "{metrics}");
     assert!(!replica.log().contains(&old_secret) && !replica.log().contains(&new_secret_));
 }
 
@@ -296,7 +164,7 @@ async fn stripe_events_hold_paid_pending_and_disputed_invoices_until_a_failure_o
 async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing_stored_and_ignored_ones_get_200()
  {
     let mut world = harness::world_for(Backend::Redis).await;
-    let ids = common::insert_overdue(world.pool(), 1).await;
+    let ids = crate::common::insert_overdue(world.pool(), 1).await;
     let stripe_key = stripe_secret();
     let generic = new_secret();
     let (mut replica, port) = spawn_signals(&mut world, &[&stripe_key], &generic).await;
@@ -350,7 +218,7 @@ async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing
     .await
     .0;
     let mut big = body.clone();
-    big.extend(std::iter::repeat_n(b' ', 64 * 1024));
+    big.extend(std::iter::repeat_n(b' ', 1024 * 1024));
     let oversized = post(
         port,
         "/webhooks/stripe",
@@ -379,7 +247,8 @@ async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing
     .await
     .0;
     let stored: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM payment_events) + (SELECT count(*) FROM payment_holds)",
+        "SELECT (SELECT count(*) FROM payment_events) + (SELECT count(*) FROM payment_holds)
+              + (SELECT count(*) FROM payment_links)",
     )
     .fetch_one(world.pool())
     .await
@@ -401,12 +270,36 @@ async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing
         &event("evt_5", "charge.dispute.closed", now(), lost),
     )
     .await;
-    let after: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM payment_events) + (SELECT count(*) FROM payment_holds)",
+    let future = stripe(
+        port,
+        &stripe_key,
+        &event(
+            "evt_6",
+            "payment_intent.succeeded",
+            now() + 3600,
+            intent("pi_6", ids[0]),
+        ),
+    )
+    .await;
+    let generic_ahead = json!({"invoice_id": ids[0].to_string(), "signal": "paid",
+                               "at": (chrono::Utc::now() + chrono::Duration::minutes(6)).to_rfc3339()})
+    .to_string();
+    let generic_future = post(
+        port,
+        "/webhooks/payments",
+        &signed(&generic, "msg_3", now(), generic_ahead.as_bytes()),
+        generic_ahead.as_bytes(),
+    )
+    .await
+    .0;
+    let (unlinked, holds): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM payment_events WHERE invoice_id IS NULL),
+                (SELECT count(*) FROM payment_holds)",
     )
     .fetch_one(world.pool())
     .await
     .unwrap();
+    let (_, audit) = harness::audit(&world).await;
     let mailed = tick(&world).await;
     replica.stop_gracefully().await;
 
@@ -426,9 +319,23 @@ async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing
     );
     assert_eq!(stored, 0, "nothing is stored on a 4xx");
     assert_eq!(ignored, (200, "ignored".into()));
-    assert_eq!(no_invoice, (200, "no_invoice".into()));
-    assert_eq!(dispute_lost, (200, "ignored".into()));
-    assert_eq!(after, 0, "ignored events are only counted");
+    assert_eq!(no_invoice, (200, "unlinked".into()));
+    assert_eq!(dispute_lost, (200, "unlinked".into()));
+    assert_eq!(
+        (future.0, generic_future),
+        (400, 400),
+        "a time further ahead than payments.tolerance is refused"
+    );
+    assert_eq!(
+        (unlinked, holds),
+        (2, 0),
+        "signals that name no invoice yet are kept, holding nothing"
+    );
+    assert_eq!(audit["payment_holds"]["unlinked"], 2, "{audit}");
+    assert!(
+        replica.log().contains("names no invoice known yet"),
+        "logged at warn"
+    );
     assert_eq!(mailed, vec![ids[0]], "the worker is unaffected");
 }
 
@@ -436,7 +343,7 @@ async fn unsigned_stale_malformed_and_oversized_signals_are_refused_with_nothing
 async fn a_generic_signal_holds_an_invoice_the_view_shows_later_and_a_pending_one_ends_after_its_hold()
  {
     let mut world = harness::world_for(Backend::Redis).await;
-    let ids = common::insert_overdue(world.pool(), 1).await;
+    let ids = crate::common::insert_overdue(world.pool(), 1).await;
     let generic = new_secret();
     let (mut replica, port) = spawn_signals(&mut world, &[], &generic).await;
     let signal = |invoice: String, word: &str, at: chrono::DateTime<chrono::Utc>| {
@@ -469,7 +376,7 @@ async fn a_generic_signal_holds_an_invoice_the_view_shows_later_and_a_pending_on
         signal(next_id.to_string(), "paid", chrono::Utc::now()),
     )
     .await;
-    let later = common::insert_overdue(world.pool(), 1).await;
+    let later = crate::common::insert_overdue(world.pool(), 1).await;
     let mailed = tick(&world).await;
     let stripe_off = post(port, "/webhooks/stripe", &[], b"{}").await.0;
     let released = send(

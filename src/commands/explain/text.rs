@@ -98,6 +98,30 @@ pub(super) fn print_text(e: &Explained) -> std::io::Result<()> {
             instant(s.suppressed_at)
         );
     }
+    for h in &e.payment_holds {
+        outln!(
+            "  payment {}: {} ({}), {} event {} at {}{}",
+            if h.object_id.is_empty() {
+                "signal"
+            } else {
+                &h.object_id
+            },
+            h.state,
+            report::hold_state_words(&h.state),
+            h.provider,
+            h.event_id,
+            instant(h.event_at),
+            match h.state.as_str() {
+                "booked" => format!(", ended {}", instant(h.changed_at)),
+                "lifted" => format!(
+                    ", lifted by {} {}",
+                    h.lifted_by.as_deref().unwrap_or("an operator"),
+                    instant(h.changed_at)
+                ),
+                _ => String::new(),
+            }
+        );
+    }
     let until = match e.until {
         Some(Until::Date(d)) => format!(" {d}"),
         Some(Until::Time(t)) => format!(" {}", instant(t)),

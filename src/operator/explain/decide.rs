@@ -52,8 +52,8 @@ pub struct Facts {
     pub customer_place: Option<CustomerPlace>,
     /// The console pause of the invoice or its customer, if any.
     pub console_pause: Option<crate::db::pauses::ConsolePause>,
-    /// The payment signal that holds it now, if any.
-    pub payment_hold: Option<crate::db::payments::PaymentHold>,
+    /// Every payment object's hold on it, in force or not.
+    pub payment_holds: Vec<crate::db::payments::PaymentHold>,
 }
 
 /// Customer mode: where an invoice stands in its customer's mail today.
@@ -87,8 +87,9 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         customer_last,
         customer_place,
         console_pause,
-        payment_hold,
+        payment_holds,
     } = facts;
+    let payment_hold = super::report::HoldInForce::of(&payment_holds);
     let rows: Vec<ReminderView> = reminders
         .into_iter()
         .map(|row| ReminderView {
@@ -121,6 +122,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         paused_until: one.and_then(|s| s.paused_until),
         console_pause: console_pause.clone(),
         payment_hold: payment_hold.clone(),
+        payment_holds,
         due_date,
         days_overdue: due_date.map(|d| today.signed_duration_since(d).num_days()),
         due_step_today: due_step.map(|s| s.key.clone()),

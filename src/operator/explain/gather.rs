@@ -92,11 +92,13 @@ pub(super) async fn explain_keys(
         .map_err(db_failed(
             "failed to read the console's pauses and the payment holds",
         ))?;
-    let mut holds: HashMap<String, db::payments::PaymentHold> = holds
-        .into_iter()
-        .filter(|h| h.active)
-        .map(|h| (h.invoice_id.clone(), h))
-        .collect();
+    let mut holds_of: HashMap<String, Vec<db::payments::PaymentHold>> = HashMap::new();
+    for hold in holds {
+        holds_of
+            .entry(hold.invoice_id.clone())
+            .or_default()
+            .push(hold);
+    }
     let mut explained = Vec::with_capacity(keys.len());
     for (id, recipients) in keys.iter().zip(recipients) {
         let sources = sources_of.remove(id).unwrap_or_default();
@@ -146,7 +148,7 @@ pub(super) async fn explain_keys(
             customer_last,
             customer_place,
             console_pause,
-            payment_hold: holds.remove(id.as_str()),
+            payment_holds: holds_of.remove(id.as_str()).unwrap_or_default(),
         };
         explained.push(decide(facts, rules(settings)));
     }

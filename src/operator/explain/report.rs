@@ -231,6 +231,66 @@ pub struct ReminderView {
     pub state: RowState,
 }
 
+/// What a payment object's hold state means, in words.
+pub fn hold_state_words(state: &str) -> &'static str {
+    match state {
+        "paid" => "holds until the source says paid",
+        "pending" => "a payment on its way: holds until payments.pending_hold after it",
+        "disputed" => "holds until the dispute closes",
+        "lost" => "a dispute lost: holds until an operator lifts it",
+        "settled" => {
+            "a payment arrived toward the Stripe invoice (perhaps part of it): holds nothing by itself"
+        }
+        "released" => "ended by a failed payment or a release: holds nothing",
+        "lifted" => "lifted in the console: holds nothing",
+        "booked" => "ended: the source said paid, so a reopened invoice is reminded again",
+        _ => "",
+    }
+}
+
+/// The payment hold in force on an invoice (`explain --json`'s
+/// `payment_hold`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HoldInForce {
+    /// `paid`, `pending` or `disputed`.
+    pub state: &'static str,
+    /// How a dispute ended while it still holds: `lost` (held until an
+    /// operator lifts it); None for an open dispute or another state.
+    pub dispute: Option<&'static str>,
+    pub provider: String,
+    /// The payment object whose hold it is ('' for the generic signal).
+    pub object_id: String,
+    pub event_id: String,
+    pub event_at: chrono::DateTime<chrono::Utc>,
+    /// A pending hold's end.
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl HoldInForce {
+    /// The strongest of `holds` in force, if any holds.
+    pub fn of(holds: &[crate::db::payments::PaymentHold]) -> Option<Self> {
+        let h = holds
+            .iter()
+            .filter(|h| h.active)
+            .max_by_key(|h| h.strength())?;
+        let (state, dispute) = match h.state.as_str() {
+            "paid" => ("paid", None),
+            "pending" => ("pending", None),
+            "lost" => ("disputed", Some("lost")),
+            _ => ("disputed", None),
+        };
+        Some(Self {
+            state,
+            dispute,
+            provider: h.provider.clone(),
+            object_id: h.object_id.clone(),
+            event_id: h.event_id.clone(),
+            event_at: h.event_at,
+            expires_at: h.expires_at,
+        })
+    }
+}
+
 /// Everything `explain` says about one invoice (the JSON object).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Explained {
@@ -257,8 +317,12 @@ pub struct Explained {
     pub paused_until: Option<NaiveDate>,
     /// The console pause that holds it back, if any.
     pub console_pause: Option<crate::db::pauses::ConsolePause>,
-    /// The payment signal that holds it, if any.
-    pub payment_hold: Option<crate::db::payments::PaymentHold>,
+    /// The payment hold in force, if any: the strongest when several of
+    /// its payment objects hold it.
+    pub payment_hold: Option<HoldInForce>,
+    /// Every payment object's hold, in force or not (a failed payment's,
+    /// a partial payment's, one the books ended), oldest event first.
+    pub payment_holds: Vec<crate::db::payments::PaymentHold>,
     pub due_date: Option<NaiveDate>,
     /// Days from the due date to today (negative: not yet due).
     pub days_overdue: Option<i64>,

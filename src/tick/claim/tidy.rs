@@ -1,5 +1,6 @@
 //! Before a tick claims anything: retire `failed` rows that will never be
-//! sent, hand back the rows of ended runs that never started, delete archived
+//! sent, hand back the rows of ended runs that never started, end the
+//! paid holds the books caught up with, delete archived
 //! messages past `archive.keep_days`, return unknown deliveries for
 //! resending (when configured), and report the source rows no page can
 //! meet (a NULL key or due date; in customer mode, a NULL customer).
@@ -40,6 +41,15 @@ pub(super) async fn tidy_up(c: &Claiming) -> Result<(), TickError> {
         tracing::info!(
             handed_back,
             "rows claimed by runs that are over, never started, were handed back"
+        );
+    }
+    let booked = db::payments::end_booked(database).await.map_err(db_err(
+        "ending the paid holds of invoices the books say are paid",
+    ))?;
+    if booked > 0 {
+        tracing::info!(
+            booked,
+            "paid holds ended: the books say those invoices are paid (a reopened one is reminded again)"
         );
     }
     let keep_days = s.archive.keep_days;

@@ -15,10 +15,11 @@ async fn a_statement_leaves_out_an_invoice_a_payment_signal_holds_and_lists_the_
     let signal = PaymentSignal {
         provider: "stripe",
         event_id: "evt_statement".into(),
-        signal: Signal::Pending,
+        signal: Some(Signal::Pending),
         invoice_id: Some(InvoiceId::from(held.to_string().as_str())),
-        object_id: Some("pi_1".into()),
-        linked: None,
+        object_id: "pi_1".into(),
+        refs: vec!["pi_1".into()],
+        links: Vec::new(),
         at: Utc::now(),
     };
     let outcome = invoice_reminder::db::payments::record(
@@ -31,7 +32,7 @@ async fn a_statement_leaves_out_an_invoice_a_payment_signal_holds_and_lists_the_
 
     tick(&world).await;
 
-    assert_eq!(outcome, SignalOutcome::Stored);
+    assert_eq!(outcome.outcome, SignalOutcome::Stored);
     let mails = world.sink.received();
     assert_eq!(mails.len(), 1, "one statement");
     let mut expected = vec![invoices[0], invoices[2]];

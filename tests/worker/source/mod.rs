@@ -337,6 +337,7 @@ async fn migrate_creates_everything_in_its_schema_and_nothing_in_public_even_bes
         "console_pauses",
         "payment_events",
         "payment_holds",
+        "payment_links",
     ]);
     expected.sort();
     assert_eq!(ours(world.pool(), "invoice_reminder").await, expected);

@@ -6,8 +6,8 @@ use chrono::NaiveDate;
 use super::{Decision, Rules, instant};
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::db::pauses::ConsolePause;
-use crate::db::payments::PaymentHold;
 use crate::domain::StepKey;
+use crate::operator::explain::report::HoldInForce;
 use crate::operator::explain::report::{Reason, ReminderView, RowState, Until, count, times};
 use crate::stages::{Step, shift};
 
@@ -20,7 +20,7 @@ pub(super) struct Day<'a> {
     pub(super) rows: &'a [ReminderView],
     pub(super) customer_last: Option<NaiveDate>,
     pub(super) console_pause: Option<&'a ConsolePause>,
-    pub(super) payment_hold: Option<&'a PaymentHold>,
+    pub(super) payment_hold: Option<&'a HoldInForce>,
 }
 
 impl Day<'_> {
@@ -91,19 +91,30 @@ impl Day<'_> {
                 return (Reason::Paid, format!("{how}: no reminder is sent"), None);
             }
             if let Some(h) = self.payment_hold {
-                let until = match h.expires_at {
-                    Some(end) => {
+                let until = match (h.expires_at, h.state, h.dispute) {
+                    (Some(end), ..) => {
                         format!("until {} unless the source says paid first", instant(end))
                     }
-                    None => "until the source says paid or an operator lifts it".to_owned(),
+                    (None, "paid", _) => {
+                        "until the source says paid or an operator lifts it".to_owned()
+                    }
+                    (None, _, Some(end)) => {
+                        format!("until an operator lifts it (the dispute was {end})")
+                    }
+                    (None, ..) => "until the dispute closes or an operator lifts it".to_owned(),
+                };
+                let object = if h.object_id.is_empty() {
+                    String::new()
+                } else {
+                    format!(" for {}", h.object_id)
                 };
                 return (
                     Reason::HeldByPaymentSignal,
                     format!(
-                        "held by a payment signal: {} event {} ({}) at {}: no reminder {until}",
+                        "held by a payment signal: {} event {}{object} ({}) at {}: no reminder {until}",
                         h.provider,
                         h.event_id,
-                        h.state,
+                        h.dispute.unwrap_or(h.state),
                         instant(h.event_at)
                     ),
                     None,

@@ -110,7 +110,7 @@ fn facts(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Facts {
         customer_last: None,
         customer_place: None,
         console_pause: None,
-        payment_hold: None,
+        payment_holds: Vec::new(),
     }
 }
 

@@ -1,0 +1,159 @@
+//! The last moment decides: a letter's rows are checked for a console
+//! pause or a payment hold once a connection is the letter's own, just
+//! before its message goes to the relay ([`LastCheck`], the mailer's
+//! `Gate`).
+//!
+//! The mark already read the holds (`owing::not_withheld!`), so a letter
+//! sent right after its mark needs no second read. One that waited (for
+//! the pacer's slot, for a connection, behind a slow relay) longer than
+//! [`FRESH_FOR`] since its rows were last read reads them again: a
+//! payment signal answered while the letter waited stops it. At full
+//! speed no letter waits that long, so the check costs nothing there; a
+//! paced tick reads one small statement per letter at most, at the
+//! relay's pace, and letters that wait at once share one ([`HoldChecks`]:
+//! one read at a time, each covering every letter that asked before it
+//! began). Rows found held are handed back unattempted; the rest of a
+//! statement goes without them.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::pipeline::{Pipeline, Stop};
+use crate::db;
+use crate::domain::ReminderId;
+use crate::mail::smtp::Gate;
+
+/// How long a read of the holds stands for a letter about to go.
+pub(super) const FRESH_FOR: Duration = Duration::from_millis(250);
+
+/// The tick's reads of the holds for letters about to go: one at a time,
+/// each covering every row that asked before it began.
+#[derive(Default)]
+pub(super) struct HoldChecks {
+    /// Rows waiting for a read.
+    asking: Mutex<HashSet<ReminderId>>,
+    last: tokio::sync::Mutex<Checked>,
+}
+
+/// The latest read: when it began, what it covered and found held.
+#[derive(Default)]
+struct Checked {
+    began: Option<Instant>,
+    covered: HashSet<ReminderId>,
+    held: HashSet<ReminderId>,
+}
+
+impl HoldChecks {
+    /// Of `ids`, those held now, by a read that began after this call.
+    async fn held(&self, db: &db::Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
+        let asked = Instant::now();
+        self.asking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids.iter().copied());
+        let mut last = self.last.lock().await;
+        let covered = last.began.is_some_and(|began| began >= asked)
+            && ids.iter().all(|id| last.covered.contains(id));
+        if !covered {
+            let mut batch: Vec<ReminderId> = self
+                .asking
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain()
+                .collect();
+            batch.extend(ids.iter().copied());
+            let began = Instant::now();
+            let held = db::deliveries::withheld(db, &batch).await?;
+            *last = Checked {
+                began: Some(began),
+                covered: batch.into_iter().collect(),
+                held: held.into_iter().collect(),
+            };
+        }
+        Ok(ids
+            .iter()
+            .copied()
+            .filter(|id| last.held.contains(id))
+            .collect())
+    }
+}
+
+/// The gate of one letter.
+pub(super) struct LastCheck<'a> {
+    p: &'a Pipeline,
+    ids: Vec<ReminderId>,
+    /// When its rows' holds were last read (first: by the mark).
+    checked_at: Mutex<Instant>,
+    /// The rows found held, once a check found any.
+    held: Mutex<Vec<ReminderId>>,
+}
+
+impl<'a> LastCheck<'a> {
+    pub fn new(p: &'a Pipeline, ids: Vec<ReminderId>, checked_at: Instant) -> Self {
+        Self {
+            p,
+            ids,
+            checked_at: Mutex::new(checked_at),
+            held: Mutex::default(),
+        }
+    }
+
+    /// The rows found held (emptied).
+    pub fn take_held(&self) -> Vec<ReminderId> {
+        std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether no check found rows held.
+    pub fn held_is_empty(&self) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// The letter goes on with `ids` only.
+    pub fn keep(&mut self, ids: Vec<ReminderId>) {
+        self.ids = ids;
+    }
+
+    fn checked_at(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.checked_at.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn check(&self) -> bool {
+        if self.p.stop_reason().is_some() {
+            return false;
+        }
+        if self.checked_at().elapsed() < FRESH_FOR {
+            return true;
+        }
+        let reading = Instant::now();
+        match self.p.hold_checks().held(&self.p.ctx().db, &self.ids).await {
+            Ok(held) if held.is_empty() => {
+                *self.checked_at() = reading;
+                self.p.stop_reason().is_none()
+            }
+            Ok(held) => {
+                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = held;
+                false
+            }
+            Err(e) => {
+                if self.p.stop(Stop::RecordFailed) {
+                    tracing::error!(error = %e, "the payment holds and pauses cannot be read before a letter goes; no more mail is started this tick");
+                }
+                false
+            }
+        }
+    }
+}
+
+impl Gate for LastCheck<'_> {
+    fn may_start(&self) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(self.check())
+    }
+}
