@@ -50,13 +50,15 @@ pub struct PaymentHold {
 }
 
 impl PaymentHold {
-    /// The order of holds in force, strongest first: the one an invoice
-    /// is said to be held by when several hold it.
+    /// The order of holds in force: the one an invoice is said to be held
+    /// by when several hold it is the strongest. A dispute outranks the
+    /// payment it contests (a lost one most), a payment made outranks one
+    /// on its way.
     pub fn strength(&self) -> u8 {
         match self.state.as_str() {
-            "paid" => 4,
-            "lost" => 3,
-            "disputed" => 2,
+            "lost" => 4,
+            "disputed" => 3,
+            "paid" => 2,
             "pending" => 1,
             _ => 0,
         }
@@ -326,7 +328,7 @@ pub async fn counts(db: &Db) -> Result<HoldCounts, sqlx::Error> {
         "SELECT s.state, count(*) FROM (SELECT DISTINCT ON (h.invoice_id) h.invoice_id, h.state",
         " FROM {ir}.payment_holds h WHERE ",
         hold_active!("h"),
-        " ORDER BY h.invoice_id, array_position(ARRAY['paid', 'lost', 'disputed', 'pending'], h.state)) s",
+        " ORDER BY h.invoice_id, array_position(ARRAY['lost', 'disputed', 'paid', 'pending'], h.state)) s",
         " GROUP BY s.state",
         " UNION ALL SELECT 'unlinked', count(*) FROM {ir}.payment_events e",
         " WHERE e.invoice_id IS NULL AND e.signal <> 'link'",
