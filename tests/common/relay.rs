@@ -28,6 +28,9 @@ pub struct RelayOptions {
     pub greeting: Option<&'static str>,
     /// The reply to every RCPT (`(450, "4.2.1 mailbox busy")`); None: 250.
     pub rcpt_reply: Option<(u16, &'static str)>,
+    /// The reply to every MAIL (`(450, "4.7.1 Client host rejected")`);
+    /// None: 250.
+    pub mail_reply: Option<(u16, &'static str)>,
     /// Required credentials (AUTH PLAIN or LOGIN).
     pub auth: Option<(String, String)>,
     /// Offer STARTTLS (and require it before MAIL).
@@ -367,6 +370,10 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
             }
             "MAIL" if options.tls && !secure => "530 5.7.0 must issue STARTTLS first\r\n".into(),
             "MAIL" if !authed => "530 5.7.0 authentication required\r\n".into(),
+            "MAIL" if options.mail_reply.is_some() => {
+                let (code, text) = options.mail_reply.unwrap_or_default();
+                format!("{code} {text}\r\n")
+            }
             "MAIL" | "RSET" | "NOOP" => {
                 accepted = 0;
                 "250 2.0.0 ok\r\n".into()

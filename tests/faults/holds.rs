@@ -317,3 +317,52 @@ async fn a_paid_hold_ends_once_the_books_say_paid_so_a_reopened_invoice_is_remin
     assert_eq!(tick(&world).await, vec![ids[0]], "reminded again");
     replica.stop_gracefully().await;
 }
+
+/// One invoice line item as Stripe writes it (2025-03-31.basil and later).
+fn line_item(n: usize, invoice: &str) -> serde_json::Value {
+    json!({"id": format!("il_{n:024}"), "object": "line_item", "amount": 1500,
+           "currency": "eur", "description": format!("Seat {n} x Pro plan (at €15.00 / month)"),
+           "discount_amounts": [], "discountable": true, "discounts": [], "invoice": invoice,
+           "livemode": false, "metadata": {"seat": n.to_string(), "team": "finance"},
+           "parent": {"type": "subscription_item_details", "invoice_item_details": null,
+                      "subscription_item_details": {"invoice_item": null, "proration": false,
+                          "proration_details": {"credited_items": null},
+                          "subscription": "sub_1QAbCdEfGhIjKlMn", "subscription_item": format!("si_{n:014}")}},
+           "period": {"end": 1_767_225_600, "start": 1_764_547_200},
+           "pretax_credit_amounts": [],
+           "pricing": {"price_details": {"price": "price_1QAbCdEfGhIjKlMnOpQr", "product": "prod_RAbCdEfGhIjKlM"},
+                       "type": "price_details", "unit_amount_decimal": "1500"},
+           "quantity": 1, "taxes": [{"amount": 285, "tax_behavior": "exclusive",
+               "tax_rate_details": {"tax_rate": "txr_1QAbCdEfGhIjKlMn"}, "taxability_reason": "standard_rated",
+               "taxable_amount": 1500, "type": "tax_rate_details"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripe_invoice_paid_with_a_hundred_line_items_is_taken() {
+    let mut world = harness::world_for(Backend::Redis).await;
+    let ids = common::insert_overdue(world.pool(), 1).await;
+    let secret = stripe_secret();
+    let (mut replica, port) = spawn_signals(&mut world, &[&secret], &new_secret()).await;
+    let mut invoice = stripe_invoice("in_big", ids[0], "paid", None);
+    invoice["lines"] = json!({"object": "list", "has_more": false, "total_count": 100,
+                              "url": "/v1/invoices/in_big/lines",
+                              "data": (0..100).map(|n| line_item(n, "in_big")).collect::<Vec<_>>()});
+    let body = versioned(
+        "evt_big",
+        "invoice.paid",
+        now(),
+        Some("2025-05-28.basil"),
+        invoice,
+    );
+    assert!(
+        body.len() > 64 * 1024,
+        "larger than the bounce webhook's limit: {}",
+        body.len()
+    );
+
+    let answer = stripe(port, &secret, &body).await;
+    replica.stop_gracefully().await;
+
+    assert_eq!(answer, (200, "stored".into()));
+    assert_eq!(hold(&world, ids[0]).await.as_deref(), Some("paid"));
+}

@@ -153,6 +153,59 @@ async fn resolve_settles_unknown_deliveries_and_refuses_everything_else() {
 }
 
 #[tokio::test]
+async fn resolve_never_settles_a_row_whose_finished_run_may_still_write_its_result() {
+    let world = World::new().await;
+    let ids = common::insert_overdue(world.pool(), 1).await;
+    tick(&world).await;
+    let row = make_unknown(&world, ids[0]).await;
+    // Its run finished, but its process still holds results the database
+    // would not take (a deferred `sent`): the run keeps its lease.
+    let holding = |until: &'static str| {
+        sqlx::query(
+            "UPDATE job_runs SET lease_until = now() + $1::interval
+              WHERE id = (SELECT run_id FROM reminders WHERE id = $2)",
+        )
+        .bind(until)
+        .bind(row)
+    };
+    holding("1 hour").execute(world.pool()).await.unwrap();
+
+    let refused = common::cli(&world, &["resolve", "--resend", &row.to_string()]).await;
+    let unknown_before = common::cli(&world, &["audit", "--json"]).await;
+    holding("-1 second").execute(world.pool()).await.unwrap();
+    let settled = common::cli(&world, &["resolve", "--resend", &row.to_string()]).await;
+
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "{}",
+        common::stdout(&refused)
+    );
+    assert!(
+        common::stdout(&refused).contains("not unknown"),
+        "{}",
+        common::stdout(&refused)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&unknown_before.stdout).unwrap();
+    assert_eq!(
+        report["unknown"].as_array().map(Vec::len),
+        Some(0),
+        "audit does not list it as unknown either: {report}"
+    );
+    assert_eq!(
+        settled.status.code(),
+        Some(0),
+        "{}",
+        common::stdout(&settled)
+    );
+    assert_eq!(
+        status_of(&world, row).await,
+        "failed",
+        "once the lease is over"
+    );
+}
+
+#[tokio::test]
 async fn with_resend_unknown_after_an_old_unknown_delivery_is_sent_again_with_its_message_id() {
     let mut world = World::new().await;
     let ids = common::insert_overdue(world.pool(), 2).await;

@@ -154,3 +154,37 @@ async fn one_recipients_4_7_1_from_postfix_fails_that_reminder_alone_and_the_oth
     world.wait_for_mails(others as usize).await;
     assert_eq!(world.sink.count(), others as usize);
 }
+
+#[tokio::test]
+async fn a_policy_refusal_on_mail_is_that_reminders_failure_not_a_throttle_to_wait_out() {
+    let relay = crate::common::relay::Relay::start(crate::common::relay::RelayOptions {
+        mail_reply: Some((450, "4.7.1 Client host rejected: cannot find your hostname")),
+        ..Default::default()
+    })
+    .await;
+    let mut world = World::new().await;
+    world.set("smtp.port", relay.port);
+    common::insert_overdue(world.pool(), 3).await;
+
+    let outcome = run_tick(&world.context().await, &CancellationToken::new())
+        .await
+        .unwrap();
+
+    let TickOutcome::Done(summary) = outcome else {
+        panic!("the relay is not throttling us: {outcome:?}");
+    };
+    assert_eq!((summary.counts.sent, summary.counts.failed), (0, 3));
+    let rows: Vec<(String, i32, Option<String>)> =
+        sqlx::query_as("SELECT status, attempts, last_error FROM reminders")
+            .fetch_all(world.pool())
+            .await
+            .unwrap();
+    for (status, attempts, error) in rows {
+        assert_eq!(
+            (status.as_str(), attempts),
+            ("failed", 1),
+            "each used an attempt"
+        );
+        assert!(error.is_some_and(|e| e.contains("Client host rejected")));
+    }
+}
