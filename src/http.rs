@@ -51,6 +51,7 @@ pub mod signature;
 mod slots;
 mod stripe;
 mod stripe_events;
+pub mod stripe_lookup;
 pub mod webhook;
 
 /// How long each readiness check may take.
@@ -68,6 +69,8 @@ struct AppState {
     /// Webhook bodies being read at once, at most half of
     /// `http.max_connections` (see [`webhook`]).
     webhook_reads: Arc<tokio::sync::Semaphore>,
+    /// Lookups at Stripe's API, when `payments.stripe_api_key` is set.
+    lookups: Option<stripe_lookup::Lookups>,
 }
 
 #[derive(Default)]
@@ -97,7 +100,15 @@ pub async fn bind(
     let http = &ctx.settings.http;
     let (listen, webhook_listen) = (http.listen, http.webhook_listen);
     let limits = listener::Limits::from_settings(http);
-    let state = AppState::new(ctx.clone(), liveness);
+    let mut state = AppState::new(ctx.clone(), liveness);
+    if !ctx.settings.payments.stripe_secrets.is_empty() {
+        state.lookups = stripe_lookup::Lookups::start(
+            &ctx.settings.payments,
+            ctx.db.clone(),
+            ctx.metrics.clone(),
+            stop.clone(),
+        );
+    }
     let webhook_on = state.webhook.is_some() || ctx.settings.payments.enabled();
     let mut served = Vec::new();
     if let Some(addr) = listen {
@@ -187,6 +198,7 @@ impl AppState {
             ctx,
             liveness,
             unready: Arc::default(),
+            lookups: None,
         }
     }
 }

@@ -76,6 +76,7 @@ struct Inner {
     suppressed: Counter,
     webhook_requests: Family<OutcomeLabel, Counter>,
     payment_signals: Family<SignalLabel, Counter>,
+    stripe_lookups: Family<OutcomeLabel, Counter>,
     http_listener_full: Family<ActionLabel, Counter>,
     smtp_accepted_rate: Gauge<f64, AtomicU64>,
     smtp_pace: Gauge<f64, AtomicU64>,
@@ -166,8 +167,14 @@ impl Default for Metrics {
         let payment_signals = Family::<SignalLabel, Counter>::default();
         registry.register(
             "payment_signals",
-            "Requests to POST /webhooks/stripe and /webhooks/payments by kind (paid, pending, disputed, failed, released, none) and outcome (stored, seen, older, no_invoice, ignored, unauthorized, stale, bad_request, too_large, timeout, busy, error)",
+            "Requests to POST /webhooks/stripe and /webhooks/payments by kind (paid, pending, disputed, lost, settled, failed, released, link, none) and outcome (stored, seen, older, learnt, unlinked, ignored, unauthorized, stale, bad_request, too_large, timeout, busy, error)",
             payment_signals.clone(),
+        );
+        let stripe_lookups = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "stripe_lookups",
+            "Lookups at Stripe's API of the invoice a PaymentIntent or a Charge pays (payments.stripe_api_key) by outcome: linked, not_found, unauthorized, failed (after its retries), dropped (the queue was full)",
+            stripe_lookups.clone(),
         );
         let http_listener_full = Family::<ActionLabel, Counter>::default();
         registry.register(
@@ -210,6 +217,7 @@ impl Default for Metrics {
                 suppressed,
                 webhook_requests,
                 payment_signals,
+                stripe_lookups,
                 http_listener_full,
                 smtp_accepted_rate,
                 smtp_pace,
@@ -293,6 +301,14 @@ impl Metrics {
         self.inner
             .payment_signals
             .get_or_create(&SignalLabel { kind, outcome })
+            .inc();
+    }
+
+    /// A lookup at Stripe's API ended as `outcome`.
+    pub fn stripe_lookup(&self, outcome: &'static str) {
+        self.inner
+            .stripe_lookups
+            .get_or_create(&OutcomeLabel { outcome })
             .inc();
     }
 

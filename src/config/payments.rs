@@ -38,6 +38,13 @@ pub struct PaymentSettings {
     /// How far a signature's timestamp may be from our clock.
     #[serde(with = "humantime_serde")]
     pub tolerance: Duration,
+    /// A Stripe API key (`rk_...` restricted to reading invoices, or
+    /// `sk_...`) for the lookups that link a PaymentIntent to its invoice
+    /// when no event says it; None: no lookups.
+    #[serde(deserialize_with = "super::types::optional_secret")]
+    pub stripe_api_key: Option<SecretString>,
+    /// Where Stripe's API is (tests point it at a local server).
+    pub stripe_api_base: url::Url,
 }
 
 impl PaymentSettings {
@@ -97,6 +104,26 @@ pub(super) fn check(p: &PaymentSettings) -> Result<(), ConfigError> {
         return Err(ConfigError::new(
             "payments.pending_hold",
             "must be greater than zero and at most 365 days",
+        ));
+    }
+    if let Some(key) = &p.stripe_api_key {
+        let key = key.expose_secret();
+        let form = ["sk_", "rk_"]
+            .iter()
+            .any(|prefix| key.strip_prefix(prefix).is_some_and(|k| !k.is_empty()))
+            && !key.chars().any(char::is_whitespace);
+        if !form {
+            return Err(ConfigError::new(
+                "payments.stripe_api_key",
+                "must be a Stripe API key: rk_... (restricted, read access to invoices) or sk_...",
+            ));
+        }
+    }
+    if !matches!(p.stripe_api_base.scheme(), "http" | "https") || p.stripe_api_base.host().is_none()
+    {
+        return Err(ConfigError::new(
+            "payments.stripe_api_base",
+            "must be an http(s) URL such as https://api.stripe.com",
         ));
     }
     if p.tolerance.is_zero() || p.tolerance > MAX_TOLERANCE {

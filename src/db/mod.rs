@@ -24,6 +24,7 @@ pub mod owed;
 pub mod owing;
 pub mod params;
 pub mod pauses;
+pub mod payment_links;
 pub mod payments;
 pub mod relay_pace;
 pub mod reminders;

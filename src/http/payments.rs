@@ -27,6 +27,7 @@ use super::body::{self, Unread};
 use super::signature::{self, Refused};
 use super::stripe;
 use super::stripe_events::{self, Event};
+use super::stripe_lookup::Ask;
 use crate::db;
 use crate::domain::{InvoiceId, PaymentSignal, Signal, SignalOutcome};
 
@@ -102,7 +103,7 @@ pub(super) async fn stripe(
         stripe_events::read(&bytes, &path).map_err(Answer::bad_request)
     };
     match read.await {
-        Ok(Event::Signal(signal)) => store(&state, &signal).await,
+        Ok(Event::Signal(signal, ask)) => store(&state, &signal, ask).await,
         Ok(Event::Ignored(why)) => {
             tracing::info!(reason = %why, "Stripe event ignored");
             answer(&state, "none", Answer::new(StatusCode::OK, "ignored", why))
@@ -175,15 +176,17 @@ pub(super) async fn signals(
         })
     };
     match read.await {
-        Ok(signal) => store(&state, &signal).await,
+        Ok(signal) => store(&state, &signal, None).await,
         Err(refusal) => answer(&state, "none", refusal),
     }
 }
 
 /// Stores `signal`: 200 with what it did, 400 for a time further ahead
 /// than `payments.tolerance` (nothing stored), or 503 when the database
-/// did not take it (the provider retries).
-async fn store(state: &AppState, signal: &PaymentSignal) -> Response {
+/// did not take it (the provider retries). A signal that finds no invoice
+/// queues `ask` at Stripe's API (when a key is set), only once it is
+/// stored: a lookup never delays the answer.
+async fn store(state: &AppState, signal: &PaymentSignal, ask: Option<Ask>) -> Response {
     let kind = signal.signal.map_or("link", Signal::label);
     let payments = &state.ctx.settings.payments;
     if ahead(signal.at, payments.tolerance) {
@@ -199,6 +202,9 @@ async fn store(state: &AppState, signal: &PaymentSignal) -> Response {
         Ok(recorded) => {
             let outcome = recorded.outcome;
             if outcome == SignalOutcome::Unlinked {
+                if let (Some(ask), Some(lookups)) = (ask, &state.lookups) {
+                    lookups.ask(ask);
+                }
                 tracing::warn!(
                     provider = signal.provider,
                     event = %signal.event_id,

@@ -28,6 +28,7 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
+use super::stripe_lookup::Ask;
 use crate::domain::{InvoiceId, LinkTo, PaymentLink, PaymentSignal, Signal};
 
 /// The longest id kept (an event's, an object's, an invoice's).
@@ -42,8 +43,9 @@ pub const BASIL: &str = "2025-03-31";
 /// What a verified event says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Event {
-    /// A signal (or links) to store.
-    Signal(PaymentSignal),
+    /// A signal (or links) to store, and what to ask Stripe if it finds
+    /// no invoice.
+    Signal(PaymentSignal, Option<Ask>),
     /// An event it does not act on: answered 2xx and counted.
     Ignored(String),
 }
@@ -88,7 +90,8 @@ pub(super) fn read(body: &[u8], invoice_key: &[&str]) -> Result<Event, String> {
     let Some(found) = read.event(&kind) else {
         return Ok(Event::Ignored(format!("{kind} is not acted on")));
     };
-    Ok(Event::Signal(PaymentSignal {
+    let ask = found.ask.filter(|_| read.ours.is_none());
+    let signal = PaymentSignal {
         provider: "stripe",
         event_id: id,
         signal: found.signal,
@@ -97,7 +100,8 @@ pub(super) fn read(body: &[u8], invoice_key: &[&str]) -> Result<Event, String> {
         refs: found.refs,
         links: found.links,
         at,
-    }))
+    };
+    Ok(Event::Signal(signal, ask))
 }
 
 /// The shape of an event of API version `version`.
@@ -137,6 +141,8 @@ struct Found {
     signal: Option<Signal>,
     refs: Vec<String>,
     links: Vec<PaymentLink>,
+    /// What Stripe's API can tell when nothing learnt names the invoice.
+    ask: Option<Ask>,
 }
 
 impl Read<'_> {
@@ -190,6 +196,7 @@ impl Read<'_> {
             _ => return None,
         };
         Some(Found {
+            ask: invoice.is_none().then(|| Ask::PaymentIntent(pi.clone())),
             object: pi,
             signal: Some(signal),
             refs,
@@ -218,11 +225,17 @@ impl Read<'_> {
             Some("warning_closed") => Signal::Released,
             _ => Signal::Disputed,
         };
+        let ask = match (&pi, &charge) {
+            (Some(pi), _) => Some(Ask::PaymentIntent(pi.clone())),
+            (None, Some(charge)) => Some(Ask::Charge(charge.clone())),
+            (None, None) => None,
+        };
         Some(Found {
             object: dispute,
             signal: Some(signal),
             refs: pi.into_iter().chain(charge).collect(),
             links,
+            ask,
         })
     }
 
@@ -239,6 +252,7 @@ impl Read<'_> {
         }
         let paid = kind == "invoice.paid" || text(self.object, "status").as_deref() == Some("paid");
         Some(Found {
+            ask: None,
             refs: vec![invoice.clone()],
             object: invoice,
             signal: paid.then_some(Signal::Paid),
@@ -265,6 +279,7 @@ impl Read<'_> {
         let object = pi.or(charge)?;
         self.to_ours(&invoice, &mut links);
         Some(Found {
+            ask: None,
             refs: vec![object.clone(), invoice],
             object,
             signal: Some(Signal::Settled),
@@ -302,6 +317,7 @@ impl Read<'_> {
             _ => return None,
         };
         Some(Found {
+            ask: None,
             object: session,
             signal: Some(signal),
             refs,
@@ -323,7 +339,7 @@ fn text(v: &Value, key: &str) -> Option<String> {
 }
 
 /// An id as Stripe writes a reference: the id, or the expanded object.
-fn id_of(v: &Value) -> Option<String> {
+pub(super) fn id_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
         Value::Object(_) => text(v, "id"),
@@ -337,7 +353,7 @@ fn short(s: Option<String>) -> Option<String> {
 }
 
 /// The value at `path` in `object`, as text (a string, or a number).
-fn lookup(object: &Value, path: &[&str]) -> Option<String> {
+pub(super) fn lookup(object: &Value, path: &[&str]) -> Option<String> {
     let value = path.iter().try_fold(object, |v, key| v.get(*key))?;
     match value {
         Value::String(s) => Some(s.trim().to_owned()),

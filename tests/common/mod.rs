@@ -14,6 +14,7 @@ pub mod postfix;
 pub mod proxy;
 pub mod relay;
 pub mod smtp;
+pub mod stripe_api;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -52,6 +52,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.source_problems("repeated_key", 1);
     metrics.webhook_request("accepted");
     metrics.payment_signal("paid", "stored");
+    metrics.stripe_lookup("linked");
     metrics.http_listener_full("replaced");
     metrics
         .lock_renewals()

@@ -30,5 +30,6 @@ mod signals;
 mod smtp;
 mod soak;
 mod source;
+mod stripe_versions;
 mod webhook;
 mod webhook_input;

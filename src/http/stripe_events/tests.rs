@@ -15,7 +15,7 @@ fn event(kind: &str, version: Option<&str>, object: Value) -> Vec<u8> {
 
 fn signal(kind: &str, version: Option<&str>, object: Value) -> PaymentSignal {
     match read(&event(kind, version, object), &KEY) {
-        Ok(Event::Signal(s)) => s,
+        Ok(Event::Signal(s, _)) => s,
         other => panic!("{kind}: a signal, not {other:?}"),
     }
 }
