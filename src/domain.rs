@@ -224,6 +224,17 @@ impl Counts {
     }
 }
 
+/// What the senders waited on in one tick, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Waits {
+    pub marks: u64,
+    pub results: u64,
+    pub claims: u64,
+    pub pacer: u64,
+    pub pool: u64,
+    pub relay: u64,
+}
+
 /// A count of items as a `u32` count field, saturating (a page never holds
 /// 4 billion rows, but a count must not wrap if it did).
 pub fn count_of(n: usize) -> u32 {

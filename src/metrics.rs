@@ -39,6 +39,12 @@ pub struct SignalLabel {
     pub outcome: &'static str,
 }
 
+/// `{on="marks"}` and the like.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OnLabel {
+    pub on: &'static str,
+}
+
 /// `{action="replaced"}` and the like.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
@@ -77,6 +83,7 @@ struct Inner {
     webhook_requests: Family<OutcomeLabel, Counter>,
     payment_signals: Family<SignalLabel, Counter>,
     stripe_lookups: Family<OutcomeLabel, Counter>,
+    send_waits: Family<OnLabel, Counter<f64, AtomicU64>>,
     http_listener_full: Family<ActionLabel, Counter>,
     smtp_accepted_rate: Gauge<f64, AtomicU64>,
     smtp_pace: Gauge<f64, AtomicU64>,
@@ -170,6 +177,13 @@ impl Default for Metrics {
             "Requests to POST /webhooks/stripe and /webhooks/payments by kind (paid, pending, disputed, lost, settled, failed, released, link, none) and outcome (stored, seen, older, learnt, unlinked, ignored, unauthorized, stale, bad_request, too_large, timeout, busy, error)",
             payment_signals.clone(),
         );
+        let send_waits = Family::<OnLabel, Counter<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "send_wait",
+            "What the senders of ticks waited on: marks, results and claims (a send slot free, no letter to take, while the marker wrote a mark, wrote results, or waited for claimed letters), and pacer, pool and relay (a letter waiting for its rate slot, a connection, the relay's replies; summed over letters in flight)",
+            Unit::Seconds,
+            send_waits.clone(),
+        );
         let stripe_lookups = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "stripe_lookups",
@@ -218,6 +232,7 @@ impl Default for Metrics {
                 webhook_requests,
                 payment_signals,
                 stripe_lookups,
+                send_waits,
                 http_listener_full,
                 smtp_accepted_rate,
                 smtp_pace,
@@ -302,6 +317,26 @@ impl Metrics {
             .payment_signals
             .get_or_create(&SignalLabel { kind, outcome })
             .inc();
+    }
+
+    /// What a tick's senders waited on.
+    pub fn send_waits(&self, waits: &crate::domain::Waits) {
+        for (on, ms) in [
+            ("marks", waits.marks),
+            ("results", waits.results),
+            ("claims", waits.claims),
+            ("pacer", waits.pacer),
+            ("pool", waits.pool),
+            ("relay", waits.relay),
+        ] {
+            // Milliseconds as seconds: exact enough for a counter of waits.
+            #[allow(clippy::cast_precision_loss)]
+            let seconds = ms as f64 / 1000.0;
+            self.inner
+                .send_waits
+                .get_or_create(&OnLabel { on })
+                .inc_by(seconds);
+        }
     }
 
     /// A lookup at Stripe's API ended as `outcome`.

@@ -219,6 +219,7 @@ pub async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
                         &invoice_reminder::mail::smtp::Open,
                         &mut stopped,
                         None,
+                        &invoice_reminder::mail::smtp::Untold,
                     )
                     .await
                     .is_ok()

@@ -26,8 +26,7 @@ use super::AppState;
 use super::body::{self, Unread};
 use super::signature::{self, Refused};
 use super::stripe;
-use super::stripe_events::{self, Event};
-use super::stripe_lookup::Ask;
+use super::stripe_events::{self, Ask, Event};
 use crate::db;
 use crate::domain::{InvoiceId, PaymentSignal, Signal, SignalOutcome};
 

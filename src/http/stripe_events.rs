@@ -28,7 +28,6 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde_json::Value;
 
-use super::stripe_lookup::Ask;
 use crate::domain::{InvoiceId, LinkTo, PaymentLink, PaymentSignal, Signal};
 
 /// The longest id kept (an event's, an object's, an invoice's).
@@ -48,6 +47,15 @@ pub(super) enum Event {
     Signal(PaymentSignal, Option<Ask>),
     /// An event it does not act on: answered 2xx and counted.
     Ignored(String),
+}
+
+/// What to look up.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Ask {
+    /// The invoice a PaymentIntent pays.
+    PaymentIntent(String),
+    /// A Charge's PaymentIntent, then its invoice.
+    Charge(String),
 }
 
 /// The two shapes.

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::stripe_events::{id_of, lookup};
+use super::stripe_events::{Ask, id_of, lookup};
 use crate::config::PaymentSettings;
 use crate::db::{self, Db};
 use crate::domain::{InvoiceId, LinkTo, PaymentLink};
@@ -49,15 +49,6 @@ pub const BREAKER_OPEN: Duration = Duration::from_secs(60);
 pub const QUEUED: usize = 1_000;
 /// The API version the lookups ask in (InvoicePayment exists from it on).
 const VERSION: &str = "2025-03-31.basil";
-
-/// What to look up.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Ask {
-    /// The invoice a PaymentIntent pays.
-    PaymentIntent(String),
-    /// A Charge's PaymentIntent, then its invoice.
-    Charge(String),
-}
 
 /// The queue of lookups, and its task. Cheap to clone.
 #[derive(Clone)]

@@ -52,6 +52,24 @@ pub trait Gate: Sync {
     fn may_start(&self) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>>;
 }
 
+/// Where a send's time goes, told as it goes: waiting for the pacer's
+/// slot, for a connection of the pool (a new one's set-up included), and
+/// for the relay's replies.
+pub trait SendWaits: Sync {
+    fn pacer(&self, took: Duration);
+    fn pool(&self, took: Duration);
+    fn relay(&self, took: Duration);
+}
+
+/// Waits told to no one.
+pub struct Untold;
+
+impl SendWaits for Untold {
+    fn pacer(&self, _: Duration) {}
+    fn pool(&self, _: Duration) {}
+    fn relay(&self, _: Duration) {}
+}
+
 /// A gate that always opens.
 pub struct Open;
 
@@ -128,11 +146,15 @@ impl Mailer {
         gate: &dyn Gate,
         stopped: &mut Stopped<'_>,
         on_written: Option<OnWritten>,
+        waits: &dyn SendWaits,
     ) -> Result<Accepted, SendError> {
         let pacer = &self.inner.pacer;
         let kept = on_written.map(|call| Arc::new(std::sync::Mutex::new(Some(call))));
         loop {
-            let slot = match pacer.ready(stopped).await {
+            let asked = Instant::now();
+            let ready = pacer.ready(stopped).await;
+            waits.pacer(asked.elapsed());
+            let slot = match ready {
                 Ok(slot) => slot,
                 Err(NotReady::Stopped) => return Err(SendError::NotStarted),
                 Err(NotReady::GaveUp) => {
@@ -142,7 +164,7 @@ impl Mailer {
                 }
             };
             let started = Instant::now();
-            let result = self.send_once(mail, gate, kept.as_ref()).await;
+            let result = self.send_once(mail, gate, kept.as_ref(), waits).await;
             self.inner
                 .durations
                 .observe(started.elapsed().as_secs_f64());
@@ -176,12 +198,15 @@ impl Mailer {
         mail: &OutgoingMail,
         gate: &dyn Gate,
         kept: Option<&Kept>,
+        waits: &dyn SendWaits,
     ) -> Result<Accepted, SendError> {
         let pool = &self.inner.pool;
         let limit = self.inner.settings.timeout;
         loop {
+            let asked = Instant::now();
             let slot = pool.acquire().await.map_err(|_| SendError::NotStarted)?;
             if let Some(pooled) = pool.take_idle() {
+                waits.pool(asked.elapsed());
                 if !gate.may_start().await {
                     pool.put_idle(pooled);
                     return Err(SendError::NotStarted);
@@ -189,20 +214,22 @@ impl Mailer {
                 // A connection that breaks before its first reply (the
                 // server closed it while idle) gets the message on a fresh
                 // one: nothing was delivered, and its end never left us.
-                match self.transact(pooled, mail, caller(kept)).await {
+                match self.transact(pooled, mail, caller(kept), waits).await {
                     Err(SendError::NotDelivered { replied: false, .. }) => {}
                     other => return other,
                 }
             }
             let connecting = pool.connecting();
+            let opening = Instant::now();
             match self.connector().connect().await {
                 Ok((conn, pipelining, written)) => {
+                    waits.pool(opening.elapsed());
                     let pooled = connecting.opened(conn, pipelining, written);
                     if !gate.may_start().await {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }
-                    return self.transact(pooled, mail, caller(kept)).await;
+                    return self.transact(pooled, mail, caller(kept), waits).await;
                 }
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
@@ -270,7 +297,9 @@ impl Mailer {
         mut pooled: Pooled,
         mail: &OutgoingMail,
         on_written: Option<OnWritten>,
+        waits: &dyn SendWaits,
     ) -> Result<Accepted, SendError> {
+        let started = Instant::now();
         let (result, reusable) = transact(
             &mut pooled.conn,
             pooled.written.as_deref(),
@@ -280,6 +309,7 @@ impl Mailer {
             self.inner.settings.timeout,
         )
         .await;
+        waits.relay(started.elapsed());
         if reusable {
             self.inner.pool.put_idle(pooled);
         }

@@ -15,7 +15,6 @@
 //! began). Rows found held are handed back unattempted; the rest of a
 //! statement goes without them.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -24,64 +23,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::pipeline::{Pipeline, Stop};
-use crate::db;
 use crate::domain::ReminderId;
 use crate::mail::smtp::Gate;
 
 /// How long a read of the holds stands for a letter about to go.
 pub(super) const FRESH_FOR: Duration = Duration::from_millis(250);
-
-/// The tick's reads of the holds for letters about to go: one at a time,
-/// each covering every row that asked before it began.
-#[derive(Default)]
-pub(super) struct HoldChecks {
-    /// Rows waiting for a read.
-    asking: Mutex<HashSet<ReminderId>>,
-    last: tokio::sync::Mutex<Checked>,
-}
-
-/// The latest read: when it began, what it covered and found held.
-#[derive(Default)]
-struct Checked {
-    began: Option<Instant>,
-    covered: HashSet<ReminderId>,
-    held: HashSet<ReminderId>,
-}
-
-impl HoldChecks {
-    /// Of `ids`, those held now, by a read that began after this call.
-    async fn held(&self, db: &db::Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {
-        let asked = Instant::now();
-        self.asking
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(ids.iter().copied());
-        let mut last = self.last.lock().await;
-        let covered = last.began.is_some_and(|began| began >= asked)
-            && ids.iter().all(|id| last.covered.contains(id));
-        if !covered {
-            let mut batch: Vec<ReminderId> = self
-                .asking
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .drain()
-                .collect();
-            batch.extend(ids.iter().copied());
-            let began = Instant::now();
-            let held = db::deliveries::withheld(db, &batch).await?;
-            *last = Checked {
-                began: Some(began),
-                covered: batch.into_iter().collect(),
-                held: held.into_iter().collect(),
-            };
-        }
-        Ok(ids
-            .iter()
-            .copied()
-            .filter(|id| last.held.contains(id))
-            .collect())
-    }
-}
 
 /// The gate of one letter.
 pub(super) struct LastCheck<'a> {

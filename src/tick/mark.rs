@@ -29,7 +29,7 @@ use super::TickError;
 use super::bounds::InFlight;
 use super::pipeline::{Pipeline, Stop};
 use super::record::{Finished, RECORD_EVERY};
-use super::timings::Spent;
+use super::timings::{MarkerWork, Spent};
 use crate::db;
 use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
 
@@ -163,11 +163,10 @@ impl Marker {
             self.p.ctx().settings.reminders.max_attempts,
             &results,
         );
-        let written = self
-            .p
-            .timings()
-            .time(Spent::RecordStatements, writing)
-            .await;
+        let timings = self.p.timings();
+        timings.marker(MarkerWork::Recording);
+        let written = timings.time(Spent::RecordStatements, writing).await;
+        timings.marker(MarkerWork::Waiting);
         self.finished.written(&self.p, results, written);
     }
 
@@ -207,7 +206,10 @@ impl Marker {
             &results,
         );
         let checked_at = tokio::time::Instant::now();
-        let written = self.p.timings().time(Spent::MarkStatements, writing).await;
+        let timings = self.p.timings();
+        timings.marker(MarkerWork::Marking);
+        let written = timings.time(Spent::MarkStatements, writing).await;
+        timings.marker(MarkerWork::Waiting);
         let (marked, held): (HashSet<ReminderId>, HashSet<ReminderId>) = match written {
             Ok(progress) => {
                 self.finished

@@ -24,6 +24,7 @@ mod claim;
 pub mod context;
 pub mod deferred;
 mod error;
+mod hold_checks;
 mod last_check;
 mod mark;
 mod outcome;
@@ -315,7 +316,10 @@ async fn finish(
         run_date: p.run_date().to_owned(),
         counts,
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+        waits: p.timings().waits(),
     };
+    ctx.metrics.send_waits(&summary.waits);
+    let waits = &summary.waits;
     tracing::info!(
         outcome = outcome.as_str(),
         run_date = %summary.run_date,
@@ -331,6 +335,12 @@ async fn finish(
         superseded = counts.superseded,
         withheld = counts.withheld,
         duration_ms = summary.duration_ms,
+        waited_on_marks_ms = waits.marks,
+        waited_on_results_ms = waits.results,
+        waited_on_claims_ms = waits.claims,
+        waited_on_pacer_ms = waits.pacer,
+        waited_on_pool_ms = waits.pool,
+        waited_on_relay_ms = waits.relay,
         "tick finished"
     );
     Ok(match outcome {

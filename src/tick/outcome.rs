@@ -65,4 +65,6 @@ pub struct Summary {
     #[serde(flatten)]
     pub counts: Counts,
     pub duration_ms: u64,
+    /// What the senders waited on, in milliseconds.
+    pub waits: crate::domain::Waits,
 }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::bounds::ClaimBound;
 use super::context::Context;
-use super::last_check::HoldChecks;
+use super::hold_checks::HoldChecks;
 use super::timings::Timings;
 use super::unsent::Unsent;
 use crate::db;

@@ -21,7 +21,6 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use super::last_check::LastCheck;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
-use super::timings::Spent;
 use crate::config::ArchiveStore;
 use crate::db;
 use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, LetterKind, count_of};
@@ -156,7 +155,13 @@ impl Sender {
         let mut stopped = Box::pin(self.p.stopped());
         match ctx
             .mailer
-            .send(&mail, gate, &mut stopped, Some(on_written))
+            .send(
+                &mail,
+                gate,
+                &mut stopped,
+                Some(on_written),
+                self.p.timings(),
+            )
             .await
         {
             Ok(accepted) => {
@@ -321,7 +326,8 @@ enum Sent {
 struct TimedRows<'t> {
     marked: mpsc::Receiver<Marked>,
     timings: &'t super::timings::Timings,
-    waiting_since: Option<tokio::time::Instant>,
+    /// When the senders began to wait, and what the marker did then.
+    waiting_since: Option<(tokio::time::Instant, super::timings::MarkerWork)>,
 }
 
 impl futures::Stream for TimedRows<'_> {
@@ -334,12 +340,14 @@ impl futures::Stream for TimedRows<'_> {
         let polled = self.marked.poll_recv(cx);
         match &polled {
             std::task::Poll::Pending => {
-                self.waiting_since
-                    .get_or_insert_with(tokio::time::Instant::now);
+                if self.waiting_since.is_none() {
+                    self.waiting_since =
+                        Some((tokio::time::Instant::now(), self.timings.marker_now()));
+                }
             }
             std::task::Poll::Ready(_) => {
-                if let Some(since) = self.waiting_since.take() {
-                    self.timings.add(Spent::SendWaitingForRows, since.elapsed());
+                if let Some((since, marker)) = self.waiting_since.take() {
+                    self.timings.senders_idle(marker, since.elapsed());
                 }
             }
         }

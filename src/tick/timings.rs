@@ -1,12 +1,23 @@
-//! Where a tick's phases spent their time, for the diagnostics line a tick
-//! logs at debug level (`invoice_reminder::tick=debug`): which phase waited
-//! for which, and how long the database took. Timings only describe; they
-//! decide nothing.
+//! Where a tick's time went: what the senders waited on ([`Waits`], in
+//! the run summary, the "tick finished" line and
+//! `invoice_reminder_send_wait_seconds_total`) and how long the phases'
+//! statements took (logged at debug, `invoice_reminder::tick=debug`).
+//! Timings only describe; they decide nothing.
+//!
+//! A sender waits in one of two ways. With a send slot free and no letter
+//! to take, it waits on whatever the marker is doing then: a mark's
+//! statement (`marks`), writing results (`results`), or waiting for the
+//! claimer's next letters (`claims`). With a letter in hand it waits for
+//! the pacer's slot (`pacer`), a connection of the pool (`pool`) and the
+//! relay's replies (`relay`); those are summed over the letters, so with
+//! several in flight they add up to more than the tick's duration.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::domain::Waits;
 
 /// One kind of time spent.
 #[derive(Debug, Clone, Copy)]
@@ -19,18 +30,41 @@ pub(super) enum Spent {
     ClaimStatements,
     /// The marker ran mark statements (with the results they carried).
     MarkStatements,
-    /// The senders waited for a marked row (a send slot stood idle).
-    SendWaitingForRows,
     /// The marker wrote results without a mark.
     RecordStatements,
+    /// Senders with a free slot waited while a mark was written.
+    WaitingOnMarks,
+    /// Senders with a free slot waited while results were written.
+    WaitingOnResults,
+    /// Senders with a free slot waited for claimed letters.
+    WaitingOnClaims,
+    /// Letters waited for the pacer's slot.
+    WaitingOnPacer,
+    /// Letters waited for a connection of the pool.
+    WaitingOnPool,
+    /// Letters waited for the relay's replies.
+    WaitingOnRelay,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 11;
+
+/// What the marker is doing, which an idle sender waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum MarkerWork {
+    /// Waiting for claimed letters (or for room in the in-flight limit).
+    Waiting = 0,
+    /// Writing a mark (with the results it carries).
+    Marking = 1,
+    /// Writing results without a mark.
+    Recording = 2,
+}
 
 /// Accumulated times, one per [`Spent`].
 #[derive(Debug, Default)]
 pub(super) struct Timings {
     nanos: [AtomicU64; KINDS],
+    marker: AtomicU8,
 }
 
 impl Timings {
@@ -49,13 +83,51 @@ impl Timings {
         out
     }
 
+    /// The marker now does `what`.
+    pub fn marker(&self, what: MarkerWork) {
+        self.marker.store(what as u8, Ordering::Relaxed);
+    }
+
+    /// Idle senders waited `took`, since the marker was doing what it
+    /// did when the wait began (`then`).
+    pub fn senders_idle(&self, then: MarkerWork, took: Duration) {
+        let spent = match then {
+            MarkerWork::Marking => Spent::WaitingOnMarks,
+            MarkerWork::Recording => Spent::WaitingOnResults,
+            MarkerWork::Waiting => Spent::WaitingOnClaims,
+        };
+        self.add(spent, took);
+    }
+
+    /// What the marker does now.
+    pub fn marker_now(&self) -> MarkerWork {
+        match self.marker.load(Ordering::Relaxed) {
+            1 => MarkerWork::Marking,
+            2 => MarkerWork::Recording,
+            _ => MarkerWork::Waiting,
+        }
+    }
+
     fn ms(&self, spent: Spent) -> u64 {
         self.nanos
             .get(spent as usize)
             .map_or(0, |n| n.load(Ordering::Relaxed) / 1_000_000)
     }
 
-    /// Logs the times at debug level.
+    /// What the senders waited on.
+    pub fn waits(&self) -> Waits {
+        use Spent::*;
+        Waits {
+            marks: self.ms(WaitingOnMarks),
+            results: self.ms(WaitingOnResults),
+            claims: self.ms(WaitingOnClaims),
+            pacer: self.ms(WaitingOnPacer),
+            pool: self.ms(WaitingOnPool),
+            relay: self.ms(WaitingOnRelay),
+        }
+    }
+
+    /// Logs the phases' statement times at debug level.
     pub fn log(&self) {
         use Spent::*;
         tracing::debug!(
@@ -63,9 +135,20 @@ impl Timings {
             claim_pages_ms = self.ms(ClaimPages),
             claim_statements_ms = self.ms(ClaimStatements),
             mark_statements_ms = self.ms(MarkStatements),
-            send_slots_idle_ms = self.ms(SendWaitingForRows),
             record_statements_ms = self.ms(RecordStatements),
             "tick phases"
         );
+    }
+}
+
+impl crate::mail::smtp::SendWaits for Timings {
+    fn pacer(&self, took: Duration) {
+        self.add(Spent::WaitingOnPacer, took);
+    }
+    fn pool(&self, took: Duration) {
+        self.add(Spent::WaitingOnPool, took);
+    }
+    fn relay(&self, took: Duration) {
+        self.add(Spent::WaitingOnRelay, took);
     }
 }

@@ -53,6 +53,7 @@ fn the_metrics_table_lists_exactly_what_the_process_exposes() {
     metrics.webhook_request("accepted");
     metrics.payment_signal("paid", "stored");
     metrics.stripe_lookup("linked");
+    metrics.send_waits(&invoice_reminder::domain::Waits::default());
     metrics.http_listener_full("replaced");
     metrics
         .lock_renewals()
