@@ -224,7 +224,13 @@ impl Counts {
     }
 }
 
-/// What the senders waited on in one tick, in milliseconds.
+/// Where one tick's time went, in milliseconds: what its senders waited
+/// on (`marks`, `results`, `claims`: a send slot free and no letter to
+/// take while the marker wrote a mark, wrote results, or waited for the
+/// claimer; `pacer`, `pool`, `relay`: a letter waiting for its rate slot,
+/// a connection, the relay's replies, summed over letters in flight), and
+/// what the phases spent in their own statements and in the claimer's wait
+/// for room in the claim bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Waits {
     pub marks: u64,
@@ -233,6 +239,14 @@ pub struct Waits {
     pub pacer: u64,
     pub pool: u64,
     pub relay: u64,
+    /// The claimer's statements.
+    pub claim_statements: u64,
+    /// The claimer waiting for room (results not yet written).
+    pub claim_room: u64,
+    /// The marker's statements (marks, with the results they carry).
+    pub mark_statements: u64,
+    /// Results written without a mark.
+    pub record_statements: u64,
 }
 
 /// A count of items as a `u32` count field, saturating (a page never holds

@@ -269,7 +269,6 @@ async fn finish(
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }
     report_problems(p);
-    p.timings().log();
     let stop = p.stop_reason();
     let (outcome, error) = match (&result, stop) {
         (_, Some(Stop::RecordFailed)) => (
@@ -341,6 +340,10 @@ async fn finish(
         waited_on_pacer_ms = waits.pacer,
         waited_on_pool_ms = waits.pool,
         waited_on_relay_ms = waits.relay,
+        claim_statements_ms = waits.claim_statements,
+        claim_room_ms = waits.claim_room,
+        mark_statements_ms = waits.mark_statements,
+        record_statements_ms = waits.record_statements,
         "tick finished"
     );
     Ok(match outcome {

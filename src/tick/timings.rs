@@ -1,7 +1,6 @@
-//! Where a tick's time went: what the senders waited on ([`Waits`], in
-//! the run summary, the "tick finished" line and
-//! `invoice_reminder_send_wait_seconds_total`) and how long the phases'
-//! statements took (logged at debug, `invoice_reminder::tick=debug`).
+//! Where a tick's time went ([`Waits`], in the run summary, the "tick
+//! finished" line and `invoice_reminder_send_wait_seconds_total`): what
+//! the senders waited on, and how long the phases' statements took.
 //! Timings only describe; they decide nothing.
 //!
 //! A sender waits in one of two ways. With a send slot free and no letter
@@ -24,9 +23,7 @@ use crate::domain::Waits;
 pub(super) enum Spent {
     /// The claimer waited for room in the claim bound.
     ClaimWaitingForRoom,
-    /// The claimer read pages.
-    ClaimPages,
-    /// The claimer ran claim statements.
+    /// The claimer read pages and ran claim statements.
     ClaimStatements,
     /// The marker ran mark statements (with the results they carried).
     MarkStatements,
@@ -46,7 +43,7 @@ pub(super) enum Spent {
     WaitingOnRelay,
 }
 
-const KINDS: usize = 11;
+const KINDS: usize = 10;
 
 /// What the marker is doing, which an idle sender waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,20 +121,11 @@ impl Timings {
             pacer: self.ms(WaitingOnPacer),
             pool: self.ms(WaitingOnPool),
             relay: self.ms(WaitingOnRelay),
+            claim_statements: self.ms(ClaimStatements),
+            claim_room: self.ms(ClaimWaitingForRoom),
+            mark_statements: self.ms(MarkStatements),
+            record_statements: self.ms(RecordStatements),
         }
-    }
-
-    /// Logs the phases' statement times at debug level.
-    pub fn log(&self) {
-        use Spent::*;
-        tracing::debug!(
-            claim_waiting_for_room_ms = self.ms(ClaimWaitingForRoom),
-            claim_pages_ms = self.ms(ClaimPages),
-            claim_statements_ms = self.ms(ClaimStatements),
-            mark_statements_ms = self.ms(MarkStatements),
-            record_statements_ms = self.ms(RecordStatements),
-            "tick phases"
-        );
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) async fn customer_page(
     let page = c
         .p()
         .timings()
-        .time(Spent::ClaimPages, reading)
+        .time(Spent::ClaimStatements, reading)
         .await
         .map_err(db_err("reading the invoices that owe a reminder"))?;
     let full = page.customers.len() >= usize::try_from(limit).unwrap_or(usize::MAX);
@@ -103,7 +103,7 @@ async fn whole_customer(
     );
     c.p()
         .timings()
-        .time(Spent::ClaimPages, reading)
+        .time(Spent::ClaimStatements, reading)
         .await
         .map_err(db_err(
             "reading the invoices of a customer that owes a reminder",
