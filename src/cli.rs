@@ -127,8 +127,11 @@ pub enum Command {
     /// server's log shows the Message-ID went out, --resend once it shows it
     /// did not. Only unknown rows change; resending a step that is no longer
     /// due is refused. Exits 1 if any row was refused.
-    #[command(group(clap::ArgGroup::new("verdict").required(true).args(["sent", "resend"])))]
-    Resolve {
+    #[command(
+        alias = "resolve",
+        group(clap::ArgGroup::new("verdict").required(true).args(["sent", "resend"]))
+    )]
+    Settle {
         /// Reminder ids (audit's `reminder`) whose mail went out.
         #[arg(long, num_args = 1.., value_name = "ID")]
         sent: Vec<i64>,
@@ -262,9 +265,7 @@ pub async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<Ex
             commands::preview::preview(&settings, request).await
         }
         Command::Next { count, from, json } => commands::next::next(&settings, count, from, json),
-        Command::Resolve { sent, resend } => {
-            commands::resolve::resolve(&settings, sent, resend).await
-        }
+        Command::Settle { sent, resend } => commands::settle::settle(&settings, sent, resend).await,
         Command::Health { url } => commands::health::health(&settings, url).await,
         Command::Status { json, runs } => commands::status::status(settings, json, runs).await,
         Command::CheckSource => commands::check_source::check_source(&settings).await,

@@ -25,16 +25,19 @@
 //!   and the console.
 //! * [`console`]: the operator console's pages; [`commands`]: one file per
 //!   subcommand, printing and setting exit codes. Neither imports the
-//!   other: both ask the operator layer.
-//! * [`operator`]: what the operator asks and decides (explain, the survey
-//!   of what is owed, unknown mails and settling, suppression, pauses, the
-//!   lock holder, previews), once for both.
+//!   other, and neither reads a table: both ask the operator's desk.
+//! * [`operator`]: what the operator asks and decides, once for both faces,
+//!   through its [`operator::desk::Desk`] (the database, the settings and
+//!   today, read once): explain, the audit, the survey of what is owed, the
+//!   overview's counts, unknown mails and settling, suppression, pauses and
+//!   payment holds, archived messages, previews, sign-ins.
 //! * [`shutdown`]: the shutdown sequence, signal to release, in one place.
-//! * [`http`]: `/healthz`, `/readyz`, `/metrics` and the bounce webhook;
-//!   [`schedule`]: cron wiring and fire computation, one tick at a time.
+//! * [`http`]: `/healthz`, `/readyz`, `/metrics`, the bounce webhook and
+//!   the payment signals (with Stripe's lookups); [`schedule`]: cron wiring
+//!   and fire computation, one tick at a time.
 //! * [`tick`]: one tick; [`tick::context`] what it needs,
 //!   `tick::pipeline` claim → mark → send → record, [`tick::deferred`]
-//!   results held while the database is away.
+//!   results kept while the database is away.
 //! * [`lock`]: the lease model (design note), Redis and PostgreSQL backends,
 //!   the watchdog; [`problems`]: which source rows cannot make a reminder.
 //! * [`db`]: all SQL; [`db::reminders`] is the claim protocol,

@@ -98,7 +98,7 @@ impl Default for Metrics {
         let reminders = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reminders",
-            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back, superseded (a step the gap held back past its window, recorded skipped), withheld (a pause or payment hold come after the claim stopped it, handed back unattempted)",
+            "Reminders by result: sent, failed (retried later), discarded, unknown, handed_back, superseded (a step the gap kept back past its window, recorded skipped), withheld (a pause or payment hold come after the claim stopped it, handed back unattempted)",
             reminders.clone(),
         );
         // 10 ms .. ~1.5 h
@@ -205,7 +205,7 @@ impl Default for Metrics {
         let smtp_pace = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "smtp_pace_per_second",
-            "Messages a second this replica's sends are held to after its last tick (0: no limit); lower than smtp.max_per_second while the relay throttles",
+            "Messages a second this replica's sends are paced at after its last tick (0: no limit); lower than smtp.max_per_second while the relay throttles",
             smtp_pace.clone(),
         );
         let smtp_refused = Counter::default();
@@ -296,7 +296,7 @@ impl Metrics {
         self.inner.smtp_refused.inc_by(n);
     }
 
-    /// The rate sends are held to (None: no limit).
+    /// The rate sends are paced at (None: no limit).
     pub fn smtp_pace(&self, per_second: Option<f64>) {
         self.inner.smtp_pace.set(per_second.unwrap_or(0.0));
     }

@@ -107,7 +107,7 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
 pub async fn db_only(pool: &PgPool, settings: &Settings) -> f64 {
     let db = Db::new(pool.clone(), settings);
     let batch_size = settings.reminders.batch_size;
-    let concurrency = settings.reminders.send_concurrency as usize;
+    let concurrency = settings.reminders.send_concurrency.get();
     db::source::check(&db).await.expect("source");
     let today = db::today(&db, settings.schedule.timezone)
         .await
@@ -225,7 +225,7 @@ pub async fn smtp_only(pool: &PgPool, settings: &Settings, size: usize) -> f64 {
                     .is_ok()
             }
         })
-        .buffer_unordered(settings.reminders.send_concurrency as usize)
+        .buffer_unordered(settings.reminders.send_concurrency.get())
         .filter(|ok| futures::future::ready(*ok))
         .count()
         .await;

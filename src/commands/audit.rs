@@ -4,120 +4,20 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::db::Db;
 use anyhow::Context as _;
-use chrono::NaiveDate;
 
-use super::exit;
+use super::{desk, exit};
 use crate::config::Settings;
-use crate::db;
-use crate::db::audit::{DuplicateGroup, FailedRow, UnknownRow};
-use crate::db::owed::{OwedReminder, OwedRow};
-use crate::db::suppressions::SkippedRow;
-use crate::operator::unknown::{UnknownMail, unknown_mails};
-
-/// How many missing invoices are listed (all are counted).
-const MISSING_LISTED: usize = 100;
-/// How many skipped reminders are listed (all are counted).
-const SKIPPED_LISTED: i64 = 100;
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct AuditReport {
-    /// The database's date in `schedule.timezone`.
-    pub today: NaiveDate,
-    /// (invoice_id, period) with more than one reminder; exit 1 if any.
-    pub duplicates: Vec<DuplicateGroup>,
-    /// `sending` rows whose delivery is unknown (at-most-once: not resent).
-    pub unknown: Vec<UnknownRow>,
-    /// The same rows by mail: one entry per stored Message-ID (a
-    /// statement's rows share one), settled as a whole by `resolve`.
-    pub unknown_mails: Vec<UnknownMail>,
-    /// `failed` rows (retried while their step is due) and rows
-    /// `discarded` in the last 7 days.
-    pub failed: Vec<FailedRow>,
-    /// Reminders recorded `skipped` in the last 7 days (every recipient
-    /// suppressed: `reason` "suppressed"), newest first. Not missing, not
-    /// failed: the step keeps its claim and is not tried again.
-    pub skipped_count: i64,
-    pub skipped: Vec<SkippedRow>,
-    /// Unpaid, unpaused invoices whose due step has no reminder yet.
-    pub missing_count: i64,
-    pub missing: Vec<OwedReminder>,
-    /// Every reminder by status.
-    pub counts: BTreeMap<String, i64>,
-    /// Reminders sent, by step.
-    pub sent_by_step: BTreeMap<String, i64>,
-    /// Source rows that owe a reminder but cannot make one (a repeated
-    /// key, a NULL, a bad currency or address), from a bounded check.
-    pub source_problems_count: usize,
-    pub source_problems: Vec<crate::domain::SourceProblem>,
-    /// Owed rows the check read (at most `operator::survey::ROWS_CHECKED`).
-    pub source_rows_checked: usize,
-    /// Invoices a payment signal holds now, by state (not missing: the
-    /// provider said paid, pending or disputed).
-    pub payment_holds: db::payments::HoldCounts,
-}
-
-pub async fn build_report(
-    pool: &Db,
-    settings: &Settings,
-    unknown_after: Duration,
-) -> anyhow::Result<AuditReport> {
-    let today = db::today(pool, settings.schedule.timezone)
-        .await
-        .context("failed to read the database clock")?;
-    let read = || super::db_failed("failed to read the reminders table");
-    let survey = crate::operator::survey::survey(pool, settings, today)
-        .await
-        .map_err(super::db_failed(
-            "failed to read the invoices that owe a reminder",
-        ))?;
-    let missing: Vec<OwedReminder> = survey
-        .owed
-        .rows
-        .iter()
-        .filter(|r| r.kind == "new")
-        .filter_map(OwedRow::reminder)
-        .take(MISSING_LISTED)
-        .collect();
-    let missing_count = survey.owed.total_new;
-    let problems = survey.problems;
-    let (counts, sent_by_step) = db::audit::counts(pool).await.map_err(read())?;
-    let unknown = db::audit::unknown(pool, unknown_after.as_secs_f64())
-        .await
-        .map_err(read())?;
-    let (skipped_count, skipped) = db::suppressions::skipped(pool, SKIPPED_LISTED)
-        .await
-        .map_err(read())?;
-    Ok(AuditReport {
-        duplicates: db::audit::duplicates(pool).await.map_err(read())?,
-        unknown_mails: unknown_mails(&unknown),
-        unknown,
-        failed: db::audit::failed(pool).await.map_err(read())?,
-        skipped_count,
-        skipped,
-        missing_count,
-        missing,
-        counts,
-        sent_by_step,
-        source_problems_count: problems.count,
-        source_rows_checked: problems.rows_checked,
-        source_problems: problems.listed,
-        payment_holds: db::payments::counts(pool)
-            .await
-            .map_err(super::db_failed("failed to read the payment holds"))?,
-        today,
-    })
-}
+pub use crate::operator::audit::AuditReport;
 
 pub async fn audit(
     settings: &Settings,
     json: bool,
     unknown_after: Duration,
 ) -> anyhow::Result<ExitCode> {
-    let pool = super::connect(settings).await?;
-    super::check_source(&pool).await?;
-    let report = build_report(&pool, settings, unknown_after).await?;
+    let desk = desk(settings).await?;
+    desk.check_source().await?;
+    let report = desk.audit(unknown_after).await?;
     if json {
         outln!(
             "{}",
@@ -174,7 +74,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     );
     outln!(
         "unlinked payment signals (no invoice found yet, last {} days): {}",
-        db::payments::UNLINKED_DAYS,
+        crate::operator::holds::UNLINKED_DAYS,
         holds.unlinked
     );
     let stored = r.unknown.iter().filter(|u| u.message_id.is_some()).count();
@@ -214,7 +114,7 @@ fn print_human(r: &AuditReport, unknown_after: Duration) -> std::io::Result<()> 
     }
     if !r.unknown.is_empty() {
         outln!(
-            "  look each Message-ID up in the mail server's log, then: invoice-reminder resolve --sent ID (it went out) or --resend ID (it did not); one reminder of a mail settles all of it"
+            "  look each Message-ID up in the mail server's log, then: invoice-reminder settle --sent ID (it went out) or --resend ID (it did not); one reminder of a mail settles all of it"
         );
     }
     outln!(

@@ -7,21 +7,22 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde_json::Value;
 
-use super::{UsageError, connect};
+use super::{UsageError, desk};
 use crate::config::Settings;
-use crate::db::customers::Retries;
-use crate::db::owing::OwingDay;
-use crate::db::source::{AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, FoundColumn};
-use crate::db::{self, Db};
+use crate::operator::desk::Desk;
+use crate::operator::source::{
+    AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, ContractColumn, FoundColumn,
+};
 
 /// A sequential scan over a table this large is worth a warning.
 const LARGE_TABLE_ROWS: f64 = 10_000.0;
 
 pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
-    let db = connect(settings).await?;
-    let relation = db.names().source_sql().to_owned();
+    let desk = desk(settings).await?;
+    let relation = desk.source_relation();
     outln!("source.relation: {relation}");
-    let found = db::source::columns(&db)
+    let found = desk
+        .source_columns()
         .await
         .context("failed to read the catalog")?;
     let Some(found) = found else {
@@ -33,7 +34,7 @@ pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
     };
     outln!();
     outln!("{:<16} {:<40} {:<20}", "column", "accepted types", "found");
-    let customer: &[_] = match db.names().reads_customer() {
+    let customer: &[_] = match desk.reads_customer() {
         true => std::slice::from_ref(&CUSTOMER_COLUMN),
         false => &[],
     };
@@ -49,15 +50,11 @@ pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
     }
     outln!("(exactly one of amount_minor and amount)");
     print_extra(&found, customer)?;
-    if let Err(e) = db::source::check(&db).await {
-        return Err(UsageError(e.to_string()).into());
-    }
+    desk.check_source().await?;
     outln!();
     outln!("contract: ok");
-    let today = db::today(&db, settings.schedule.timezone)
-        .await
-        .context("failed to read the database clock")?;
-    let problems = crate::operator::survey::survey(&db, settings, today)
+    let problems = desk
+        .survey()
         .await
         .context("failed to check the source rows")?
         .problems;
@@ -65,14 +62,11 @@ pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
     for line in problems.lines() {
         outln!("{line}");
     }
-    explain(settings, &db, today).await?;
+    explain(&desk).await?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_extra(
-    found: &[FoundColumn],
-    customer: &[db::source::ContractColumn],
-) -> std::io::Result<()> {
+fn print_extra(found: &[FoundColumn], customer: &[ContractColumn]) -> std::io::Result<()> {
     let extra: Vec<&str> = found
         .iter()
         .filter(|f| {
@@ -92,34 +86,28 @@ fn print_extra(
 
 /// Prints the scan's plan for the step with the widest window, and a
 /// warning for every large table it reads sequentially.
-async fn explain(settings: &Settings, db: &Db, today: chrono::NaiveDate) -> anyhow::Result<()> {
-    let windows = settings.reminders.stages.windows(today);
-    let Some(window) = windows.last() else {
+async fn explain(desk: &Desk) -> anyhow::Result<()> {
+    let Some(scan) = desk
+        .scan_plan()
+        .await
+        .context("failed to EXPLAIN the scan")?
+    else {
         return Ok(());
     };
-    let owing = OwingDay::from_settings(settings, today);
-    let by_customer = db.names().reads_customer();
-    let batch_size = settings.reminders.batch_size;
-    let plan = if by_customer {
-        let retries = Retries::from_settings(&settings.reminders, 0);
-        db::customers::explain_customer_page(db, &owing, &retries, batch_size).await
-    } else {
-        db::invoices::explain_owed_page(db, window, &owing, batch_size).await
-    }
-    .context("failed to EXPLAIN the scan")?;
+    let by_customer = scan.step.is_none();
     outln!();
-    if by_customer {
-        outln!("scan (a page in customer order, EXPLAIN):");
-    } else {
-        outln!("scan (a page of the {:?} step, EXPLAIN):", window.step.key);
+    match &scan.step {
+        None => outln!("scan (a page in customer order, EXPLAIN):"),
+        Some(step) => outln!("scan (a page of the {step:?} step, EXPLAIN):"),
     }
     let mut seq_scans = Vec::new();
-    if let Some(root) = plan.get(0).and_then(|p| p.get("Plan")) {
+    if let Some(root) = scan.plan.get(0).and_then(|p| p.get("Plan")) {
         print_node(root, 1, &mut seq_scans)?;
     }
     let mut warned = false;
     for (schema, table) in seq_scans {
-        let rows = db::invoices::estimated_rows(db, &schema, &table)
+        let rows = desk
+            .estimated_rows(&schema, &table)
             .await
             .context("failed to read table statistics")?;
         if rows >= LARGE_TABLE_ROWS {

@@ -3,11 +3,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
-
 use super::{UsageError, connect_pool};
 use crate::config::Settings;
-use crate::db;
 
 pub async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
     if settings.database.pooler == crate::config::Pooler::Transaction {
@@ -17,10 +14,7 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<ExitCode> {
         .into());
     }
     let pool = connect_pool(settings).await?;
-    db::migrate(&pool, &settings.database.schema)
-        .await
-        .context("failed to apply migrations")?;
-    let applied = db::MIGRATOR.iter().count();
+    let applied = crate::operator::admin::migrate(&pool, settings).await?;
     outln!("database is up to date ({applied} migrations)");
     Ok(ExitCode::SUCCESS)
 }

@@ -21,10 +21,10 @@ pub mod health;
 pub mod migrate;
 pub mod next;
 pub mod preview;
-pub mod resolve;
 pub mod run;
 pub mod run_once;
 pub mod seed;
+pub mod settle;
 pub mod status;
 pub mod suppress;
 
@@ -33,7 +33,8 @@ use crate::db;
 
 pub use crate::operator::UsageError;
 pub(crate) use crate::operator::db_failed;
-pub use audit::{AuditReport, build_report};
+use crate::operator::desk::Desk;
+pub use audit::AuditReport;
 pub use run_once::{DryRun, dry_run};
 
 /// The tick's context for a command. A template that does not load is a
@@ -47,10 +48,10 @@ pub(crate) fn context(
         SetupError::Templates(t) => UsageError(t.to_string()).into(),
         other => anyhow::Error::new(other),
     })?;
-    // A relay's throttle may pause a tick for half of its bound, so the
+    // A relay's throttle may halt a tick for half of its bound, so the
     // tick ends `throttled` well before it would count as hung.
     let bound = crate::schedule::max_tick_duration(&ctx.settings) / 2;
-    ctx.mailer.pacer().bound_pauses(bound);
+    ctx.mailer.pacer().bound_halts(bound);
     Ok(ctx)
 }
 
@@ -62,22 +63,17 @@ pub mod exit {
     pub const USAGE: u8 = 2;
 }
 
-/// Checks `source.relation` against the source contract: a relation that
-/// does not satisfy it is a configuration error (exit 2) naming it.
-async fn check_source(db: &db::Db) -> anyhow::Result<()> {
-    db::source::check(db).await.map_err(|e| match e {
-        e @ db::source::SourceError::Contract(_) => UsageError(e.to_string()).into(),
-        db::source::SourceError::Database(e) => {
-            anyhow::Error::new(e).context("failed to check source.relation")
-        }
-    })
-}
-
 /// Connects now, so a command fails fast with the real cause. Its calls
 /// run under `database.command_timeout`.
 async fn connect(settings: &Settings) -> anyhow::Result<db::Db> {
     let pool = connect_pool(settings).await?;
     Ok(db::Db::for_commands(pool, settings))
+}
+
+/// The command's desk (`operator::desk`), connected now.
+async fn desk(settings: &Settings) -> anyhow::Result<Desk> {
+    let db = connect(settings).await?;
+    Ok(Desk::new(db, std::sync::Arc::new(settings.clone())))
 }
 
 async fn connect_pool(settings: &Settings) -> anyhow::Result<sqlx::PgPool> {

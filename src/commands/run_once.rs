@@ -5,21 +5,21 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use chrono::NaiveDate;
 
 use super::exit;
 
 use crate::config::Settings;
-use crate::db;
-use crate::db::owed::OwedReminder;
-use crate::db::owing::OwingDay;
+use crate::operator::desk::Desk;
+pub use crate::operator::plan::DryRun;
 use crate::tick::context::Context;
-use crate::tick::{TickError, TickOutcome, db_err, run_tick};
+use crate::tick::{TickOutcome, run_tick};
 
 pub async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitCode> {
     let pool = super::connect_pool(&settings).await?;
     let ctx = super::context(settings, pool)?;
-    super::check_source(&ctx.db).await?;
+    Desk::new(ctx.db.clone(), Arc::clone(&ctx.settings))
+        .check_source()
+        .await?;
     if dry_run {
         let plan = self::dry_run(&ctx, 10_000)
             .await
@@ -93,59 +93,10 @@ pub async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitC
     })
 }
 
-/// What `run-once --dry-run` would do, without claiming anything.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DryRun {
-    /// The database's date in `schedule.timezone`.
-    pub today: NaiveDate,
-    /// Each invoice that owes a reminder and the step it would get.
-    pub would_send: Vec<OwedReminder>,
-    /// How many owe one in all (`would_send` stops at the limit), source
-    /// problems among the listed rows left out.
-    pub total: i64,
-    /// How many would get each step, in stage order (listed ones only).
-    pub per_step: Vec<(crate::domain::StepKey, usize)>,
-    /// Listed rows that would be skipped as source problems.
-    pub source_problems: usize,
-}
-
-/// Lists the reminders the next tick would try (new and retries); rows
-/// with a source problem are left out (a tick skips them) and counted.
-pub async fn dry_run(ctx: &Context, limit: u32) -> Result<DryRun, TickError> {
-    let s = &ctx.settings;
-    let today = db::today(&ctx.db, s.schedule.timezone)
+/// Lists the reminders the next tick would try (`Desk::plan`) with the
+/// tick's context: its database and settings.
+pub async fn dry_run(ctx: &Context, limit: u32) -> anyhow::Result<DryRun> {
+    Desk::new(ctx.db.clone(), Arc::clone(&ctx.settings))
+        .plan(limit)
         .await
-        .map_err(db_err("reading the database clock"))?;
-    let stages = &s.reminders.stages;
-    let listing = db::owed::owed_listing(
-        &ctx.db,
-        &OwingDay::from_settings(s, today),
-        s.reminders.max_attempts,
-        limit,
-    )
-    .await
-    .map_err(db_err("reading the invoices that owe a reminder"))?;
-    let (sendable, problems): (Vec<_>, Vec<_>) = listing
-        .rows
-        .iter()
-        .partition(|r| r.copies == 1 && r.row.clone().into_parts().is_ok());
-    let would_send: Vec<OwedReminder> = sendable.into_iter().filter_map(|r| r.reminder()).collect();
-    let per_step = stages
-        .steps()
-        .iter()
-        .map(|step| {
-            let n = would_send.iter().filter(|r| r.step == step.key).count();
-            (step.key.clone(), n)
-        })
-        .filter(|(_, n)| *n > 0)
-        .collect();
-    Ok(DryRun {
-        today,
-        would_send,
-        total: listing
-            .total
-            .saturating_sub(i64::try_from(problems.len()).unwrap_or(i64::MAX)),
-        per_step,
-        source_problems: problems.len(),
-    })
 }

@@ -6,10 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 
 use crate::config::Settings;
-use crate::db;
-use crate::db::runs::RunRow;
-use crate::lock::Holder;
+use crate::lock::{Holder, LockBackend};
 use crate::operator::lock_holder::lock_holder;
+use crate::operator::overview::RunRow;
 
 #[derive(Debug, serde::Serialize)]
 struct StatusReport {
@@ -20,16 +19,19 @@ struct StatusReport {
 }
 
 pub async fn status(settings: Settings, json: bool, runs: u32) -> anyhow::Result<ExitCode> {
-    let pool = super::connect_pool(&settings).await?;
-    let ctx = super::context(settings, pool)?;
-    let holder = lock_holder(&ctx.lock, &ctx.db).await?;
+    let lock = LockBackend::from_settings(&settings, Default::default())
+        .context("failed to set up reading the lock")?;
+    let desk = super::desk(&settings).await?;
+    let holder = lock_holder(&desk, &lock).await?;
     let report = StatusReport {
-        lock: ctx.lock.describe(),
+        lock: lock.describe(),
         holder,
-        last_runs: db::runs::recent_runs(&ctx.db, runs)
+        last_runs: desk
+            .recent_runs(runs)
             .await
             .context("failed to read job_runs")?,
-        counts: db::audit::counts(&ctx.db)
+        counts: desk
+            .counts()
             .await
             .context("failed to read reminders")?
             .0

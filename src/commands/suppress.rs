@@ -7,12 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::{connect, db_failed};
+use super::{db_failed, desk};
 use crate::config::Settings;
-use crate::db;
-use crate::db::suppressions::Added;
 use crate::operator::Actor;
-use crate::operator::suppress::{checked, reason};
+use crate::operator::suppress::{Added, checked, reason};
 
 /// `suppress add ADDRESS [--reason TEXT]`.
 pub async fn add(
@@ -22,8 +20,8 @@ pub async fn add(
 ) -> anyhow::Result<ExitCode> {
     let address = checked(address)?;
     let reason = reason(given);
-    let database = connect(settings).await?;
-    let added = crate::operator::suppress::add(&database, &address, &reason, Actor::CommandLine)
+    let desk = desk(settings).await?;
+    let added = crate::operator::suppress::add(&desk, &address, &reason, Actor::CommandLine)
         .await
         .map_err(db_failed("failed to add to the suppression list"))?;
     match added {
@@ -36,8 +34,8 @@ pub async fn add(
 /// `suppress remove ADDRESS`.
 pub async fn remove(settings: &Settings, address: &str) -> anyhow::Result<ExitCode> {
     let address = checked(address)?;
-    let database = connect(settings).await?;
-    let removed = crate::operator::suppress::remove(&database, &address, Actor::CommandLine)
+    let desk = desk(settings).await?;
+    let removed = crate::operator::suppress::remove(&desk, &address, Actor::CommandLine)
         .await
         .map_err(db_failed("failed to remove from the suppression list"))?;
     if removed {
@@ -50,8 +48,9 @@ pub async fn remove(settings: &Settings, address: &str) -> anyhow::Result<ExitCo
 
 /// `suppress list [--json]`.
 pub async fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
-    let database = connect(settings).await?;
-    let list = db::suppressions::list(&database)
+    let list = desk(settings)
+        .await?
+        .suppressions()
         .await
         .map_err(db_failed("failed to read the suppression list"))?;
     if json {

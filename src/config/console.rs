@@ -42,13 +42,15 @@ pub struct ConsoleUser {
     pub role: Role,
 }
 
-/// What a console user may do: a viewer reads everything, an operator
-/// also acts.
+/// What a console user may do: a viewer reads everything, an editor
+/// also acts. `"operator"`, the editor's earlier name, still reads as
+/// one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Viewer,
-    Operator,
+    #[serde(alias = "operator")]
+    Editor,
 }
 
 fn argon2id_phc<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {

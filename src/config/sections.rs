@@ -3,6 +3,7 @@
 //! the only place a default is written, so a value can never silently come
 //! from two places.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -29,7 +30,7 @@ pub struct DatabaseSettings {
     #[serde(with = "humantime_serde")]
     pub statement_timeout: Duration,
     /// The same deadline for the operator's commands (`seed`, `audit`,
-    /// `check-source`, `status`, `resolve`, `preview`), whose statements read
+    /// `check-source`, `status`, `settle`, `preview`), whose statements read
     /// or write whole tables and are long by nature.
     #[serde(with = "humantime_serde")]
     pub command_timeout: Duration,
@@ -195,7 +196,8 @@ pub struct ReminderSettings {
     pub group_by: GroupBy,
     /// Customer mode: at most this many invoices in one mail, oldest due
     /// date first; the rest go on the next tick.
-    pub max_invoices_per_mail: u32,
+    #[serde(deserialize_with = "types::at_least_one")]
+    pub max_invoices_per_mail: NonZeroUsize,
     /// `[[reminders.stages]]`: what is sent when (see `crate::stages`).
     #[serde(deserialize_with = "types::stages")]
     pub stages: Stages,
@@ -214,7 +216,10 @@ pub struct ReminderSettings {
     pub resend_unknown_after: Option<Duration>,
     pub batch_size: u32,
     pub max_attempts: u32,
-    pub send_concurrency: u32,
+    /// Letters sent at once, and at most marked started and not yet
+    /// written to a connection (what a `kill -9` can leave unknown).
+    #[serde(deserialize_with = "types::at_least_one")]
+    pub send_concurrency: NonZeroUsize,
     /// At most this many reminders claimed per tick; None: no limit (0).
     #[serde(deserialize_with = "types::zero_is_none")]
     pub max_per_tick: Option<u32>,

@@ -131,6 +131,17 @@ pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
 }
 
 /// `0` means "no limit".
+/// A count that must be at least 1, as the size a program holds it in.
+pub(super) fn at_least_one<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<std::num::NonZeroUsize, D::Error> {
+    let n = u64::deserialize(de)?;
+    usize::try_from(n)
+        .ok()
+        .and_then(std::num::NonZeroUsize::new)
+        .ok_or_else(|| D::Error::custom("must be at least 1"))
+}
+
 pub(super) fn zero_is_none<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u32>, D::Error> {
     u32::deserialize(de).map(|n| Some(n).filter(|n| *n > 0))
 }

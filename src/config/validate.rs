@@ -111,9 +111,9 @@ fn reminders(s: &Settings) -> Result<(), ConfigError> {
         ));
     }
     at_least_one("reminders.max_attempts", r.max_attempts)?;
-    at_least_one("reminders.send_concurrency", r.send_concurrency)?;
     let by_customer = r.group_by == super::GroupBy::Customer;
-    if r.max_invoices_per_mail == 0 || (by_customer && r.max_invoices_per_mail > r.batch_size) {
+    let batch = usize::try_from(r.batch_size).unwrap_or(usize::MAX);
+    if by_customer && r.max_invoices_per_mail.get() > batch {
         return Err(ConfigError::new(
             "reminders.max_invoices_per_mail",
             format!(

@@ -10,7 +10,6 @@ use super::App;
 use super::failure::{Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::db;
 
 /// How many records the page shows.
 const SHOWN: i64 = 500;
@@ -26,7 +25,9 @@ struct Line {
 }
 
 pub async fn activity(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let records = db::console::activity(&app.db, SHOWN)
+    let records = app
+        .desk()
+        .activity(SHOWN)
         .await
         .map_err(failed("read the activity log"))?;
     let lines: Vec<Line> = records

@@ -119,7 +119,7 @@ mod tests {
             users: vec![ConsoleUser {
                 name: "alice".into(),
                 password_hash: phc,
-                role: crate::config::Role::Operator,
+                role: crate::config::Role::Editor,
             }],
         };
         assert!(verify(&console, "alice", "correct horse").is_some());

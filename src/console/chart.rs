@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use chrono::NaiveDate;
 
-use crate::db::overview::DayOutcome;
+use crate::operator::overview::DayOutcome;
 
 /// Days the chart shows, today the last.
 pub const DAYS: i32 = 30;
@@ -69,7 +69,7 @@ pub struct Bar {
 }
 
 impl Chart {
-    /// The chart of `rows` (from `db::overview::by_day`) for the days up to
+    /// The chart of `rows` (from `Desk::days`) for the days up to
     /// `today`.
     pub fn new(today: NaiveDate, rows: &[DayOutcome]) -> Self {
         let mut by_day: BTreeMap<(NaiveDate, &str), i64> = BTreeMap::new();

@@ -1,6 +1,6 @@
 //! The gate every page but `/login` and the static files passes, before
 //! any handler, so no route can forget it: a request without a live
-//! session is sent to `/login`; every POST must come from an operator (a
+//! session is sent to `/login`; every POST must come from an editor (a
 //! viewer gets 403) and carry its session's CSRF token (403 without it),
 //! and nothing changes either way. Only `POST /logout` is open to viewers,
 //! and it still needs the token.
@@ -35,14 +35,14 @@ pub async fn gate(State(app): State<App>, request: Request, next: Next) -> Respo
     pages::finish(&app, Some(&signed), response)
 }
 
-/// `request`, if `signed` may make it: any GET; a POST from an operator
+/// `request`, if `signed` may make it: any GET; a POST from an editor
 /// with its session's token (and `POST /logout` from anyone with it).
 async fn admit(app: &App, signed: &Signed, request: Request) -> Result<Request, Failure> {
     if request.method() != Method::POST {
         return Ok(request);
     }
     let is_logout = request.uri().path() == app.path("/logout");
-    if !signed.is_operator() && !is_logout {
+    if !signed.is_editor() && !is_logout {
         return Err(refused(
             StatusCode::FORBIDDEN,
             "Your role is viewer: you can read everything but change nothing.",

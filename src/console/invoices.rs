@@ -15,8 +15,9 @@ use super::messages;
 use super::pages::{self, render};
 use super::session::Signed;
 use crate::config::GroupBy;
-use crate::db;
 use crate::domain::InvoiceId;
+use crate::operator::archive::Archived;
+use crate::operator::desk::Desk;
 use crate::operator::explain::{
     CustomerExplained, Explained, SourceView, explain_customer, explain_invoice,
 };
@@ -38,15 +39,13 @@ struct HistoryRow {
 }
 
 /// `explain --customer` for `customer` today, its invoices read at once.
-async fn explain_whole_customer(app: &App, customer: &str) -> anyhow::Result<CustomerExplained> {
-    let today = db::today(&app.db, app.settings.schedule.timezone).await?;
-    explain_customer(&app.db, &app.settings, today, customer, CUSTOMER_INVOICES).await
+async fn explain_whole_customer(desk: &Desk, customer: &str) -> anyhow::Result<CustomerExplained> {
+    explain_customer(desk, customer, CUSTOMER_INVOICES).await
 }
 
 /// `explain` for `id` today, as the command answers it.
-pub(super) async fn explain(app: &App, id: &InvoiceId) -> anyhow::Result<Explained> {
-    let today = db::today(&app.db, app.settings.schedule.timezone).await?;
-    explain_invoice(&app.db, &app.settings, today, id).await
+pub(super) async fn explain(desk: &Desk, id: &InvoiceId) -> anyhow::Result<Explained> {
+    explain_invoice(desk, id).await
 }
 
 /// `GET /invoices/{id}`.
@@ -67,7 +66,8 @@ pub(super) async fn invoice_page(
     notice: Option<&str>,
 ) -> Page {
     let key = InvoiceId::from(id);
-    let explained = explain(app, &key)
+    let desk = app.desk();
+    let explained = explain(&desk, &key)
         .await
         .map_err(failed("explain the invoice"))?;
     if !explained.is_known() {
@@ -99,18 +99,14 @@ pub(super) async fn invoice_page(
         .find_map(|r| r.row.message_id.clone());
     let (message, archive_note) = match latest {
         None => (None, None),
-        Some(message_id) => match db::archive::archived_message(&app.db, &message_id).await {
-            Ok(Some(m)) => (Some(messages::shown(app, &m)), None),
-            Ok(None) => (
-                None,
-                Some(format!(
-                    "<{message_id}> is not in the archive (archive.store = \"none\", or older than archive.keep_days)."
-                )),
-            ),
-            Err(db::archive::ArchiveError::Database(e)) => {
-                return Err(failed("read the message archive")(e));
-            }
-            Err(e) => (None, Some(e.to_string())),
+        Some(message_id) => match desk
+            .archived(&message_id)
+            .await
+            .map_err(failed("read the message archive"))?
+        {
+            Archived::Kept(m) => (Some(messages::shown(app, &m)), None),
+            Archived::NotKept(sentence) => (None, Some(format!("{sentence}."))),
+            Archived::Damaged(why) => (None, Some(why)),
         },
     };
     let pause = explained.console_pause.clone();
@@ -180,7 +176,7 @@ pub(super) async fn customer_page(
     if app.settings.reminders.group_by != GroupBy::Customer {
         return Err(Failure::NotFound(format!("Customer {id}")));
     }
-    let explained = explain_whole_customer(app, id)
+    let explained = explain_whole_customer(&app.desk(), id)
         .await
         .map_err(failed("explain the customer's invoices"))?;
     if explained.invoices.is_empty() {

@@ -15,12 +15,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::Mutex;
 
 use super::chart;
-use crate::config::Settings;
-use crate::db::Db;
-use crate::db::overview::{DayOutcome, by_day};
-use crate::db::owed::{OwedStep, owed_by_step};
-use crate::db::owing::OwingDay;
-use crate::operator;
+use crate::operator::desk::Desk;
+use crate::operator::overview::DayOutcome;
+use crate::operator::survey::OwedStep;
 
 /// How long the overview shows what it read before it reads again.
 pub const MAX_AGE: Duration = Duration::from_secs(30);
@@ -29,7 +26,7 @@ pub const MAX_AGE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct Kept {
     pub owed: Owed,
-    /// The chart's rows (`db::overview::by_day`).
+    /// The chart's rows (`Desk::days`).
     pub days: Vec<DayOutcome>,
     pub read_at: DateTime<Utc>,
 }
@@ -56,12 +53,8 @@ pub struct Keeper {
 
 impl Keeper {
     /// Today's reads, at most [`MAX_AGE`] old.
-    pub async fn today(
-        &self,
-        db: &Db,
-        settings: &Settings,
-        today: NaiveDate,
-    ) -> Result<Kept, sqlx::Error> {
+    pub async fn today(&self, desk: &Desk) -> Result<Kept, sqlx::Error> {
+        let today = desk.today().await?;
         let mut last = self.last.lock().await;
         if let Some((at, day, kept)) = last.as_ref()
             && *day == today
@@ -69,11 +62,10 @@ impl Keeper {
         {
             return Ok(kept.clone());
         }
-        let tz = settings.schedule.timezone.name();
         let started = Instant::now();
         let kept = Kept {
-            owed: survey(db, settings, today).await?,
-            days: by_day(db, today, tz, chart::DAYS).await?,
+            owed: survey(desk).await?,
+            days: desk.days(chart::DAYS).await?,
             read_at: Utc::now(),
         };
         *last =
@@ -82,11 +74,11 @@ impl Keeper {
     }
 }
 
-/// One survey: `operator::survey`, and the owed rows by step, counted
-/// from its listing when the listing holds them all, else by
-/// `db::owed::owed_by_step` (the same conditions, counted in full).
-async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Owed, sqlx::Error> {
-    let found = operator::survey::survey(db, settings, today).await?;
+/// One survey (`Desk::survey`), and the owed rows by step, counted from
+/// its listing when the listing holds them all, else by
+/// `Desk::owed_by_step` (the same conditions, counted in full).
+async fn survey(desk: &Desk) -> Result<Owed, sqlx::Error> {
+    let found = desk.survey().await?;
     let listing = &found.owed;
     let complete = usize::try_from(listing.total).is_ok_and(|t| t == listing.rows.len());
     let by_step = if complete {
@@ -105,8 +97,7 @@ async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Owed, 
         }
         steps.into_values().collect()
     } else {
-        let owing = OwingDay::from_settings(settings, today);
-        owed_by_step(db, &owing, settings.reminders.max_attempts).await?
+        desk.owed_by_step().await?
     };
     Ok(Owed {
         new: listing.total_new,

@@ -17,7 +17,6 @@ use super::App;
 use super::failure::{Page, failed};
 use super::pages::render;
 use super::session::{self, Signed};
-use crate::db;
 
 #[derive(Debug, serde::Deserialize)]
 pub struct Credentials {
@@ -73,7 +72,8 @@ pub async fn login(
     let token = session::random_token();
     let csrf = session::random_token();
     let ttl = app.settings.console.session_ttl.as_secs_f64();
-    db::console::create_session(&app.db, &session::sha256(&token), &user, &csrf, ttl)
+    app.desk()
+        .open_session(&session::sha256(&token), &user, &csrf, ttl)
         .await
         .map_err(failed("store the session"))?;
     tracing::info!(user, "console sign-in");
@@ -100,7 +100,8 @@ pub async fn logout(
     Extension(signed): Extension<Signed>,
     _headers: HeaderMap,
 ) -> Page {
-    db::console::end_session(&app.db, &signed.token_sha256)
+    app.desk()
+        .end_session(&signed.token_sha256)
         .await
         .map_err(failed("end the session"))?;
     let mut response = Redirect::to(&app.path("/login")).into_response();

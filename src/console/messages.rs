@@ -11,9 +11,8 @@ use axum::response::IntoResponse as _;
 use super::App;
 use super::failure::{Failure, Page, failed};
 use super::pages;
-use crate::db;
-use crate::db::archive::ArchivedMessage;
 use crate::domain::InvoiceId;
+use crate::operator::archive::{Archived, ArchivedMessage};
 
 /// The archived message as the page shows it.
 #[derive(Debug, serde::Serialize)]
@@ -55,20 +54,17 @@ fn hex(bytes: &[u8]) -> String {
 /// invoice's and in the archive; otherwise the answer to give.
 async fn archived_of(app: &App, id: &str, message_id: &str) -> Result<ArchivedMessage, Failure> {
     let not_found = || Failure::NotFound(format!("Message <{message_id}> of invoice {id}"));
-    let proofs = db::archive::proofs_of_invoice(&app.db, &InvoiceId::from(id))
+    match app
+        .desk()
+        .archived_of(&InvoiceId::from(id), message_id)
         .await
-        .map_err(failed("read the invoice's reminders"))?;
-    if !proofs
-        .iter()
-        .any(|p| p.message_id.as_deref() == Some(message_id))
+        .map_err(failed("read the message archive"))?
     {
-        return Err(not_found());
-    }
-    match db::archive::archived_message(&app.db, message_id).await {
-        Ok(Some(m)) => Ok(m),
-        Ok(None) => Err(not_found()),
-        Err(db::archive::ArchiveError::Database(e)) => Err(failed("read the message archive")(e)),
-        Err(e) => Err(failed("read an archived message")(e)),
+        Some(Archived::Kept(m)) => Ok(m),
+        None | Some(Archived::NotKept(_)) => Err(not_found()),
+        Some(Archived::Damaged(why)) => {
+            Err(failed("read an archived message")(anyhow::anyhow!(why)))
+        }
     }
 }
 

@@ -1,17 +1,17 @@
 //! The operator console: the billing team's page over what the CLI knows
-//! (`status`, `audit`, `resolve`, `suppress`), served by `invoice-reminder
+//! (`status`, `audit`, `settle`, `suppress`), served by `invoice-reminder
 //! console` as a process of its own (docs/console.md).
 //!
 //! Guarantees:
 //! * It starts only with at least one `[[console.users]]` (exit 2).
 //! * Every page but `/login` needs a live session (stored in PostgreSQL,
 //!   so it survives a restart and works across replicas); every POST is
-//!   gated once, in [`gate::gate`]: an operator's, with its session's
+//!   gated once, in [`gate::gate`]: an editor's, with its session's
 //!   CSRF token, or refused 403 with nothing changed.
-//! * Every change is written in one transaction with its activity record
-//!   (`db::console`), and is made by the same statements and decisions as
-//!   the CLI's: both ask `operator` (`operator::settle`,
-//!   `operator::suppress`, `operator::pause`).
+//! * Every question and change goes through the operator's desk
+//!   (`operator::desk`), the one door to the database the command line
+//!   uses too: a page formats what it answers. Every change is written in
+//!   one transaction with its activity record (`db::activity`).
 //! * HTML is server-rendered from autoescaped templates, with a CSP that
 //!   allows no inline script; no page needs JavaScript.
 //! * The listener is the worker's (`http::listener`): connection cap and
@@ -55,6 +55,7 @@ use crate::db::Db;
 use crate::http::listener::{self, Limits};
 use crate::metrics::Metrics;
 use crate::operator::UsageError;
+use crate::operator::desk::Desk;
 
 /// The largest request body read (a form is far smaller).
 const MAX_BODY: usize = 64 * 1024;
@@ -66,8 +67,9 @@ pub struct App {
 }
 
 pub struct Inner {
-    pub settings: Settings,
-    pub db: Db,
+    pub settings: Arc<Settings>,
+    /// The database, reached only through a [`Desk`] (`App::desk`).
+    db: Db,
     pub templates: minijinja::Environment<'static>,
     pub throttle: auth::Throttle,
     /// Mark the cookie `Secure`: the console listens beyond loopback.
@@ -88,6 +90,11 @@ impl std::ops::Deref for App {
 }
 
 impl App {
+    /// A desk for one request: every question and change goes through it.
+    pub fn desk(&self) -> Desk {
+        Desk::new(self.db.clone(), Arc::clone(&self.settings))
+    }
+
     /// `path` under `console.base_path`.
     pub fn path(&self, path: &str) -> String {
         format!("{}{path}", self.settings.console.base_path)
@@ -116,7 +123,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
 pub fn check_users(settings: &Settings) -> Result<(), UsageError> {
     if settings.console.users.is_empty() {
         return Err(UsageError(
-            "console.users is empty: add a [[console.users]] table with name, password_hash (from `invoice-reminder console hash-password`) and role (\"viewer\" or \"operator\") to the configuration file".into(),
+            "console.users is empty: add a [[console.users]] table with name, password_hash (from `invoice-reminder console hash-password`) and role (\"viewer\" or \"editor\") to the configuration file".into(),
         ));
     }
     Ok(())
@@ -144,7 +151,7 @@ pub async fn serve(
                 .context("failed to set up reading the lock")?,
             kept: kept::Keeper::default(),
             formats: crate::mail::format::Formats::default(),
-            settings,
+            settings: Arc::new(settings),
             db,
         }),
     };
@@ -156,7 +163,9 @@ fn router(app: App) -> Router {
     let signed_in = Router::new()
         .route("/", get(overview::overview))
         .route("/unknown", get(unknown::list))
-        .route("/unknown/resolve", post(unknown::resolve))
+        .route("/unknown/settle", post(unknown::settle))
+        // The address the console's forms posted to before it was "settle".
+        .route("/unknown/resolve", post(unknown::settle))
         .route("/activity", get(activity::activity))
         .route("/problems", get(problems::list))
         .route("/preview", get(preview::list))

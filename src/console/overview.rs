@@ -20,8 +20,8 @@ use super::chart;
 use super::failure::{Page, failed};
 use super::pages::{render, when};
 use super::session::Signed;
-use crate::db;
 use crate::lock::Holder;
+use crate::operator::desk::Desk;
 use crate::operator::lock_holder::lock_holder;
 use crate::operator::unknown::UNKNOWN_AFTER;
 
@@ -35,36 +35,42 @@ struct Count {
 
 pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
     let settings = &app.settings;
-    let tz = settings.schedule.timezone;
-    let today = db::today(&app.db, tz)
+    let desk = app.desk();
+    let today = desk
+        .today()
         .await
         .map_err(failed("read the database clock"))?;
     let kept = app
         .kept
-        .today(&app.db, settings, today)
+        .today(&desk)
         .await
         .map_err(failed("read the invoices that owe a reminder"))?;
     let owed = &kept.owed;
-    let open = db::overview::open_counts(&app.db)
+    let open = desk
+        .open_counts()
         .await
         .map_err(failed("count the reminders"))?;
-    let unknown = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64())
+    let unknown = desk
+        .unknown(UNKNOWN_AFTER)
         .await
-        .map_err(failed("read the unknown deliveries"))?;
-    let (sent_today, suppressed) = db::console::overview_counts(&app.db, today, tz.name())
+        .map_err(failed("read the unknown deliveries"))?
+        .rows;
+    let (sent_today, suppressed) = desk
+        .sent_today_and_suppressed()
         .await
         .map_err(failed("count today's mail"))?;
-    let held = db::payments::counts(&app.db)
+    let held = desk
+        .holds()
         .await
         .map_err(failed("count the payment holds"))?;
-    let holder = match lock_holder(&app.lock, &app.db).await {
+    let holder = match lock_holder(&desk, &app.lock).await {
         Ok(h) => holder_text(h.as_ref()),
         Err(e) => {
             tracing::warn!(error = %e, "the console could not read the lock");
             format!("unknown (the lock could not be read: {e})")
         }
     };
-    let relay = relay_text(&app).await;
+    let relay = relay_text(&app, &desk).await;
     let next_tick = crate::schedule::next_fires(&settings.schedule, chrono::Utc::now(), 1)
         .first()
         .map_or_else(
@@ -147,12 +153,12 @@ pub async fn overview(State(app): State<App>, Extension(signed): Extension<Signe
 }
 
 /// The relay's rate as the pacer left it: "no limit", or the rate sends
-/// are held to, what the relay was measured to take, and its last throttle
+/// are paced at, what the relay was measured to take, and its last throttle
 /// (docs/operating.md, "A relay that throttles").
-async fn relay_text(app: &App) -> String {
-    match db::relay_pace::status(&app.db, &app.settings.smtp.relay()).await {
+async fn relay_text(app: &App, desk: &Desk) -> String {
+    match desk.relay_rate().await {
         Ok(Some((Some(held), measured, throttled_at))) => format!(
-            "held to {held:.2} a second{}{}",
+            "paced at {held:.2} a second{}{}",
             measured.map_or_else(String::new, |m| format!(
                 ", the relay took {m:.2} a second between its last throttles"
             )),

@@ -69,7 +69,7 @@ pub fn render(
     let shared = context! {
         base => app.settings.console.base_path,
         user => signed.map(|s| s.user.clone()),
-        operator => signed.is_some_and(Signed::is_operator),
+        editor => signed.is_some_and(Signed::is_editor),
         csrf => signed.map(|s| s.csrf.clone()),
         timezone => app.settings.schedule.timezone.name(),
     };

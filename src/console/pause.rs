@@ -50,8 +50,7 @@ pub async fn post(
     };
     let confirmed = form.confirm.as_deref() == Some("yes");
     let outcome = change(
-        &app.db,
-        &app.settings,
+        &app.desk(),
         &what,
         how,
         &form.reason,
@@ -87,7 +86,7 @@ pub async fn lift(
 ) -> Page {
     let confirmed = form.confirm.as_deref() == Some("yes");
     let key = InvoiceId::from(id.as_str());
-    let outcome = holds::lift(&app.db, &key, &form.reason, confirmed, &signed.user)
+    let outcome = holds::lift(&app.desk(), &key, &form.reason, confirmed, &signed.user)
         .await
         .map_err(failed("lift the payment hold"))?;
     let what = Paused::Invoice(&id);

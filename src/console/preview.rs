@@ -15,7 +15,6 @@ use super::App;
 use super::failure::{Failure, Page, failed, refused};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::db;
 use crate::mail::Templates;
 use crate::operator::preview::{Sample, samples};
 
@@ -78,7 +77,9 @@ pub async fn frame(State(app): State<App>, Query(which): Query<Which>) -> Page {
 /// The samples (`only`: one step in one locale).
 async fn build(app: &App, only: Option<(&str, &str)>) -> Result<Vec<Sample>, Failure> {
     let settings = &app.settings;
-    let today = db::today(&app.db, settings.schedule.timezone)
+    let today = app
+        .desk()
+        .today()
         .await
         .map_err(failed("read the database clock"))?;
     let templates = Templates::load(

@@ -12,8 +12,7 @@ use super::App;
 use super::failure::{Page, failed};
 use super::pages::render;
 use super::session::Signed;
-use crate::db;
-use crate::operator::survey::{FIX_HINT, survey};
+use crate::operator::survey::FIX_HINT;
 
 #[derive(Debug, serde::Serialize)]
 struct Row {
@@ -25,10 +24,9 @@ struct Row {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let today = db::today(&app.db, app.settings.schedule.timezone)
-        .await
-        .map_err(failed("read the database clock"))?;
-    let problems = survey(&app.db, &app.settings, today)
+    let problems = app
+        .desk()
+        .survey()
         .await
         .map_err(failed("check the source rows"))?
         .problems;

@@ -1,5 +1,5 @@
 //! `GET /search?q=...`: the invoices whose id, number, customer id
-//! (customer mode) or address is the query (`db::console_search`).
+//! (customer mode) or address is the query (`operator::search`).
 //! Exactly one: 303 to its page; several: a list (at most [`LIMIT`]);
 //! none: a page saying so, the query shown escaped.
 
@@ -13,7 +13,6 @@ use super::App;
 use super::failure::{Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::db;
 
 /// How many invoices a search lists at most.
 pub const LIMIT: i64 = 50;
@@ -33,7 +32,8 @@ pub async fn search(
     let found = if q.is_empty() {
         Vec::new()
     } else {
-        db::console_search::find(&app.db, q, LIMIT)
+        app.desk()
+            .search(q, LIMIT)
             .await
             .map_err(failed("search"))?
     };

@@ -10,7 +10,6 @@ use sha2::{Digest as _, Sha256};
 
 use super::App;
 use crate::config::Role;
-use crate::db;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "ir_console";
@@ -25,8 +24,8 @@ pub struct Signed {
 }
 
 impl Signed {
-    pub fn is_operator(&self) -> bool {
-        self.role == Role::Operator
+    pub fn is_editor(&self) -> bool {
+        self.role == Role::Editor
     }
 }
 
@@ -74,7 +73,7 @@ pub async fn signed(app: &App, headers: &HeaderMap) -> Result<Option<Signed>, sq
         return Ok(None);
     };
     let token_sha256 = sha256(token);
-    let Some(row) = db::console::find_session(&app.db, &token_sha256).await? else {
+    let Some(row) = app.desk().session(&token_sha256).await? else {
         return Ok(None);
     };
     Ok(app.settings.console.user(&row.user_name).map(|u| Signed {

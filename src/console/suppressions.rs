@@ -13,7 +13,6 @@ use super::App;
 use super::failure::{Failure, Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::db;
 use crate::operator::Actor;
 use crate::operator::suppress::{self, checked, reason};
 
@@ -27,7 +26,9 @@ struct Entry {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let list = db::suppressions::list(&app.db)
+    let list = app
+        .desk()
+        .suppressions()
         .await
         .map_err(failed("read the suppression list"))?;
     let entries: Vec<Entry> = list
@@ -72,7 +73,7 @@ pub async fn add(
 ) -> Page {
     let address = address_of(&form)?;
     let reason = reason(Some(&form.reason));
-    suppress::add(&app.db, &address, &reason, Actor::Console(&signed.user))
+    suppress::add(&app.desk(), &address, &reason, Actor::Console(&signed.user))
         .await
         .map_err(failed("add to the suppression list"))?;
     Ok(Redirect::to(&app.path("/suppressions")).into_response())
@@ -84,7 +85,7 @@ pub async fn remove(
     Form(form): Form<Address>,
 ) -> Page {
     let address = address_of(&form)?;
-    suppress::remove(&app.db, &address, Actor::Console(&signed.user))
+    suppress::remove(&app.desk(), &address, Actor::Console(&signed.user))
         .await
         .map_err(failed("remove from the suppression list"))?;
     Ok(Redirect::to(&app.path("/suppressions")).into_response())

@@ -1,6 +1,6 @@
 //! `GET /unknown`: unknown deliveries by mail (a statement's rows share
-//! one Message-ID), each with a form to settle it; `POST /unknown/resolve`
-//! settles the whole mail exactly as `resolve` does (`operator::settle`),
+//! one Message-ID), each with a form to settle it; `POST /unknown/settle`
+//! settles the whole mail exactly as `settle` does (`operator::settle`),
 //! with its activity record in the same transaction.
 //! "Resend" can send mail, so it needs the confirmation box ticked.
 
@@ -13,11 +13,9 @@ use super::App;
 use super::failure::{Failure, Page, failed};
 use super::pages::{self, render};
 use super::session::Signed;
-use crate::db;
-use crate::db::resolve::Settlement;
 use crate::operator::Actor;
-use crate::operator::settle::{Named, settle};
-use crate::operator::unknown::{UNKNOWN_AFTER, unknown_mails};
+use crate::operator::settle::{self as settling, Named, Settlement};
+use crate::operator::unknown::UNKNOWN_AFTER;
 
 #[derive(Debug, serde::Serialize)]
 struct Mail {
@@ -31,10 +29,13 @@ struct Mail {
 }
 
 pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) -> Page {
-    let rows = db::audit::unknown(&app.db, UNKNOWN_AFTER.as_secs_f64())
+    let unknown = app
+        .desk()
+        .unknown(UNKNOWN_AFTER)
         .await
         .map_err(failed("read the unknown deliveries"))?;
-    let mails: Vec<Mail> = unknown_mails(&rows)
+    let mails: Vec<Mail> = unknown
+        .mails
         .into_iter()
         .map(|m| Mail {
             message_id: m.message_id,
@@ -73,7 +74,7 @@ pub struct Settle {
     confirm: Option<String>,
 }
 
-pub async fn resolve(
+pub async fn settle(
     State(app): State<App>,
     Extension(signed): Extension<Signed>,
     Form(form): Form<Settle>,
@@ -95,9 +96,8 @@ pub async fn resolve(
         ));
     }
     let named = Named::Message(form.message_id.clone());
-    let settled = settle(
-        &app.db,
-        &app.settings,
+    let settled = settling::settle(
+        &app.desk(),
         &named,
         settlement,
         Actor::Console(&signed.user),

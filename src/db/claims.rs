@@ -168,7 +168,7 @@ pub struct StatementClaim {
     pub retries: Vec<ReminderId>,
     pub retry_keys: Vec<InvoiceId>,
     /// Of those, the keys of resends of unknown mails (an operator's
-    /// `resolve --resend`): not held back by the customer gap.
+    /// `settle --resend`): not kept back by the customer gap.
     pub resend_keys: Vec<InvoiceId>,
     /// The customers of the claim (their gap is re-checked under a lock
     /// of each, so two claimers cannot both mail one customer).
@@ -308,7 +308,7 @@ pub async fn reclaim_failed(
 }
 
 /// A step recorded `skipped` because it can no longer be sent within its
-/// window: the gap holds it back past the window's last day.
+/// window: the gap keeps it back past the window's last day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superseded {
     pub invoice_id: InvoiceId,

@@ -80,12 +80,12 @@ pub enum Owes {
     /// is over): its customer waits, so that row and anything new go out
     /// together.
     Waiting,
-    /// Its due step, but the gap holds it back until this day.
+    /// Its due step, but the gap keeps it back until this day.
     Held(NaiveDate),
 }
 
 /// One unpaid row of a customer-mode read that owes its due step (or is
-/// held back from it), as the source has it (unchecked).
+/// kept back from it), as the source has it (unchecked).
 #[derive(Debug, Clone)]
 pub struct CustomerRow {
     /// The step it owes.
@@ -171,7 +171,7 @@ macro_rules! customer_read {
             " WHEN r.id IS NOT NULL AND NOT (r.status = 'failed' AND r.attempts < $max_attempts",
             " AND r.run_id IS DISTINCT FROM $run_id) THEN NULL",
             // An operator's resend of an unknown mail (a `failed` row that
-            // keeps its Message-ID) is not held back by the customer gap:
+            // keeps its Message-ID) is not kept back by the customer gap:
             // the customer never got that mail.
             " WHEN NOT (",
             invoice_gap_clear!(probe),
@@ -190,7 +190,7 @@ macro_rules! customer_read {
 /// One page of the customer-mode walk.
 #[derive(Debug, Clone, Default)]
 pub struct CustomerPage {
-    /// The examined rows that owe a step (or are held back from one), in
+    /// The examined rows that owe a step (or are kept back from one), in
     /// `(customer, due date, key)` order, unchecked.
     pub owed: Vec<CustomerRow>,
     /// Every examined row's customer key, in the page's order (the caller
@@ -314,7 +314,7 @@ pub async fn fetch_customer_rows(
     read(db, &statement, &params).await
 }
 
-/// Every row of `customer` that owes a step (or is held back from one),
+/// Every row of `customer` that owes a step (or is kept back from one),
 /// read `limit` rows at a time, in `(due date, key)` order, and their
 /// addresses on the suppression list, lower-cased.
 pub async fn fetch_whole_customer(

@@ -19,7 +19,7 @@ use crate::domain::{Attempted, Counts, Delivery, ReminderId};
 pub struct Progress {
     /// The rows marked started: those this run may send.
     pub marked: Vec<ReminderId>,
-    /// The rows a pause or a payment hold now holds back (`owing::not_withheld!`):
+    /// The rows a pause or a payment hold now keeps back (`owing::not_withheld!`):
     /// left unstarted, to be handed back unattempted.
     pub held: Vec<ReminderId>,
     /// The results written, counted.
@@ -48,7 +48,7 @@ pub async fn mark_started(
     Ok(write_progress(db, run_id, 1, marks, &[]).await?.marked)
 }
 
-/// Of the rows `ids`, those a console pause or a payment hold holds back
+/// Of the rows `ids`, those a console pause or a payment hold keeps back
 /// now (`owing::not_withheld!`, as the mark reads it): the last check
 /// before a letter that waited goes (`tick::last_check`).
 pub async fn withheld(db: &Db, ids: &[ReminderId]) -> Result<Vec<ReminderId>, sqlx::Error> {

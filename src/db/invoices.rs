@@ -174,7 +174,7 @@ impl SourceRow {
 ///
 /// `clear` is NULL for a row that owes nothing (paid, paused, or its step
 /// already has a row), true for one that owes the step, false for one the
-/// gap holds back (then `gap_until` is the first day it no longer does).
+/// gap keeps back (then `gap_until` is the first day it no longer does).
 ///
 /// The keyset condition is a plain row comparison with constants (the
 /// `COALESCE`s of parameters), so it is an index condition, never a filter:
@@ -203,14 +203,14 @@ const PAGE: &str = concat!(
 );
 
 /// One page of the scan: the rows that owe the window's step, those the
-/// gap holds back, and where the next page starts.
+/// gap keeps back, and where the next page starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwedPage {
     /// The examined rows that owe the step, in `(due_date, id)` order, as
     /// the source has them (unchecked).
     pub owed: Vec<SourceRow>,
     /// The examined rows that would owe the step but for the gap, each
-    /// with the first day the gap no longer holds it back.
+    /// with the first day the gap no longer keeps it back.
     pub held: Vec<(SourceRow, NaiveDate)>,
     /// The last row examined: the next page starts after it. None: the
     /// window has no unpaid invoice after `after`.

@@ -6,12 +6,11 @@
 //! The claim protocol (`reminders`) is the heart of the project; read its
 //! module docs first.
 
+pub mod activity;
 pub mod archive;
 pub mod audit;
 pub mod claims;
 pub mod conn;
-pub mod console;
-pub mod console_search;
 pub mod customers;
 pub mod deliveries;
 pub mod explain;
@@ -28,10 +27,12 @@ pub mod payment_links;
 pub mod payments;
 pub mod relay_pace;
 pub mod reminders;
-pub mod resolve;
 pub mod returned;
 pub mod runs;
+pub mod search;
 pub mod seed;
+pub mod sessions;
+pub mod settle;
 pub mod source;
 pub mod sql;
 pub mod stats;

@@ -57,3 +57,24 @@ pub async fn by_day(
     .fetch_all(&mut *c)
     .await)
 }
+
+/// Reminders recorded `sent` on `today` in `timezone`, and addresses on
+/// the suppression list: the overview's numbers that `audit` does not
+/// count.
+pub async fn overview_counts(
+    db: &Db,
+    today: NaiveDate,
+    timezone: &str,
+) -> Result<(i64, i64), sqlx::Error> {
+    on_db!(db, |c| sqlx::query_as(db.sql(
+        "SELECT (SELECT count(*) FROM {ir}.reminders
+                  WHERE status = 'sent' AND sent_at >= ($1::date::timestamp AT TIME ZONE $2)
+                    AND sent_at < (($1::date + 1)::timestamp AT TIME ZONE $2)),
+                (SELECT count(*) FROM {ir}.suppressions)"
+    ))
+    .persistent(db.named())
+    .bind(today)
+    .bind(timezone)
+    .fetch_one(&mut *c)
+    .await)
+}

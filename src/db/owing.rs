@@ -112,7 +112,7 @@ macro_rules! owes_flags {
 }
 pub(crate) use owes_flags;
 
-/// SQL: nothing in the worker's own tables holds back the invoice keyed
+/// SQL: nothing in the worker's own tables keeps back the invoice keyed
 /// `$invoice` (of customer `$customer`, NULL in invoice mode): no console
 /// pause of the invoice or its customer (two anti-joins on that small
 /// table's unique indexes), and no payment hold of one of its objects in
@@ -267,7 +267,7 @@ pub(crate) use customer_gap_clear;
 /// SQL: the first day the gap no longer holds row `s` back (NULL: it does
 /// not), by the invoice's own reminders and (`customer`) its customer's:
 /// the day after the latest blocking claim's day plus `min_days_between`
-/// less one. Read only for rows the gap holds back.
+/// less one. Read only for rows the gap keeps back.
 macro_rules! gap_until {
     (invoice) => {
         concat!(

@@ -8,14 +8,11 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 
 use super::Db;
+use super::activity::{NewActivity, record_on};
 use super::conn::on_db;
-use super::owing::hold_active;
-use super::params::Params;
-use super::payments::PaymentHold;
 use crate::domain::InvoiceId;
-use sqlx::types::Json;
 
-/// What a console pause holds back.
+/// What a console pause keeps back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Paused<'a> {
     /// One invoice, by the source's key.
@@ -46,33 +43,6 @@ pub struct ConsolePause {
     pub paused_at: DateTime<Utc>,
 }
 
-/// What holds back the invoices `ids` and `customer`, in one statement:
-/// the console pauses of the invoices and of the customer (an invoice is
-/// held back by its own before its customer's, [`holding`]), and the
-/// invoices' payment holds (`db::payments`).
-pub async fn find(
-    db: &Db,
-    ids: &[InvoiceId],
-    customer: Option<&str>,
-) -> Result<(Vec<ConsolePause>, Vec<PaymentHold>), sqlx::Error> {
-    let query = db.statement(concat!(
-        "SELECT (SELECT coalesce(json_agg(p), '[]') FROM (",
-        "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses",
-        " WHERE invoice_id = ANY($ids) OR customer_id = $customer) p),",
-        " (SELECT coalesce(json_agg(h), '[]') FROM (",
-        "SELECT h.invoice_id, h.object_id, h.state, h.provider, h.event_id, h.event_at,",
-        " h.expires_at, h.changed_at, h.lifted_by, (",
-        hold_active!("h"),
-        ") AS active FROM {ir}.payment_holds h WHERE h.invoice_id = ANY($ids)",
-        " ORDER BY h.invoice_id, h.event_at, h.object_id) h)"
-    ));
-    let customer = customer.map(str::to_owned);
-    let params = Params::new().with("ids", &ids).with("customer", &customer);
-    let (Json(pauses), Json(holds)): (Json<Vec<ConsolePause>>, Json<Vec<PaymentHold>>) =
-        on_db!(db, |c| query.fetch_one(&mut *c, &params).await)?;
-    Ok((pauses, holds))
-}
-
 /// Among `pauses`, the one that holds invoice `id` back: its own, else
 /// its customer's.
 pub fn holding<'p>(pauses: &'p [ConsolePause], id: &InvoiceId) -> Option<&'p ConsolePause> {
@@ -86,20 +56,40 @@ pub fn holding<'p>(pauses: &'p [ConsolePause], id: &InvoiceId) -> Option<&'p Con
         })
 }
 
-/// The pause of customer `customer` itself, if any.
-pub async fn of_customer(db: &Db, customer: &str) -> Result<Option<ConsolePause>, sqlx::Error> {
-    on_db!(db, |c| sqlx::query_as(db.sql(
-        "SELECT invoice_id, customer_id, reason, paused_by, paused_at FROM {ir}.console_pauses
-          WHERE customer_id = $1"
-    ))
-    .persistent(db.named())
-    .bind(customer)
-    .fetch_optional(&mut *c)
+/// Pauses `what` in the console (or replaces its reason) with `activity`,
+/// in one transaction.
+pub async fn pause(
+    db: &Db,
+    what: &Paused<'_>,
+    activity: &NewActivity<'_>,
+) -> Result<(), sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let reason = activity.reason.unwrap_or_default();
+        pause_on(c, db, what, reason, activity.user_name).await?;
+        record_on(c, db, activity, &[]).await
+    }
+    .await)
+}
+
+/// Ends the console pause of `what` with `activity`, in one transaction;
+/// false (and no record) if it was not paused.
+pub async fn unpause(
+    db: &Db,
+    what: &Paused<'_>,
+    activity: &NewActivity<'_>,
+) -> Result<bool, sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let removed = unpause_on(c, db, what).await?;
+        if removed {
+            record_on(c, db, activity, &[]).await?;
+        }
+        Ok::<_, sqlx::Error>(removed)
+    }
     .await)
 }
 
 /// Pauses `what` (or replaces the reason of its pause) on `c`.
-pub(super) async fn pause_on(
+async fn pause_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     what: &Paused<'_>,
@@ -130,7 +120,7 @@ pub(super) async fn pause_on(
 }
 
 /// Ends the pause of `what` on `c`; false if it was not paused.
-pub(super) async fn unpause_on(
+async fn unpause_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     what: &Paused<'_>,

@@ -1,22 +1,18 @@
 //! What payment events teach about their objects (`payment_links`), and
-//! the signals that finding an invoice lets apply.
+//! which signals finding an invoice lets apply.
 //!
 //! A link says an object names our invoice (`invoice_id`) or another
 //! object that may (`via`); the first answer learnt stays. Learning is
-//! done in the transaction that stores an event ([`Learning::apply_on`],
-//! from `payments::record`), or on its own when a lookup at the provider
-//! found one ([`learn`]). Either way, every signal still unlinked whose
-//! objects now lead to an invoice is applied in the same transaction, in
-//! the order of its provider's time (equal times by meaning), so the
-//! order events arrive in never changes the holds they end in.
-
-use std::time::Duration;
+//! done in the transaction that stores an event, or on its own when a
+//! lookup at the provider found one (both in `payments`, which applies
+//! what [`Learning::find_on`] finds to the holds in the same transaction):
+//! every signal still unlinked whose objects now lead to an invoice is
+//! found, whatever order the events arrived in.
 
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 
 use super::Db;
-use super::conn::on_db;
 use super::params::Params;
 use crate::domain::{LinkTo, PaymentLink, Signal};
 
@@ -75,37 +71,9 @@ const FIND: &str = concat!(
     ") AS invoice_id FROM candidates c"
 );
 
-/// Applies events to their objects' holds: each object's newest event by
-/// time, then meaning, wins, and only over an older one.
-const APPLY: &str = "WITH v AS (
-         SELECT * FROM unnest($ids::text[], $invoices::text[], $objects::text[], $states::text[],
-                              $ranks::int2[], $ats::timestamptz[])
-                    AS v(event_id, invoice_id, object_id, state, rank, at)
-     ), linked AS (
-         UPDATE {ir}.payment_events e SET invoice_id = v.invoice_id FROM v
-          WHERE e.provider = $provider AND e.event_id = v.event_id AND e.invoice_id IS NULL
-         RETURNING e.event_id
-     ), held AS (
-         INSERT INTO {ir}.payment_holds AS h
-                (invoice_id, provider, object_id, state, rank, event_id, event_at, expires_at)
-         SELECT DISTINCT ON (v.invoice_id, v.object_id) v.invoice_id, $provider, v.object_id,
-                v.state, v.rank, v.event_id, v.at,
-                CASE WHEN v.state = 'pending' THEN v.at + make_interval(secs => $pending_secs) END
-           FROM v WHERE v.state IS NOT NULL
-          ORDER BY v.invoice_id, v.object_id, v.at DESC, v.rank DESC
-         ON CONFLICT (invoice_id, provider, object_id) DO UPDATE
-            SET state = EXCLUDED.state, rank = EXCLUDED.rank, event_id = EXCLUDED.event_id,
-                event_at = EXCLUDED.event_at, expires_at = EXCLUDED.expires_at,
-                changed_at = now(), lifted_by = NULL
-          WHERE (h.event_at, h.rank) < (EXCLUDED.event_at, EXCLUDED.rank)
-         RETURNING h.event_id
-     )
-     SELECT (SELECT count(*) FROM linked WHERE event_id <> $event_id),
-            EXISTS (SELECT 1 FROM held WHERE event_id = $event_id)";
-
-/// One event found with its invoice.
+/// One event as found, with its invoice if any.
 #[derive(Debug, FromRow)]
-struct Found {
+struct FoundRow {
     event_id: String,
     signal: String,
     object_id: Option<String>,
@@ -113,15 +81,25 @@ struct Found {
     invoice_id: Option<String>,
 }
 
-/// What learning did.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Applied {
+/// An event that found its invoice.
+#[derive(Debug, Clone)]
+pub(super) struct Linked {
+    pub event_id: String,
+    pub invoice_id: String,
+    /// Its payment object ('' for the generic signal).
+    pub object_id: String,
+    /// None: it only taught links.
+    pub signal: Option<Signal>,
+    pub at: DateTime<Utc>,
+}
+
+/// What learning found.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Found {
     /// The event being stored found its invoice.
-    pub found: bool,
-    /// Its object's hold now says what it says.
-    pub held: bool,
-    /// Earlier signals that found their invoice through these links.
-    pub linked: u64,
+    pub this: bool,
+    /// Every event to apply (the one being stored among them).
+    pub events: Vec<Linked>,
 }
 
 /// Links to learn from one source (an event, or a lookup), laid out as
@@ -134,7 +112,6 @@ pub(super) struct Learning<'a> {
     objects: Vec<String>,
     invoices: Vec<Option<String>>,
     vias: Vec<Option<String>>,
-    pending_secs: f64,
 }
 
 impl<'a> Learning<'a> {
@@ -143,7 +120,6 @@ impl<'a> Learning<'a> {
         provider: &'static str,
         event_id: &'a str,
         links: &[PaymentLink],
-        pending_hold: Duration,
     ) -> Self {
         let mut learning = Self {
             db,
@@ -152,7 +128,6 @@ impl<'a> Learning<'a> {
             objects: Vec::new(),
             invoices: Vec::new(),
             vias: Vec::new(),
-            pending_secs: pending_hold.as_secs_f64(),
         };
         for link in links {
             let (invoice, via) = match &link.to {
@@ -167,9 +142,10 @@ impl<'a> Learning<'a> {
         learning
     }
 
-    /// Learns the links on `c` (a transaction), then applies the event
-    /// being stored and every unlinked signal they let find its invoice.
-    pub async fn apply_on(&self, c: &mut sqlx::PgConnection) -> Result<Applied, sqlx::Error> {
+    /// Learns the links on `c` (a transaction), then finds the event
+    /// being stored and every unlinked signal they let find its invoice,
+    /// each with that invoice (`payments` applies them to the holds).
+    pub async fn find_on(&self, c: &mut sqlx::PgConnection) -> Result<Found, sqlx::Error> {
         let source = self.event_id.to_owned();
         let params = Params::default()
             .with("provider", &self.provider)
@@ -189,79 +165,24 @@ impl<'a> Learning<'a> {
                 .collect()
         };
         let params = params.with("learnt", &learnt);
-        let found: Vec<Found> = self.db.statement(FIND).fetch_all(&mut *c, &params).await?;
-        let mut applied = Applied {
-            found: found
+        let rows: Vec<FoundRow> = self.db.statement(FIND).fetch_all(&mut *c, &params).await?;
+        let mut found = Found {
+            this: rows
                 .iter()
                 .any(|f| f.event_id == self.event_id && f.invoice_id.is_some()),
-            ..Applied::default()
+            events: Vec::new(),
         };
-        let mut to_apply = ToApply::default();
-        for f in found {
-            if let Some(invoice) = f.invoice_id {
-                to_apply.push(f.event_id, invoice, f.object_id, &f.signal, f.event_at);
+        for row in rows {
+            if let Some(invoice_id) = row.invoice_id {
+                found.events.push(Linked {
+                    event_id: row.event_id,
+                    invoice_id,
+                    object_id: row.object_id.unwrap_or_default(),
+                    signal: Signal::from_label(&row.signal),
+                    at: row.event_at,
+                });
             }
         }
-        if to_apply.ids.is_empty() {
-            return Ok(applied);
-        }
-        let params = params
-            .with("ids", &to_apply.ids)
-            .with("invoices", &to_apply.invoices)
-            .with("objects", &to_apply.objects)
-            .with("states", &to_apply.states)
-            .with("ranks", &to_apply.ranks)
-            .with("ats", &to_apply.ats)
-            .with("pending_secs", &self.pending_secs);
-        let (linked, held): (i64, bool) =
-            self.db.statement(APPLY).fetch_one(&mut *c, &params).await?;
-        applied.held = held;
-        applied.linked = u64::try_from(linked).unwrap_or(0);
-        Ok(applied)
-    }
-}
-
-/// Learns `links` (a lookup's answer at `provider`) and applies every
-/// unlinked signal they let find its invoice; how many did.
-pub async fn learn(
-    db: &Db,
-    provider: &'static str,
-    links: &[PaymentLink],
-    pending_hold: Duration,
-) -> Result<u64, sqlx::Error> {
-    let learning = Learning::new(db, provider, "", links, pending_hold);
-    on_db!(db, tx, |c| async {
-        Ok::<_, sqlx::Error>(learning.apply_on(c).await?.linked)
-    }
-    .await)
-}
-
-/// Events to apply, laid out as the apply statement reads them.
-#[derive(Default)]
-struct ToApply {
-    ids: Vec<String>,
-    invoices: Vec<String>,
-    objects: Vec<String>,
-    states: Vec<Option<&'static str>>,
-    ranks: Vec<i16>,
-    ats: Vec<DateTime<Utc>>,
-}
-
-impl ToApply {
-    fn push(
-        &mut self,
-        id: String,
-        invoice: String,
-        object: Option<String>,
-        label: &str,
-        at: DateTime<Utc>,
-    ) {
-        let signal = Signal::from_label(label);
-        self.ids.push(id);
-        self.invoices.push(invoice);
-        self.objects.push(object.unwrap_or_default());
-        self.states.push(signal.map(Signal::state));
-        self.ranks.push(signal.map_or(0, Signal::rank));
-        self.ats.push(at);
+        Ok(found)
     }
 }

@@ -32,7 +32,7 @@
 //! 5. **Unknown stays unknown.** A started row left `sending` by a process
 //!    that died mid-send, or whose send ended without a reply, may or may not
 //!    have been delivered. We never resend it by ourselves (at-most-once);
-//!    `audit` lists it and `resolve` settles it.
+//!    `audit` lists it and `settle` settles it.
 //!
 //! 6. **Fencing.** With a lock, every claim transaction first advances the
 //!    lock's high-water mark in `lock_fences` with its fencing token, and

@@ -161,10 +161,10 @@ pub struct RunEnd<'a> {
     pub error: Option<&'a str>,
     /// The process still holds results of this run that the database would
     /// not take: the lease stays (and is kept) until they are written.
-    pub holding: bool,
+    pub keeping_results: bool,
 }
 
-/// Records how run `run_id` ended; closes its lease unless it is holding
+/// Records how run `run_id` ended; closes its lease unless it is keeping
 /// results.
 pub async fn finish_run(db: &Db, run_id: i64, end: RunEnd<'_>) -> Result<(), sqlx::Error> {
     let counts = end.counts;
@@ -184,7 +184,7 @@ pub async fn finish_run(db: &Db, run_id: i64, end: RunEnd<'_>) -> Result<(), sql
     .bind(i64::from(counts.failed) + i64::from(counts.discarded))
     .bind(end.error)
     .bind(i64::from(counts.source_problems))
-    .bind(end.holding)
+    .bind(end.keeping_results)
     .bind(i64::from(counts.suppressed))
     .bind(i64::from(counts.superseded))
     .execute(&mut *c)

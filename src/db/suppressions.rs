@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 
 use super::Db;
+use super::activity::{NewActivity, record_on};
 use super::conn::on_db;
 
 use crate::domain::StepKey;
@@ -65,13 +66,25 @@ pub enum BounceRecorded {
 }
 
 /// Adds `entry` (or replaces the reason of an address already listed, in
-/// whatever case).
-pub async fn add(db: &Db, entry: NewSuppression<'_>) -> Result<Added, sqlx::Error> {
-    on_db!(db, |c| upsert(c, db, entry).await)
+/// whatever case), with a console user's `activity` record in the same
+/// transaction.
+pub async fn add(
+    db: &Db,
+    entry: NewSuppression<'_>,
+    activity: Option<&NewActivity<'_>>,
+) -> Result<Added, sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let added = upsert(c, db, entry).await?;
+        if let Some(activity) = activity {
+            record_on(c, db, activity, &[]).await?;
+        }
+        Ok::<_, sqlx::Error>(added)
+    }
+    .await)
 }
 
 /// [`add`] on `c` (inside a caller's transaction).
-pub(crate) async fn upsert(
+pub(super) async fn upsert(
     c: &mut sqlx::PgConnection,
     db: &Db,
     entry: NewSuppression<'_>,
@@ -95,13 +108,25 @@ pub(crate) async fn upsert(
     Ok(if inserted { Added::New } else { Added::Updated })
 }
 
-/// Removes `address` (in any case); false if it was not listed.
-pub async fn remove(db: &Db, address: &str) -> Result<bool, sqlx::Error> {
-    on_db!(db, |c| remove_on(c, db, address).await)
+/// Removes `address` (in any case), with a console user's `activity`
+/// record in the same transaction; false (and no record) if it was not
+/// listed.
+pub async fn remove(
+    db: &Db,
+    address: &str,
+    activity: Option<&NewActivity<'_>>,
+) -> Result<bool, sqlx::Error> {
+    on_db!(db, tx, |c| async {
+        let removed = remove_on(c, db, address).await?;
+        if removed && let Some(activity) = activity {
+            record_on(c, db, activity, &[]).await?;
+        }
+        Ok::<_, sqlx::Error>(removed)
+    }
+    .await)
 }
 
-/// [`remove`] on `c` (inside a caller's transaction).
-pub(crate) async fn remove_on(
+async fn remove_on(
     c: &mut sqlx::PgConnection,
     db: &Db,
     address: &str,

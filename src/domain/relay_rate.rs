@@ -6,7 +6,7 @@ use std::time::Duration;
 /// The relay's rate as learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct LearnedRate {
-    /// The rate sends are held to (messages a second); None: no limit.
+    /// The rate sends are paced at (messages a second); None: no limit.
     pub per_second: Option<f64>,
     /// The rate the relay accepted between its last two throttles.
     pub measured: Option<f64>,

@@ -5,7 +5,7 @@
 //! `GET /v1/invoice_payments?payment[type]=payment_intent&payment[payment_intent]=<id>`
 //! (a dispute without a PaymentIntent reads its Charge first) and learns
 //! the link from the answer, which applies the signals waiting for it
-//! (`db::payment_links::learn`).
+//! (`db::payments::learn`).
 //!
 //! Guarantees: the webhook answers once its event is stored, never after
 //! a lookup: lookups queue ([`QUEUED`] at most; more are dropped and
@@ -224,7 +224,7 @@ impl Worker {
                 LinkTo::Invoice(InvoiceId::from(ours.as_str())),
             ));
         }
-        db::payment_links::learn(&self.db, "stripe", &links, self.pending_hold)
+        db::payments::learn(&self.db, "stripe", &links, self.pending_hold)
             .await
             .map_err(|e| {
                 Failure::Unavailable(format!("the database did not take the link: {e}"))

@@ -168,7 +168,7 @@ pub enum LockBackend {
 #[derive(Clone)]
 pub(crate) enum Handle {
     Redis { token: Uuid },
-    Postgres(postgres::Holding),
+    Postgres(postgres::LockConnection),
 }
 
 pub(crate) enum AcquireResult {

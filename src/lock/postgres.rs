@@ -30,7 +30,7 @@
 //! # min_hold
 //! A tick shorter than `lock.min_hold` keeps the session (and the lock) open
 //! in the background until `acquired + min_hold`, then unlocks. The daemon
-//! and `run-once` wait for such holds before they exit.
+//! and `run-once` wait for such kept locks before they exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,12 +67,12 @@ pub struct PostgresLock {
     /// `database.schema`, where the fencing sequence is.
     schema: crate::config::SqlName,
     /// Background tasks keeping a lock until `min_hold`.
-    holds: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+    kept: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
 }
 
-/// The connection that holds one acquisition's lock. `None` once released.
+/// The connection that keeps one acquisition's lock. `None` once released.
 #[derive(Clone)]
-pub(crate) struct Holding {
+pub(crate) struct LockConnection {
     conn: Arc<Mutex<Option<PgConnection>>>,
 }
 
@@ -86,7 +86,7 @@ impl PostgresLock {
             connect_timeout: settings.database.connect_timeout,
             deadline: settings.database.statement_timeout,
             schema: settings.database.schema.clone(),
-            holds: Arc::default(),
+            kept: Arc::default(),
         }
     }
 
@@ -132,7 +132,7 @@ impl PostgresLock {
         .await
         {
             Ok(fence) => Ok(AcquireResult::Won {
-                handle: Handle::Postgres(Holding {
+                handle: Handle::Postgres(LockConnection {
                     conn: Arc::new(Mutex::new(Some(conn))),
                 }),
                 fence,
@@ -150,8 +150,8 @@ impl PostgresLock {
 
     /// A liveness check of the lock's session. Any failure of the
     /// connection means the session, and the lock with it, is gone.
-    pub(super) async fn renew(&self, holding: &Holding) -> Result<Renewal, LockError> {
-        let mut slot = holding.conn.lock().await;
+    pub(super) async fn renew(&self, lock_conn: &LockConnection) -> Result<Renewal, LockError> {
+        let mut slot = lock_conn.conn.lock().await;
         let Some(conn) = slot.as_mut() else {
             return Ok(Renewal::Gone);
         };
@@ -167,10 +167,10 @@ impl PostgresLock {
 
     pub(super) async fn release(
         &self,
-        holding: Holding,
+        lock_conn: LockConnection,
         hold_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let Some(conn) = holding.conn.lock().await.take() else {
+        let Some(conn) = lock_conn.conn.lock().await.take() else {
             return Ok(Released::NotOwner);
         };
         match hold_for {
@@ -180,9 +180,9 @@ impl PostgresLock {
                     tokio::time::sleep(left).await;
                     unlock(conn, lock_id, deadline).await;
                 });
-                let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-                holds.retain(|h| !h.is_finished());
-                holds.push(task);
+                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+                kept.retain(|h| !h.is_finished());
+                kept.push(task);
                 Ok(Released::HeldForMinHold(left))
             }
             None => Ok(if unlock(conn, self.lock_id, self.deadline).await {
@@ -233,11 +233,11 @@ impl PostgresLock {
     }
 
     pub(super) async fn finish(&self) {
-        let holds: Vec<JoinHandle<()>> = {
-            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-            holds.drain(..).collect()
+        let kept: Vec<JoinHandle<()>> = {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            kept.drain(..).collect()
         };
-        for hold in holds {
+        for hold in kept {
             let _ = hold.await;
         }
     }

@@ -14,7 +14,7 @@
 //!
 //! A relay that throttles (4.7.x or "too many connections" on connect,
 //! EHLO or MAIL, "too much mail") is up: the send waits in the pacer's
-//! pause and tries again, as many times as the pacer allows, before the
+//! halt and tries again, as many times as the pacer allows, before the
 //! data was ever sent; only when the pacer gives up (the tick's bound) or
 //! the tick stops does it end [`SendError::Throttled`] or
 //! [`SendError::NotStarted`], the message unattempted. A login refusal is
@@ -173,7 +173,7 @@ impl Mailer {
                     if let Some(per_second) = pacer.accepted(slot) {
                         tracing::info!(
                             per_second,
-                            "the SMTP relay takes mail again; sending is held to {per_second:.2} messages a second, a little below the rate it accepted between its last two throttles"
+                            "the SMTP relay takes mail again; sending is paced at {per_second:.2} messages a second, a little below the rate it accepted between its last two throttles"
                         );
                     }
                 }
@@ -181,7 +181,7 @@ impl Mailer {
                     if pacer.throttled(slot) {
                         tracing::warn!(
                             reason,
-                            "the SMTP relay throttles us; sending pauses until it takes mail again (no attempt is used)"
+                            "the SMTP relay throttles us; sending halts until it takes mail again (no attempt is used)"
                         );
                     }
                     continue;

@@ -2,21 +2,23 @@
 //! payment signal put on an invoice (a dispute settled outside the
 //! provider, a signal sent in error). Like unpausing, it needs a reason and
 //! a confirmation, since the next tick may mail the customer; the change
-//! and its activity record are one transaction (`db::console::lift_hold`). A
+//! and its activity record are one transaction (`db::payments::lift`). A
 //! newer signal from the provider holds the invoice again.
 
 use anyhow::Context as _;
 
+use super::desk::Desk;
 use super::pause::Outcome;
-use crate::db::console::NewActivity;
-use crate::db::{self, Db};
+use crate::db;
+use crate::db::activity::NewActivity;
+pub use crate::db::payments::{HoldCounts, UNLINKED_DAYS};
 use crate::domain::InvoiceId;
 
 /// Lifts the hold on invoice `id` for console user `user`, with `reason`;
 /// `confirmed`: the confirmation it needs. [`Outcome::Unknown`] when
 /// nothing holds the invoice.
 pub async fn lift(
-    db: &Db,
+    desk: &Desk,
     id: &InvoiceId,
     reason: &str,
     confirmed: bool,
@@ -36,7 +38,7 @@ pub async fn lift(
         subject: &subject,
         reason: Some(&reason),
     };
-    let lifted = db::console::lift_hold(db, id, &activity)
+    let lifted = db::payments::lift(desk.db(), id, &activity)
         .await
         .context("failed to lift the payment hold")?;
     Ok(if lifted {
@@ -44,4 +46,12 @@ pub async fn lift(
     } else {
         Outcome::Unknown
     })
+}
+
+impl Desk {
+    /// Invoices held now, by the strongest hold on each, and the signals
+    /// still waiting for their invoice.
+    pub async fn holds(&self) -> Result<HoldCounts, sqlx::Error> {
+        db::payments::counts(self.db()).await
+    }
 }

@@ -14,12 +14,22 @@
 //!   would compose it;
 //! * [`UsageError`]: a request that is wrong for this configuration.
 
+pub mod activity;
+pub mod admin;
+pub mod archive;
+pub mod audit;
+pub mod desk;
 pub mod explain;
 pub mod holds;
 pub mod lock_holder;
+pub mod overview;
 pub mod pause;
+pub mod plan;
 pub mod preview;
+pub mod search;
+pub mod sessions;
 pub mod settle;
+pub mod source;
 pub mod suppress;
 pub mod survey;
 pub mod unknown;
@@ -31,6 +41,16 @@ pub mod unknown;
 pub enum Actor<'a> {
     CommandLine,
     Console(&'a str),
+}
+
+impl<'a> Actor<'a> {
+    /// The console user, whose change the activity log keeps.
+    pub fn user(self) -> Option<&'a str> {
+        match self {
+            Self::CommandLine => None,
+            Self::Console(user) => Some(user),
+        }
+    }
 }
 
 /// A request used wrongly for this configuration: the command line exits

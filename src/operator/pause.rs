@@ -3,13 +3,14 @@
 //! again, in the worker's own `console_pauses` (the source's pause columns
 //! belong to the billing system). A change needs a reason; unpausing can
 //! send mail, so it also needs a confirmation. The change and its
-//! activity record are one transaction (`db::console::pause` / `unpause`).
+//! activity record are one transaction (`db::pauses::pause` / `unpause`).
 
 use anyhow::Context as _;
 
-use crate::config::{GroupBy, Settings};
-use crate::db::console::NewActivity;
-use crate::db::{self, Db};
+use super::desk::Desk;
+use crate::config::GroupBy;
+use crate::db;
+use crate::db::activity::NewActivity;
 use crate::domain::InvoiceId;
 
 pub use crate::db::pauses::Paused;
@@ -62,15 +63,14 @@ impl Outcome {
 /// Pauses or unpauses `what` for console user `user`, with `reason`;
 /// `confirmed`: the confirmation an unpause needs.
 pub async fn change(
-    db: &Db,
-    settings: &Settings,
+    desk: &Desk,
     what: &Paused<'_>,
     change: Change,
     reason: &str,
     confirmed: bool,
     user: &str,
 ) -> anyhow::Result<Outcome> {
-    if !known(db, settings, what)
+    if !known(desk, what)
         .await
         .context("failed to read the billing source")?
     {
@@ -91,26 +91,28 @@ pub async fn change(
         reason: Some(&reason),
     };
     match change {
-        Change::Pause => db::console::pause(db, what, &activity).await,
-        Change::Unpause => db::console::unpause(db, what, &activity).await.map(|_| ()),
+        Change::Pause => db::pauses::pause(desk.db(), what, &activity).await,
+        Change::Unpause => db::pauses::unpause(desk.db(), what, &activity)
+            .await
+            .map(|_| ()),
     }
     .context("failed to change the pause")?;
     Ok(Outcome::Done)
 }
 
 /// Whether the source knows `what`.
-async fn known(db: &Db, settings: &Settings, what: &Paused<'_>) -> Result<bool, sqlx::Error> {
+async fn known(desk: &Desk, what: &Paused<'_>) -> Result<bool, sqlx::Error> {
     match what {
         Paused::Invoice(id) => {
-            db::explain::source_rows(db, &[InvoiceId::from(*id)], chrono::Utc::now().date_naive())
+            db::explain::source_rows(desk.db(), &[InvoiceId::from(*id)], desk.today().await?)
                 .await
                 .map(|rows| !rows.is_empty())
         }
         Paused::Customer(id) => {
-            if settings.reminders.group_by != GroupBy::Customer {
+            if desk.settings().reminders.group_by != GroupBy::Customer {
                 Ok(false)
             } else {
-                db::explain::customer_invoices(db, id, 1)
+                db::explain::customer_invoices(desk.db(), id, 1)
                     .await
                     .map(|keys| !keys.is_empty())
             }

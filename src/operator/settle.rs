@@ -1,6 +1,6 @@
 //! Settling unknown deliveries: the operator checked the mail server's
 //! log for the stored Message-ID and says whether the mail went out
-//! (`resolve --sent|--resend`, the console's Unknown page). One mail is
+//! (`settle --sent|--resend`, the console's Unknown page). One mail is
 //! settled as a whole: naming one row of a statement settles every
 //! unknown row that shares its Message-ID, and says so. Rows that are not
 //! unknown are refused, and so is resending a step that is no longer the
@@ -12,18 +12,18 @@ use std::collections::BTreeSet;
 
 use anyhow::Context as _;
 
+use super::desk::Desk;
 use super::{Actor, db_failed};
-use crate::config::Settings;
-use crate::db::console::NewActivity;
-use crate::db::owing::OwingDay;
-use crate::db::resolve::{NamedRow, Settlement};
-use crate::db::{self, Db};
+use crate::db;
+use crate::db::activity::NewActivity;
+use crate::db::settle::NamedRow;
+pub use crate::db::settle::Settlement;
 use crate::domain::ReminderId;
 
 /// What is named to settle.
 #[derive(Debug, Clone)]
 pub enum Named {
-    /// Reminder ids, as `resolve` takes them.
+    /// Reminder ids, as `settle` takes them.
     Reminders(Vec<ReminderId>),
     /// The unknown rows of one stored Message-ID, as the console names a
     /// mail.
@@ -43,22 +43,22 @@ pub struct Settled {
 /// Settles what `named` names as `settlement` says, by `actor`; `reason`
 /// goes in a console user's activity record.
 pub async fn settle(
-    db: &Db,
-    settings: &Settings,
+    desk: &Desk,
     named: &Named,
     settlement: Settlement,
     actor: Actor<'_>,
     reason: Option<&str>,
 ) -> anyhow::Result<Settled> {
-    let today = db::today(db, settings.schedule.timezone)
+    let today = desk
+        .owing_day()
         .await
         .context("failed to read the database clock")?;
-    let today = OwingDay::from_settings(settings, today);
+    let db = desk.db();
     let (ids, message) = match named {
         Named::Reminders(ids) => (ids.as_slice(), None),
         Named::Message(m) => (&[][..], Some(m.as_str())),
     };
-    let rows = db::resolve::named_rows(db, ids, message, &today)
+    let rows = db::settle::named_rows(db, ids, message, &today)
         .await
         .map_err(db_failed("failed to read the reminders"))?;
     let mut notes = Vec::new();
@@ -80,12 +80,12 @@ pub async fn settle(
         Actor::CommandLine => None,
         Actor::Console(user) => Some(NewActivity {
             user_name: user,
-            action: if resending { "resend" } else { "resolve sent" },
+            action: if resending { "resend" } else { "settle sent" },
             subject: &subject,
             reason: reason.filter(|r| !r.is_empty()),
         }),
     };
-    let changed = db::resolve::settle(db, &eligible, settlement, activity.as_ref())
+    let changed = db::settle::settle(db, &eligible, settlement, activity.as_ref())
         .await
         .map_err(db_failed("failed to update the reminders"))?;
     let done = settled(&rows, &plan, &changed, resending);
@@ -115,7 +115,7 @@ struct Plan {
     refused: usize,
 }
 
-/// The decision made over `rows` (from `db::resolve::named_rows`): only unknown rows change, a mail is
+/// The decision made over `rows` (from `db::settle::named_rows`): only unknown rows change, a mail is
 /// settled as a whole, and a step no longer due is not resent.
 fn plan(rows: &[NamedRow], resending: bool) -> Plan {
     let mut plan = Plan::default();

@@ -3,10 +3,12 @@
 //! An address is checked before anything is written; a console user's
 //! change is written with its activity record in the same transaction.
 
+use super::desk::Desk;
 use super::{Actor, UsageError};
-use crate::db::console::NewActivity;
-use crate::db::suppressions::{Added, NewSuppression};
-use crate::db::{self, Db};
+use crate::db;
+use crate::db::activity::NewActivity;
+use crate::db::suppressions::NewSuppression;
+pub use crate::db::suppressions::{Added, SkippedRow, Suppression};
 
 /// The reason stored when none is given.
 pub const DEFAULT_REASON: &str = "manual";
@@ -51,7 +53,7 @@ pub fn reason(given: Option<&str>) -> String {
 
 /// Adds `address` to the list with `reason` (or replaces its reason).
 pub async fn add(
-    db: &Db,
+    desk: &Desk,
     address: &Address,
     reason: &str,
     actor: Actor<'_>,
@@ -65,33 +67,36 @@ pub async fn add(
         },
         detail: None,
     };
-    match actor {
-        Actor::CommandLine => db::suppressions::add(db, entry).await,
-        Actor::Console(user) => {
-            let activity = NewActivity {
-                user_name: user,
-                action: "suppress",
-                subject: address.as_str(),
-                reason: Some(reason),
-            };
-            db::console::suppress(db, entry, &activity).await
-        }
-    }
+    let activity = actor.user().map(|user| NewActivity {
+        user_name: user,
+        action: "suppress",
+        subject: address.as_str(),
+        reason: Some(reason),
+    });
+    db::suppressions::add(desk.db(), entry, activity.as_ref()).await
 }
 
 /// Takes `address` off the list; false when it was not listed (and a
 /// console user's change then leaves no record).
-pub async fn remove(db: &Db, address: &Address, actor: Actor<'_>) -> Result<bool, sqlx::Error> {
-    match actor {
-        Actor::CommandLine => db::suppressions::remove(db, address.as_str()).await,
-        Actor::Console(user) => {
-            let activity = NewActivity {
-                user_name: user,
-                action: "unsuppress",
-                subject: address.as_str(),
-                reason: None,
-            };
-            db::console::unsuppress(db, address.as_str(), &activity).await
-        }
+pub async fn remove(desk: &Desk, address: &Address, actor: Actor<'_>) -> Result<bool, sqlx::Error> {
+    let activity = actor.user().map(|user| NewActivity {
+        user_name: user,
+        action: "unsuppress",
+        subject: address.as_str(),
+        reason: None,
+    });
+    db::suppressions::remove(desk.db(), address.as_str(), activity.as_ref()).await
+}
+
+impl Desk {
+    /// The whole suppression list, newest first.
+    pub async fn suppressions(&self) -> Result<Vec<Suppression>, sqlx::Error> {
+        db::suppressions::list(self.db()).await
+    }
+
+    /// Reminders recorded `skipped` because their recipients are
+    /// suppressed: how many, and the latest `limit`.
+    pub async fn skipped(&self, limit: i64) -> Result<(i64, Vec<SkippedRow>), sqlx::Error> {
+        db::suppressions::skipped(self.db(), limit).await
     }
 }

@@ -13,8 +13,9 @@
 
 use chrono::NaiveDate;
 
+use super::desk::Desk;
 use crate::config::Settings;
-use crate::db::owed::OwedListing;
+pub use crate::db::owed::{OwedListing, OwedStep};
 use crate::db::owing::OwingDay;
 use crate::db::{self, Db};
 use crate::domain::SourceProblem;
@@ -83,7 +84,7 @@ pub struct Survey {
 }
 
 /// Surveys today's owed rows (new and retries).
-pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
+async fn survey_on(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
     let reminders = &settings.reminders;
     let owing = OwingDay::from_settings(settings, today);
     let listing = db::owed::owed_listing(db, &owing, reminders.max_attempts, ROWS_CHECKED).await?;
@@ -110,4 +111,18 @@ pub async fn survey(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Su
             rows_checked,
         },
     })
+}
+
+impl Desk {
+    /// Surveys today's owed rows (new and retries) and their problems.
+    pub async fn survey(&self) -> Result<Survey, sqlx::Error> {
+        survey_on(self.db(), self.settings(), self.today().await?).await
+    }
+
+    /// Today's owed reminders by step, counted in full (the survey's
+    /// listing stops at [`ROWS_CHECKED`]).
+    pub async fn owed_by_step(&self) -> Result<Vec<OwedStep>, sqlx::Error> {
+        let owing = self.owing_day().await?;
+        db::owed::owed_by_step(self.db(), &owing, self.settings().reminders.max_attempts).await
+    }
 }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::db::audit::UnknownRow;
+use super::desk::Desk;
+use crate::db;
+pub use crate::db::audit::UnknownRow;
 use crate::domain::{InvoiceId, StepKey};
 
 /// A started row `sending` for longer than this (its run not known to be
@@ -13,7 +15,7 @@ use crate::domain::{InvoiceId, StepKey};
 pub const UNKNOWN_AFTER: Duration = Duration::from_secs(10 * 60);
 
 /// One mail whose delivery is unknown: what to look up in the mail
-/// server's log, and the rows `resolve` settles with it.
+/// server's log, and the rows `settle` settles with it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct UnknownMail {
     /// The Message-ID stored before its send (None: a row started by a
@@ -58,4 +60,23 @@ pub fn unknown_mails(rows: &[UnknownRow]) -> Vec<UnknownMail> {
         }
     }
     mails
+}
+
+/// Unknown deliveries: the rows, and the same rows by mail.
+#[derive(Debug, Clone, Default)]
+pub struct Unknown {
+    pub rows: Vec<UnknownRow>,
+    pub mails: Vec<UnknownMail>,
+}
+
+impl Desk {
+    /// The started `sending` rows whose run's lease is over, or claimed
+    /// longer than `after` ago, and their mails.
+    pub async fn unknown(&self, after: Duration) -> Result<Unknown, sqlx::Error> {
+        let rows = db::audit::unknown(self.db(), after.as_secs_f64()).await?;
+        Ok(Unknown {
+            mails: unknown_mails(&rows),
+            rows,
+        })
+    }
 }

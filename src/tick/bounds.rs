@@ -21,6 +21,7 @@
 //! Neither can be inflated by a bookkeeping slip: a release never returns
 //! more than is outstanding, and every count saturates.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -56,9 +57,7 @@ impl ClaimBound {
     pub fn for_settings(reminders: &ReminderSettings, rows_per_letter: usize) -> Self {
         let in_flight_rows = match rows_per_letter {
             0 | 1 => 0,
-            n => usize::try_from(reminders.send_concurrency)
-                .unwrap_or(usize::MAX)
-                .saturating_mul(n),
+            n => reminders.send_concurrency.get().saturating_mul(n),
         };
         Self::new(reminders.batch_size, in_flight_rows)
     }
@@ -159,10 +158,8 @@ impl InFlight {
     /// so a limit not much larger than the pool still marks in two
     /// groups; a group takes more letters when more room has freed by the
     /// time it is marked.
-    pub fn new(send_concurrency: u32, pool_size: u32) -> Self {
-        let size = usize::try_from(send_concurrency)
-            .unwrap_or(1)
-            .clamp(1, Semaphore::MAX_PERMITS);
+    pub fn new(send_concurrency: NonZeroUsize, pool_size: u32) -> Self {
+        let size = send_concurrency.get().min(Semaphore::MAX_PERMITS);
         Self {
             permits: Arc::new(Semaphore::new(size)),
             size,
@@ -172,10 +169,8 @@ impl InFlight {
 
     /// The letters one mark takes once the limit has room for them, at
     /// `send_concurrency` and `smtp.pool_size`.
-    pub fn group_for(send_concurrency: u32, pool_size: u32) -> usize {
-        let size = usize::try_from(send_concurrency)
-            .unwrap_or(1)
-            .clamp(1, Semaphore::MAX_PERMITS);
+    pub fn group_for(send_concurrency: NonZeroUsize, pool_size: u32) -> usize {
+        let size = send_concurrency.get().min(Semaphore::MAX_PERMITS);
         let busy = usize::try_from(pool_size)
             .unwrap_or(usize::MAX)
             .saturating_mul(2);
@@ -247,6 +242,10 @@ impl InFlight {
 mod tests {
     use super::*;
 
+    fn n(value: usize) -> NonZeroUsize {
+        NonZeroUsize::new(value).unwrap_or(NonZeroUsize::MIN)
+    }
+
     #[tokio::test]
     async fn a_claim_keeps_what_it_took_and_gives_back_the_rest() {
         let bound = ClaimBound::new(5, 0);
@@ -281,15 +280,15 @@ mod tests {
 
     #[test]
     fn a_mark_takes_the_limit_less_two_letters_per_connection_and_at_least_half_of_it() {
-        assert_eq!(InFlight::group_for(64, 8), 48);
-        assert_eq!(InFlight::group_for(64, 30), 32);
-        assert_eq!(InFlight::group_for(16, 8), 8);
-        assert_eq!(InFlight::group_for(1, 8), 1);
+        assert_eq!(InFlight::group_for(n(64), 8), 48);
+        assert_eq!(InFlight::group_for(n(64), 30), 32);
+        assert_eq!(InFlight::group_for(n(16), 8), 8);
+        assert_eq!(InFlight::group_for(n(1), 8), 1);
     }
 
     #[tokio::test]
     async fn the_in_flight_limit_hands_out_one_permit_per_row_up_to_its_size() {
-        let limit = InFlight::new(32, 8);
+        let limit = InFlight::new(n(32), 8);
         assert_eq!((limit.size(), limit.group()), (32, 16));
         let first = limit.open(16, 16).await.unwrap_or_default();
         assert_eq!(first.len(), 16, "a group");

@@ -9,7 +9,7 @@
 //! other replica takes their unknown rows for resending while their
 //! results may still arrive (`db::runs`). Whatever is still unwritten at exit is logged at error level,
 //! one line per reminder with its ids and Message-ID, so an operator can
-//! settle those rows (`resolve`); `run-once` then exits non-zero.
+//! settle those rows (`settle`); `run-once` then exits non-zero.
 //!
 //! A write that fails because the database cannot be reached is kept and
 //! retried; a write that fails by itself (a trigger, a constraint, a
@@ -89,7 +89,7 @@ impl Deferred {
     }
 
     /// Whether results of run `run_id` are held here.
-    pub fn holds(&self, run_id: i64) -> bool {
+    pub fn keeps_results_of(&self, run_id: i64) -> bool {
         let q = self.queue();
         q.deliveries.iter().any(|d| d.run_id == run_id)
             || q.hand_backs.iter().any(|(id, _)| *id == run_id)
@@ -244,7 +244,7 @@ impl Deferred {
                     period = %row.step,
                     outcome = row.delivery.kind(),
                     message_id = %message_id,
-                    "result not written: the database did not come back before exit; the row stays 'sending' (settle it with `invoice-reminder resolve`)"
+                    "result not written: the database did not come back before exit; the row stays 'sending' (settle it with `invoice-reminder settle`)"
                 );
             }
         }
@@ -319,7 +319,7 @@ async fn write(db: &Db, pending: &mut Queue, flushed: &mut Flushed) -> Result<()
             outcome: f.outcome,
             counts: &f.counts,
             error: f.error.as_deref(),
-            holding: false,
+            keeping_results: false,
         };
         match db::runs::finish_run(db, f.run_id, end).await {
             Ok(()) => {}

@@ -50,7 +50,6 @@ use crate::db::locks::Fence;
 use crate::db::runs::{NewRun, RunOutcome};
 use crate::lock::{Acquisition, LeaseGuard, Released};
 pub use claim::choose::{Chosen, Pick, Statement, statements};
-pub use claim::window::suppressed_addresses;
 use context::Context;
 pub use error::TickError;
 pub(crate) use error::db_err;
@@ -63,7 +62,7 @@ pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(5);
 /// The lock a tick works under: its token is recorded in `job_runs`, its
 /// fence presented with every claim.
 #[derive(Debug, Clone, Copy)]
-pub struct Holding<'a> {
+pub struct TickLock<'a> {
     pub lock_token: Uuid,
     pub fence: Fence<'a>,
 }
@@ -145,7 +144,7 @@ async fn lock_and_work(
         Err(e) => return Err(e.into()),
     };
     let token = lease.token();
-    let holding = Holding {
+    let tick_lock = TickLock {
         lock_token: token,
         fence: Fence {
             lock_key: ctx.lock.key(),
@@ -154,7 +153,7 @@ async fn lock_and_work(
         },
     };
     ctx.metrics.set_lock_held(true);
-    let result = work(ctx, Some(holding), &lease.guard(), shutdown, slot).await;
+    let result = work(ctx, Some(tick_lock), &lease.guard(), shutdown, slot).await;
     let released = lease.release().await;
     ctx.metrics.set_lock_held(false);
     match released {
@@ -171,20 +170,20 @@ async fn lock_and_work(
 }
 
 /// The work of a tick once it may run: `guard` says whether the lease is
-/// still trusted, `shutdown` whether to stop early. `holding` is None when
+/// still trusted, `shutdown` whether to stop early. `tick_lock` is None when
 /// running without a lock (database-only mode, backstop tests).
 pub async fn work_period(
     ctx: &Context,
-    holding: Option<Holding<'_>>,
+    tick_lock: Option<TickLock<'_>>,
     guard: &LeaseGuard,
     shutdown: &CancellationToken,
 ) -> Result<TickOutcome, TickError> {
-    work(ctx, holding, guard, shutdown, None).await
+    work(ctx, tick_lock, guard, shutdown, None).await
 }
 
 async fn work(
     ctx: &Context,
-    holding: Option<Holding<'_>>,
+    tick_lock: Option<TickLock<'_>>,
     guard: &LeaseGuard,
     shutdown: &CancellationToken,
     slot: Option<DateTime<Utc>>,
@@ -200,14 +199,14 @@ async fn work(
         &ctx.db,
         NewRun {
             replica_id: &settings.replica_id,
-            lock: holding.map(|h| (h.lock_token, h.fence.token, h.fence.lock_key)),
+            lock: tick_lock.map(|h| (h.lock_token, h.fence.token, h.fence.lock_key)),
             run_date: &run_date,
             lease: Some(settings.lock.ttl),
         },
     )
     .await
     .map_err(db_err("recording the run"))?;
-    let fence = holding.map(|h| h.fence);
+    let fence = tick_lock.map(|h| h.fence);
     // How reminders are grouped into mails: chosen once, here.
     let grouping = claim::grouping_for(&settings.reminders);
     let pipeline = std::sync::Arc::new(Pipeline::new(
@@ -293,7 +292,7 @@ async fn finish(
         outcome,
         counts: &counts,
         error: error.as_deref(),
-        holding: ctx.deferred.holds(run_id),
+        keeping_results: ctx.deferred.keeps_results_of(run_id),
     };
     if db::runs::finish_run(&ctx.db, run_id, end).await.is_err() {
         ctx.deferred.finish(run_id, outcome, counts, error.clone());

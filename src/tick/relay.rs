@@ -1,6 +1,6 @@
 //! The relay's rate across ticks (`mail::pace`): read from the database as
 //! a tick starts, so every replica holds what the relay last took, with a
-//! bound on how long a throttle may pause this tick; after the tick, what
+//! bound on how long a throttle may halt this tick; after the tick, what
 //! the pacer learnt is stored, logged and in `/metrics`
 //! (docs/operating.md, "A relay that throttles"). Neither step fails a
 //! tick: without the database the replica keeps the rate it has.
@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::context::Context;
 use crate::db;
 
-/// Holds this tick to the stored rate; a pause may last the pacer's bound
+/// Holds this tick to the stored rate; a halt may last the pacer's bound
 /// from `started` (half of `schedule.max_tick_duration`), so the tick ends
 /// `throttled` well before it would count as hung.
 pub(super) async fn before_tick(ctx: &Context, started: Instant) {
@@ -35,19 +35,19 @@ pub(super) async fn after_tick(ctx: &Context) {
     let learned = pacer.learned();
     ctx.metrics.smtp_pace(pacer.per_second());
     ctx.metrics.smtp_refused(seen.refused);
-    if let Some(measured) = learned.measured.filter(|_| seen.pauses > 0) {
+    if let Some(measured) = learned.measured.filter(|_| seen.halts > 0) {
         ctx.metrics.smtp_accepted(measured);
     }
     if seen.refused > 0 {
         tracing::warn!(
             accepted = seen.accepted,
             refused = seen.refused,
-            pauses = seen.pauses,
+            halts = seen.halts,
             per_second = pacer.per_second().unwrap_or(0.0),
-            "the SMTP relay throttled this tick: it accepted {} message(s) and refused {} (in {} pause(s)); sending is held to {}",
+            "the SMTP relay throttled this tick: it accepted {} message(s) and refused {} (in {} halt(s)); sending is paced at {}",
             seen.accepted,
             seen.refused,
-            seen.pauses,
+            seen.halts,
             pacer
                 .per_second()
                 .map_or("no limit".to_owned(), |r| format!("{r:.2} a second")),
@@ -61,7 +61,7 @@ pub(super) async fn after_tick(ctx: &Context) {
         &ctx.db,
         &ctx.settings.smtp.relay(),
         &learned,
-        seen.pauses > 0,
+        seen.halts > 0,
         connections,
     )
     .await

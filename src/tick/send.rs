@@ -38,9 +38,7 @@ impl Sender {
 
     /// Sends marked rows until the marker is done; hands each result on.
     pub async fn run(self, marked: mpsc::Receiver<Marked>, results: mpsc::Sender<Vec<Attempted>>) {
-        let concurrency = usize::try_from(self.p.ctx().settings.reminders.send_concurrency)
-            .unwrap_or(1)
-            .max(1);
+        let concurrency = self.p.ctx().settings.reminders.send_concurrency.get();
         let rows = TimedRows {
             marked,
             timings: self.p.timings(),
@@ -261,7 +259,7 @@ impl Sender {
             source: "relay",
             detail: Some(&detail),
         };
-        match db::suppressions::add(&self.p.ctx().db, entry).await {
+        match db::suppressions::add(&self.p.ctx().db, entry, None).await {
             Ok(_) => {
                 tracing::warn!(
                     address,

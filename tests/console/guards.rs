@@ -26,7 +26,7 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
         .await
         .unwrap();
     operator
-        .submit("form.settle button[value=sent]", "/unknown/resolve")
+        .submit("form.settle button[value=sent]", "/unknown/settle")
         .await;
     assert!(operator.text("main").await.contains("security token"));
     assert_eq!(
@@ -51,14 +51,14 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
     viewer.screenshot("viewer").await;
     // The viewer posts the operator's form by hand, with its own valid token.
     let post = format!(
-        "const f = document.createElement('form'); f.method = 'post'; f.action = '/unknown/resolve';
+        "const f = document.createElement('form'); f.method = 'post'; f.action = '/unknown/settle';
          for (const [k, v] of [['message_id', {message_id:?}], ['action', 'sent'],
               ['csrf', document.querySelector('input[name=csrf]').value]]) {{
            const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i); }}
          document.body.appendChild(f); f.submit();"
     );
     viewer.client.execute(&post, vec![]).await.unwrap();
-    viewer.wait_for_page("/unknown/resolve").await;
+    viewer.wait_for_page("/unknown/settle").await;
     assert!(viewer.text("main").await.contains("Your role is viewer"));
     assert_eq!(
         status_of(&world, row).await,
@@ -75,7 +75,7 @@ async fn a_post_without_the_token_and_a_viewers_post_change_nothing() {
             .value()
     );
     let status = browser::post_status(
-        &format!("{}/unknown/resolve", console.url),
+        &format!("{}/unknown/settle", console.url),
         &format!("message_id={message_id}&action=sent"),
         Some(&cookie),
     )
@@ -107,7 +107,7 @@ async fn a_script_in_a_text_shows_as_text_and_never_runs() {
         )
         .await;
     browser
-        .submit("form.settle button[value=sent]", "/unknown/resolve")
+        .submit("form.settle button[value=sent]", "/unknown/settle")
         .await;
     browser.goto(&format!("{}/activity", console.url)).await;
     assert!(browser.text("table.activity").await.contains(SCRIPT));

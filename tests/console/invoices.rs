@@ -46,17 +46,10 @@ pub async fn cookie(browser: &Browser) -> String {
 async fn explained_reason(world: &World, invoice: i64) -> (String, String) {
     let settings = world.settings();
     let db = invoice_reminder::db::Db::new(world.pool().clone(), &settings);
-    let today = invoice_reminder::db::today(&db, settings.schedule.timezone)
+    let desk = invoice_reminder::operator::desk::Desk::new(db, std::sync::Arc::new(settings));
+    let e = explain_invoice(&desk, &InvoiceId::from(invoice.to_string().as_str()))
         .await
         .unwrap();
-    let e = explain_invoice(
-        &db,
-        &settings,
-        today,
-        &InvoiceId::from(invoice.to_string().as_str()),
-    )
-    .await
-    .unwrap();
     (e.reason.label().to_owned(), e.reason_detail)
 }
 

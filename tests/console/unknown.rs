@@ -33,7 +33,7 @@ async fn a_mail_settled_as_sent_is_closed_and_one_resent_goes_out_once_more_with
     browser
         .submit(
             &format!("{} button[value=sent]", form(&went_out_id)),
-            "/unknown/resolve",
+            "/unknown/settle",
         )
         .await;
     assert_eq!(browser.text("h1").await, "Settled");
@@ -48,7 +48,7 @@ async fn a_mail_settled_as_sent_is_closed_and_one_resent_goes_out_once_more_with
     browser
         .submit(
             &format!("{} button[value=resend]", form(&lost_id)),
-            "/unknown/resolve",
+            "/unknown/settle",
         )
         .await;
     assert_eq!(
@@ -64,7 +64,7 @@ async fn a_mail_settled_as_sent_is_closed_and_one_resent_goes_out_once_more_with
     browser
         .submit(
             &format!("{} button[value=resend]", form(&lost_id)),
-            "/unknown/resolve",
+            "/unknown/settle",
         )
         .await;
     assert_eq!(browser.text("h1").await, "Settled");

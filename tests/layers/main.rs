@@ -11,6 +11,10 @@
 //!    re-exporting or calling its own files is not an edge: the folder sits
 //!    above its files by construction.
 //!
+//! A third rule keeps the faces (`console`, `commands`) at the door: they
+//! name nothing of `db` but what connects (`FACE_MAY_NAME`), and ask
+//! `operator` (its `Desk`) everything else.
+//!
 //! Run it alone with `cargo test --test layers`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -507,6 +511,67 @@ fn no_module_imports_a_module_of_its_own_or_a_higher_layer() {
 fn no_two_files_of_src_import_each_other_directly_or_round_a_loop() {
     let found = cycles(&Source::load());
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+/// The faces: they format what `operator` answers.
+const FACES: &[&str] = &["console", "commands"];
+
+/// What of `db` a face may name: connecting, and the handle it makes.
+const FACE_MAY_NAME: &[&str] = &["connect", "connect_lazy", "Db", "conn::is_refused_login"];
+
+/// Each item of `db` that a file of a face names, beyond connecting.
+fn faces_past_the_door(source: &Source) -> Vec<String> {
+    let mut found = BTreeSet::new();
+    for (module, text) in &source.files {
+        if !module
+            .first()
+            .is_some_and(|top| FACES.contains(&top.as_str()))
+        {
+            continue;
+        }
+        let mut named: Vec<String> = use_statements(text)
+            .flat_map(|s| expand_tree(&s.tree))
+            .filter_map(|p| p.strip_prefix("crate::db::").map(str::to_owned))
+            .collect();
+        // `db::x::y` written inline, after `use crate::db;`, or in full.
+        let chars: Vec<char> = text.chars().collect();
+        for (i, _) in text.match_indices("db::") {
+            let before = text[..i].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let start = text[..i].chars().count() + 4;
+            let mut end = start;
+            while end < chars.len()
+                && (chars[end].is_alphanumeric() || chars[end] == '_' || chars[end] == ':')
+            {
+                end += 1;
+            }
+            let path: String = chars[start..end].iter().collect();
+            if !path.is_empty() && !path.starts_with('{') {
+                named.push(path.trim_end_matches(':').to_owned());
+            }
+        }
+        for path in named {
+            let allowed = FACE_MAY_NAME
+                .iter()
+                .any(|a| path == *a || path.starts_with(&format!("{a}::")));
+            if !allowed && path != "self" {
+                found.insert(format!("{} names db::{path}", name(module)));
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+#[test]
+fn the_faces_reach_the_database_only_through_the_operators_desk() {
+    let found = faces_past_the_door(&Source::load());
+    assert!(
+        found.is_empty(),
+        "console and commands may name db only to connect; ask operator (its Desk) instead:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]

@@ -268,13 +268,8 @@ async fn a_send_cut_off_after_the_message_was_handed_over_stays_sending_and_is_n
     world.sink.set_mode(SmtpMode::Accept);
     run_tick(&ctx, &CancellationToken::new()).await.unwrap();
     assert_eq!(world.sink.count(), 1);
-    let report = invoice_reminder::commands::build_report(
-        &world.database(),
-        &ctx.settings,
-        Duration::from_secs(600),
-    )
-    .await
-    .unwrap();
+    let desk = invoice_reminder::operator::desk::Desk::new(ctx.db.clone(), ctx.settings.clone());
+    let report = desk.audit(Duration::from_secs(600)).await.unwrap();
     assert_eq!(report.unknown.len(), 1);
 }
 

@@ -11,7 +11,7 @@ use invoice_reminder::db::reminders::ClaimError;
 use invoice_reminder::db::runs::NewRun;
 use invoice_reminder::domain::InvoiceId;
 use invoice_reminder::lock::{Acquisition, LostReason};
-use invoice_reminder::tick::{Holding, TickOutcome, work_period};
+use invoice_reminder::tick::{TickLock, TickOutcome, work_period};
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{self, Backend, World};
@@ -88,7 +88,7 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
         stale.guard().check().is_ok(),
         "nothing in A noticed the loss"
     );
-    let holding = Holding {
+    let tick_lock = TickLock {
         lock_token: stale.token(),
         fence: Fence {
             lock_key: &key,
@@ -96,9 +96,14 @@ async fn a_holder_whose_lock_was_taken_over_cannot_claim_a_single_row(backend: B
             holder: stale.token(),
         },
     };
-    let outcome = work_period(&a, Some(holding), &stale.guard(), &CancellationToken::new())
-        .await
-        .unwrap();
+    let outcome = work_period(
+        &a,
+        Some(tick_lock),
+        &stale.guard(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
 
     assert!(
         matches!(outcome, TickOutcome::LockLost(ref s) if s.counts.claimed == 0),

@@ -116,7 +116,7 @@ async fn a_throttling_postfix_gets_every_reminder_once_at_its_own_rate_over_tick
     );
     assert!(
         pace.is_some_and(|p| p <= CEILING) && measured.is_some(),
-        "the rate held and the rate measured are stored for every replica: {pace:?} {measured:?}"
+        "the rate paced at and the rate measured are stored for every replica: {pace:?} {measured:?}"
     );
 }
 

@@ -1,4 +1,4 @@
-//! The pacer on tokio's paused clock: pauses and probes, the rate learnt
+//! The pacer on tokio's paused clock: halts and probes, the rate learnt
 //! between throttles and held, stops and the give-up bound, and the way
 //! back to no limit.
 
@@ -18,8 +18,8 @@ async fn a_throttle_pauses_every_send_until_a_probe_is_accepted() {
     let pacer = Pacer::new(None);
     let slot = pacer.ready(&mut never()).await.unwrap();
     assert_eq!(slot, Slot::Open);
-    assert!(pacer.throttled(slot), "the throttle starts a pause");
-    assert!(pacer.paused());
+    assert!(pacer.throttled(slot), "the throttle starts a halt");
+    assert!(pacer.halted());
     let started = Instant::now();
     let probe = pacer.ready(&mut never()).await.unwrap();
     assert_eq!(probe, Slot::Probe);
@@ -36,10 +36,10 @@ async fn a_throttle_pauses_every_send_until_a_probe_is_accepted() {
     assert_eq!(probe, Slot::Probe);
     assert_eq!(again.elapsed(), FIRST_GAP.mul_f64(GAP_GROWTH));
     pacer.accepted(probe);
-    assert!(!pacer.paused());
+    assert!(!pacer.halted());
     assert_eq!(pacer.ready(&mut never()).await.unwrap(), Slot::Open);
     let seen = pacer.take_seen();
-    assert_eq!((seen.accepted, seen.refused, seen.pauses), (1, 2, 1));
+    assert_eq!((seen.accepted, seen.refused, seen.halts), (1, 2, 1));
 }
 
 /// Probes until the relay's window reopens at `reopens`: the accepted
@@ -73,8 +73,8 @@ async fn the_rate_accepted_from_one_pause_to_the_next_is_learnt_and_held_evenly(
     assert!(pacer.throttled(slot));
     let rate = probe_until(&pacer, opened + window)
         .await
-        .expect("a rate is learnt as the second pause ends");
-    let expected = 100.0 / 10.0 * HOLD;
+        .expect("a rate is learnt as the second halt ends");
+    let expected = 100.0 / 10.0 * SHARE;
     assert!((rate - expected).abs() < 0.5, "{rate} against {expected}");
     assert_eq!(pacer.per_second(), Some(rate));
     // Held evenly: 20 more take 20 periods, none of them in a burst.
@@ -111,7 +111,7 @@ async fn a_pause_that_outlasts_the_bound_gives_up() {
     let pacer = Pacer::new(None);
     let slot = pacer.ready(&mut never()).await.unwrap();
     pacer.throttled(slot);
-    pacer.bound_pauses(Duration::from_secs(5));
+    pacer.bound_halts(Duration::from_secs(5));
     pacer.tick_started(Instant::now());
     let started = Instant::now();
     loop {
@@ -174,7 +174,7 @@ async fn a_message_on_its_way_when_the_pause_began_does_not_end_it() {
     let refused = pacer.ready(&mut never()).await.unwrap();
     assert!(pacer.throttled(refused));
     assert_eq!(pacer.accepted(on_its_way), None);
-    assert!(pacer.paused(), "only a probe ends a pause");
+    assert!(pacer.halted(), "only a probe ends a halt");
     pacer.answered(Slot::Open);
-    assert!(pacer.paused());
+    assert!(pacer.halted());
 }

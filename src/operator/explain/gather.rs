@@ -83,11 +83,15 @@ pub(super) async fn explain_keys(
             db::explain::customer_reminder_days(db, customer, tz)
                 .await
                 .map_err(db_failed("failed to read the customer's reminders"))?,
-            Some(customer_statements(db, settings, today, customer).await?),
+            Some(
+                customer_statements(db, settings, today, customer, &mut |_| {})
+                    .await?
+                    .0,
+            ),
         ),
         _ => (Vec::new(), None),
     };
-    let (pauses, holds) = db::pauses::find(db, keys, customer.as_deref())
+    let (pauses, holds) = db::payments::with_pauses(db, keys, customer.as_deref())
         .await
         .map_err(db_failed(
             "failed to read the console's pauses and the payment holds",
@@ -156,13 +160,15 @@ pub(super) async fn explain_keys(
 }
 
 /// Customer mode: what `customer` gets from the next ticks, chosen by the
-/// tick's own rule (`tick::statements`) from the rows the tick would read.
-async fn customer_statements(
+/// tick's own rule (`tick::statements`) from the rows the tick would read;
+/// `left_out` hears each row a source problem keeps out.
+pub(crate) async fn customer_statements(
     db: &Db,
     settings: &Settings,
     today: NaiveDate,
     customer: &str,
-) -> anyhow::Result<crate::tick::Chosen> {
+    left_out: &mut (dyn FnMut(crate::domain::SourceProblem) + Send),
+) -> anyhow::Result<(crate::tick::Chosen, Vec<db::customers::CustomerRow>)> {
     let (rows, suppressed) = db::customers::fetch_whole_customer(
         db,
         &OwingDay::from_settings(settings, today),
@@ -172,9 +178,11 @@ async fn customer_statements(
     )
     .await
     .map_err(db_failed("failed to read the customer's invoices"))?;
-    let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
-    let chosen = crate::tick::statements(rows, per_mail, &suppressed, today, &mut |_| {});
-    Ok(chosen)
+    let per_mail = settings.reminders.max_invoices_per_mail.get();
+    let chosen = crate::tick::statements(rows.clone(), per_mail, &suppressed, today, &mut |p| {
+        left_out(p)
+    });
+    Ok((chosen, rows))
 }
 
 /// Customer mode: where invoice `id` stands in what `customer` gets from
@@ -188,7 +196,7 @@ fn place_of(
     if chosen.waiting.iter().any(|c| c == customer) {
         return CustomerPlace::WaitsForRetry;
     }
-    let per_mail = usize::try_from(settings.reminders.max_invoices_per_mail).unwrap_or(usize::MAX);
+    let per_mail = settings.reminders.max_invoices_per_mail.get();
     for statement in &chosen.statements {
         if statement.letter.iter().any(|p| p.key == *id) {
             return CustomerPlace::Next;

@@ -315,7 +315,7 @@ pub struct Explained {
     /// The pause flag, NULL counting as not paused.
     pub paused: Option<bool>,
     pub paused_until: Option<NaiveDate>,
-    /// The console pause that holds it back, if any.
+    /// The console pause that keeps it back, if any.
     pub console_pause: Option<crate::db::pauses::ConsolePause>,
     /// The payment hold in force, if any: the strongest when several of
     /// its payment objects hold it.

@@ -21,7 +21,7 @@ use super::choose::{Statement, statements};
 use super::claiming::Claiming;
 use super::grouping::Grouping;
 use super::hand_on::{pass_on, screen};
-use super::window::{Customers, customer_page};
+use super::pages::{Customers, customer_page};
 use crate::config::ReminderSettings;
 use crate::db;
 use crate::db::claims::StatementClaim;
@@ -44,9 +44,7 @@ pub(super) struct CustomerStatements {
 impl CustomerStatements {
     pub fn new(reminders: &ReminderSettings) -> Self {
         Self {
-            per_mail: usize::try_from(reminders.max_invoices_per_mail)
-                .unwrap_or(usize::MAX)
-                .max(1),
+            per_mail: reminders.max_invoices_per_mail.get(),
         }
     }
 }
@@ -116,7 +114,7 @@ impl CustomerStatements {
     }
 
     /// A page's statements, in groups of whole customers of at most
-    /// `batch_size` rows for one claim each; the steps the gap holds back past their window are recorded
+    /// `batch_size` rows for one claim each; the steps the gap keeps back past their window are recorded
     /// `superseded`. Ok(None): stop claiming (fenced).
     async fn choose(
         &self,

@@ -153,7 +153,7 @@ impl Claiming {
         claim.claimed
     }
 
-    /// Records `steps` `skipped` as superseded (the gap holds each back
+    /// Records `steps` `skipped` as superseded (the gap keeps each back
     /// past its window's end): reported, never sent. Ok(false): stop
     /// claiming (fenced).
     pub async fn record_superseded(&self, steps: &[Superseded]) -> Result<bool, TickError> {
@@ -178,7 +178,7 @@ impl Claiming {
         if recorded > 0 {
             tracing::info!(
                 superseded = recorded,
-                "steps the gap (reminders.min_days_between) holds back past their window were recorded as superseded"
+                "steps the gap (reminders.min_days_between) keeps back past their window were recorded as superseded"
             );
         }
         self.p.add(&Counts {

@@ -12,11 +12,11 @@
 //!     │         (grouping.rs): one mail per invoice (by_invoice.rs) or
 //!     │         one statement per customer (by_customer.rs); it walks:
 //!     ▼
-//! window.rs     read a page of the source: rows that owe today's step,
-//!     │         or a retry, or are held back by the gap
+//! pages.rs      read a page of the source: rows that owe today's step,
+//!     │         or a retry, or are kept back by the gap
 //! choose.rs     decide what to claim: rows that cannot be mailed (a
 //!     │         repeated key, a broken row, every address suppressed)
-//!     │         take no room in a mail; a step the gap holds back past
+//!     │         take no room in a mail; a step the gap keeps back past
 //!     │         its window is recorded `superseded`
 //! claiming.rs   claim it: room in the claim bound, one statement that
 //!     │         re-checks everything, the fence
@@ -37,8 +37,8 @@ pub(super) mod choose;
 mod claiming;
 mod grouping;
 mod hand_on;
+pub(super) mod pages;
 mod tidy;
-pub(super) mod window;
 
 use std::sync::Arc;
 

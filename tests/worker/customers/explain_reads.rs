@@ -28,14 +28,14 @@ async fn explaining_a_customer_with_200_invoices_takes_at_most_10_statements() {
     // One statement went: the customer has reminders, sent and owed.
     tick(&world).await;
     let ctx = world.context().await;
-    let today = invoice_reminder::db::today(&ctx.db, ctx.settings.schedule.timezone)
-        .await
-        .unwrap();
+    let desk = invoice_reminder::operator::desk::Desk::new(ctx.db.clone(), ctx.settings.clone());
+    // Today is read once per desk, before the explanation's own statements.
+    desk.today().await.unwrap();
     let counted = Arc::new(AtomicUsize::new(0));
     let subscriber = tracing_subscriber::registry().with(Statements(Arc::clone(&counted)));
     let _counting = tracing::subscriber::set_default(subscriber);
 
-    let explained = explain_customer(&ctx.db, &ctx.settings, today, &customer.to_string(), 1_000)
+    let explained = explain_customer(&desk, &customer.to_string(), 1_000)
         .await
         .unwrap()
         .invoices;

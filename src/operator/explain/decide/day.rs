@@ -225,7 +225,7 @@ impl Day<'_> {
                     return (
                         Reason::UnknownDelivery,
                         format!(
-                            "today's due step {key} was handed to the mail server by {run} and no result came back: it is never resent by itself; look its Message-ID up in the server's log, then `invoice-reminder resolve --sent {id}` (it went out) or `--resend {id}`",
+                            "today's due step {key} was handed to the mail server by {run} and no result came back: it is never resent by itself; look its Message-ID up in the server's log, then `invoice-reminder settle --sent {id}` (it went out) or `--resend {id}`",
                             id = r.row.id
                         ),
                         None,

@@ -12,9 +12,10 @@ use anyhow::Context as _;
 
 use super::exit;
 use crate::config::Settings;
-use crate::db::{self, Db};
 use crate::domain::InvoiceId;
+use crate::operator::archive::Archived;
 use crate::operator::db_failed;
+use crate::operator::desk::Desk;
 use crate::operator::explain::report::{self, Explained, RowState};
 use crate::operator::explain::{check_customer_column, explain_customer, explain_invoice};
 
@@ -30,7 +31,7 @@ pub enum Target {
 /// `explain --raw`: the archived bytes of the invoice's latest sent
 /// reminder (`archive.store = "database"`), as sent. Exit 1 when there is
 /// none in the archive.
-async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
+async fn print_raw(desk: &Desk, explained: &Explained) -> anyhow::Result<ExitCode> {
     let latest = explained
         .reminders
         .iter()
@@ -41,8 +42,12 @@ async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
         outln!("invoice {} has no sent reminder", explained.invoice_id);
         return Ok(ExitCode::from(exit::FAILURE));
     };
-    match db::archive::archived_message(db, &message_id).await {
-        Ok(Some(message)) => {
+    let archived = desk
+        .archived(&message_id)
+        .await
+        .map_err(db_failed("failed to read the message archive"))?;
+    match archived {
+        Archived::Kept(message) => {
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
             out.write_all(&message.bytes)
@@ -50,16 +55,11 @@ async fn print_raw(db: &Db, explained: &Explained) -> anyhow::Result<ExitCode> {
                 .context("failed to print the archived message")?;
             Ok(ExitCode::SUCCESS)
         }
-        Ok(None) => {
-            outln!(
-                "<{message_id}> is not in the archive (archive.store = \"none\", or older than archive.keep_days)"
-            );
+        Archived::NotKept(sentence) => {
+            outln!("{sentence}");
             Ok(ExitCode::from(exit::FAILURE))
         }
-        Err(db::archive::ArchiveError::Database(e)) => {
-            Err(db_failed("failed to read the message archive")(e))
-        }
-        Err(e) => Err(anyhow::Error::new(e)),
+        Archived::Damaged(why) => Err(anyhow::anyhow!(why)),
     }
 }
 
@@ -69,17 +69,18 @@ pub async fn explain(
     json: bool,
     raw: bool,
 ) -> anyhow::Result<ExitCode> {
-    let db = super::connect(settings).await?;
-    super::check_source(&db).await?;
-    let today = db::today(&db, settings.schedule.timezone)
+    let desk = super::desk(settings).await?;
+    desk.check_source().await?;
+    let today = desk
+        .today()
         .await
         .context("failed to read the database clock")?;
     match target {
         Target::Invoice(id) => {
             let id = InvoiceId::from(id.trim());
-            let explained = explain_invoice(&db, settings, today, &id).await?;
+            let explained = explain_invoice(&desk, &id).await?;
             if raw {
-                return print_raw(&db, &explained).await;
+                return print_raw(&desk, &explained).await;
             }
             if json {
                 let text = serde_json::to_string_pretty(&explained)
@@ -92,8 +93,8 @@ pub async fn explain(
         }
         Target::Customer(customer) => {
             let customer = customer.trim();
-            check_customer_column(&db, settings).await?;
-            let explained = explain_customer(&db, settings, today, customer, CUSTOMER_INVOICES)
+            check_customer_column(&desk).await?;
+            let explained = explain_customer(&desk, customer, CUSTOMER_INVOICES)
                 .await?
                 .invoices;
             if json {

@@ -1,15 +1,13 @@
-//! Reading the window in customer mode: the pages of the source a tick
-//! walks, each with its suppressed addresses; and (for `explain` and
-//! `preview`) the suppression list for a set of addresses. Each read is
-//! timed for the tick's diagnostics; none claims anything. Invoice mode
-//! reads each page in its claim's transaction (`by_invoice.rs`).
+//! Customer mode's pages: the pages of the source a tick walks, each with
+//! its suppressed addresses. Each read is timed for the tick's account;
+//! none claims anything. Invoice mode reads each page in its claim's
+//! transaction (`by_invoice.rs`).
 
 use std::collections::HashSet;
 
 use super::claiming::Claiming;
+use crate::db;
 use crate::db::customers::{CustomerPage, CustomerRow};
-use crate::db::{self, Db};
-use crate::domain::lowercase_addresses;
 use crate::tick::timings::Spent;
 use crate::tick::{TickError, db_err};
 
@@ -87,7 +85,7 @@ pub(super) async fn customer_page(
     }))
 }
 
-/// Every row of `customer` that owes a step (or is held back from one),
+/// Every row of `customer` that owes a step (or is kept back from one),
 /// read `limit` rows at a time, and their suppressed addresses.
 async fn whole_customer(
     c: &Claiming,
@@ -108,18 +106,4 @@ async fn whole_customer(
         .map_err(db_err(
             "reading the invoices of a customer that owes a reminder",
         ))
-}
-
-/// The addresses of `cells` (source `email` cells; a cell that does not
-/// parse has none) that are on the suppression list, lower-cased: one
-/// statement.
-pub async fn suppressed_addresses<'a>(
-    db: &Db,
-    cells: impl Iterator<Item = &'a str>,
-) -> Result<HashSet<String>, sqlx::Error> {
-    let asked = lowercase_addresses(cells);
-    Ok(db::suppressions::suppressed_among(db, &asked)
-        .await?
-        .into_iter()
-        .collect())
 }

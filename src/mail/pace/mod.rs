@@ -4,23 +4,23 @@
 //! or MAIL, "too many connections", "too much mail"); a 4.7.x on one RCPT
 //! is that recipient's, not the relay's. A throttle is not an outage:
 //!
-//! - **Pause and probe.** The refused message waits, with every other one,
+//! - **Halt and probe.** The refused message waits, with every other one,
 //!   while single probes ask the relay again after growing gaps
 //!   ([`FIRST_GAP`] × [`GAP_GROWTH`], at most [`MAX_GAP`]); the first probe
-//!   it accepts ends the pause. A refused message uses no attempt.
+//!   it accepts ends the halt. A refused message uses no attempt.
 //! - **Learn the long-term rate.** The messages the relay accepted from the
-//!   end of one pause to the end of the next, over the time between them,
+//!   end of one halt to the end of the next, over the time between them,
 //!   is the rate it lets through over time (its bursts and windows
-//!   included); a pause is taken to have ended halfway between its last
-//!   refused probe and the accepted one. A little below it ([`HOLD`]) is
-//!   held by a GCRA rate limiter (`governor`), messages spaced evenly,
-//!   never faster than `smtp.max_per_second`; a throttle while a rate is
-//!   held lowers it.
+//!   included); a halt is taken to have ended halfway between its last
+//!   refused probe and the accepted one. Sends are paced a little
+//!   below it ([`SHARE`]) by a GCRA rate limiter (`governor`), messages
+//!   spaced evenly, never faster than `smtp.max_per_second`; a throttle
+//!   while a rate is paced lowers it.
 //! - **Probe above it, and let go.** Every [`QUIET`] without a throttle
 //!   raises the rate by [`RAISE`]; after [`FREE_AFTER`] raises without one
 //!   the limit is dropped: the relay stopped throttling.
-//! - **Give up within the tick's bound.** A pause longer than the tick may
-//!   wait ([`Pacer::bound_pauses`]), or a slot under the held rate that
+//! - **Give up within the tick's bound.** A halt longer than the tick may
+//!   wait ([`Pacer::bound_halts`]), or a slot under the paced rate that
 //!   would come after it, ends the tick `throttled`, the rest handed back
 //!   unattempted; a stop (shutdown, a lost lease) wakes every waiting send.
 //!   The learnt rate never goes below [`MIN_RATE`].
@@ -44,8 +44,8 @@ pub const FIRST_GAP: Duration = Duration::from_millis(250);
 pub const GAP_GROWTH: f64 = 1.5;
 /// The longest gap between probes.
 pub const MAX_GAP: Duration = Duration::from_secs(2);
-/// The share of the measured rate that is held.
-pub const HOLD: f64 = 0.95;
+/// The share of the measured rate that sends are paced at.
+pub const SHARE: f64 = 0.95;
 /// A measurement over less time than this is a burst, not a rate.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long without a throttle before the rate is raised.
@@ -65,11 +65,11 @@ pub struct Seen {
     pub accepted: u64,
     /// Messages it refused as throttling (probes included).
     pub refused: u64,
-    /// Throttles that started a pause.
-    pub pauses: u64,
+    /// Throttles that started a halt.
+    pub halts: u64,
 }
 
-/// A send's permission: at the held rate, or the probe of a pause.
+/// A send's permission: at the paced rate, or the probe of a halt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     Open,
@@ -81,8 +81,8 @@ pub enum Slot {
 pub enum NotReady {
     /// The stop future resolved.
     Stopped,
-    /// The relay kept refusing past the bound ([`Pacer::bound_pauses`]),
-    /// or the next slot under the held rate comes after it.
+    /// The relay kept refusing past the bound ([`Pacer::bound_halts`]),
+    /// or the next slot under the paced rate comes after it.
     GaveUp,
 }
 
@@ -98,18 +98,18 @@ struct State {
     learned: LearnedRate,
     changed_at: Instant,
     limiter: Option<Limiter>,
-    /// When the last pause ended, and what the relay accepted since (None:
-    /// no pause yet in this stretch of sending).
+    /// When the last halt ended, and what the relay accepted since (None:
+    /// no halt yet in this stretch of sending).
     resumed_at: Option<Instant>,
     accepted_since: u64,
-    pause: Option<Pause>,
+    halt: Option<Halt>,
     give_up_at: Option<Instant>,
-    pause_bound: Option<Duration>,
+    halt_bound: Option<Duration>,
     seen: Seen,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Pause {
+struct Halt {
     until: Instant,
     gap: Duration,
     probing: bool,
@@ -132,9 +132,9 @@ impl Pacer {
             limiter: None,
             resumed_at: None,
             accepted_since: 0,
-            pause: None,
+            halt: None,
             give_up_at: None,
-            pause_bound: None,
+            halt_bound: None,
             seen: Seen::default(),
         };
         let configured = max_per_second.map(f64::from);
@@ -180,27 +180,27 @@ impl Pacer {
         }
     }
 
-    /// The rate sends are held to now (None: no limit).
+    /// The rate sends are paced at now (None: no limit).
     pub fn per_second(&self) -> Option<f64> {
         held(self.configured, self.state().learned.per_second)
     }
 
-    /// Whether sending is paused by a throttle.
-    pub fn paused(&self) -> bool {
-        self.state().pause.is_some()
+    /// Whether sending is halted by a throttle.
+    pub fn halted(&self) -> bool {
+        self.state().halt.is_some()
     }
 
-    /// A pause lasting past `bound` from a tick's start gives up (half of
+    /// A halt lasting past `bound` from a tick's start gives up (half of
     /// `schedule.max_tick_duration`, set where the worker starts; without
-    /// it a pause lasts until the tick stops).
-    pub fn bound_pauses(&self, bound: Duration) {
-        self.state().pause_bound = Some(bound);
+    /// it a halt lasts until the tick stops).
+    pub fn bound_halts(&self, bound: Duration) {
+        self.state().halt_bound = Some(bound);
     }
 
-    /// A tick started `at`: its pauses give up at `at` + the bound.
+    /// A tick started `at`: its halts give up at `at` + the bound.
     pub fn tick_started(&self, at: Instant) {
         let mut s = self.state();
-        s.give_up_at = s.pause_bound.and_then(|bound| at.checked_add(bound));
+        s.give_up_at = s.halt_bound.and_then(|bound| at.checked_add(bound));
         self.changed.notify_waiters();
     }
 
@@ -209,8 +209,8 @@ impl Pacer {
         std::mem::take(&mut self.state().seen)
     }
 
-    /// Waits for this send's slot: a place under the held rate, or the
-    /// probe of a pause. `stopped` resolving wakes it at once.
+    /// Waits for this send's slot: a place under the paced rate, or the
+    /// probe of a halt. `stopped` resolving wakes it at once.
     pub async fn ready<S>(&self, stopped: &mut S) -> Result<Slot, NotReady>
     where
         S: Future<Output = ()> + Unpin + ?Sized,
@@ -243,18 +243,18 @@ impl Pacer {
         let s = &mut *guard;
         let now = Instant::now();
         let give_up_at = s.give_up_at;
-        if let Some(pause) = s.pause.as_mut() {
+        if let Some(halt) = s.halt.as_mut() {
             if give_up_at.is_some_and(|at| now >= at) {
                 return Err(Wait::GaveUp);
             }
-            if pause.probing {
+            if halt.probing {
                 return Err(Wait::Until(give_up_at));
             }
-            if now >= pause.until {
-                pause.probing = true;
+            if now >= halt.until {
+                halt.probing = true;
                 return Ok(Slot::Probe);
             }
-            let until = give_up_at.map_or(pause.until, |at| at.min(pause.until));
+            let until = give_up_at.map_or(halt.until, |at| at.min(halt.until));
             return Err(Wait::Until(Some(until)));
         }
         match s.limiter.as_ref().map(Limiter::check) {
@@ -262,7 +262,7 @@ impl Pacer {
             Some(Err(not_until)) => {
                 let at = now + not_until.wait_time_from(self.clock.elapsed());
                 // A slot past the tick's bound is waited for no more than
-                // a pause is.
+                // a halt is.
                 if give_up_at.is_some_and(|bound| at > bound) {
                     return Err(Wait::GaveUp);
                 }
@@ -272,17 +272,17 @@ impl Pacer {
     }
 
     /// The relay accepted the message sent in `slot`. Some: the rate
-    /// learnt as this ended a pause. Only a probe ends a pause: a message
-    /// that was on its way when the pause began says nothing of now.
+    /// learnt as this ended a halt. Only a probe ends a halt: a message
+    /// that was on its way when the halt began says nothing of now.
     pub fn accepted(&self, slot: Slot) -> Option<f64> {
         let mut guard = self.state();
         let s = &mut *guard;
         s.seen.accepted = s.seen.accepted.saturating_add(1);
         let learned = match slot {
             Slot::Probe => {
-                let pause = s.pause.take();
+                let halt = s.halt.take();
                 self.changed.notify_waiters();
-                self.resumed(s, pause)
+                self.resumed(s, halt)
             }
             Slot::Open => {
                 s.accepted_since = s.accepted_since.saturating_add(1);
@@ -295,27 +295,27 @@ impl Pacer {
 
     /// The relay answered `slot`'s message otherwise than by throttling
     /// (a refusal of the message or its recipient): a probe so answered
-    /// ends the pause, the relay takes mail again.
+    /// ends the halt, the relay takes mail again.
     pub fn answered(&self, slot: Slot) {
         if slot == Slot::Probe {
             let mut s = self.state();
-            s.pause = None;
+            s.halt = None;
             s.resumed_at = Some(Instant::now());
             s.accepted_since = 0;
             self.changed.notify_waiters();
         }
     }
 
-    /// A pause ended with an accepted probe now: the stretch since the
-    /// last pause ended is measured (the relay's window, from its burst to
+    /// A halt ended with an accepted probe now: the stretch since the
+    /// last halt ended is measured (the relay's window, from its burst to
     /// halfway between the last refusal and this acceptance), and the
     /// probe starts the next stretch.
-    fn resumed(&self, s: &mut State, pause: Option<Pause>) -> Option<f64> {
+    fn resumed(&self, s: &mut State, halt: Option<Halt>) -> Option<f64> {
         let now = Instant::now();
-        let measured = match (s.resumed_at, pause) {
-            (Some(from), Some(pause)) => {
-                let half = now.saturating_duration_since(pause.refused_at) / 2;
-                let over = (pause.refused_at + half).saturating_duration_since(from);
+        let measured = match (s.resumed_at, halt) {
+            (Some(from), Some(halt)) => {
+                let half = now.saturating_duration_since(halt.refused_at) / 2;
+                let over = (halt.refused_at + half).saturating_duration_since(from);
                 (over >= MIN_INTERVAL && s.accepted_since > 0)
                     .then(|| s.accepted_since as f64 / over.as_secs_f64())
             }
@@ -324,11 +324,11 @@ impl Pacer {
         s.resumed_at = Some(now);
         s.accepted_since = 1;
         let measured = measured?;
-        let rate = measured * HOLD;
+        let rate = measured * SHARE;
         let rate = s
             .learned
             .per_second
-            .map_or(rate, |held| rate.min(held * HOLD))
+            .map_or(rate, |held| rate.min(held * SHARE))
             .max(MIN_RATE);
         s.learned.measured = Some(measured);
         s.learned.per_second = Some(rate);
@@ -340,24 +340,24 @@ impl Pacer {
     /// next waiting send.
     pub fn returned(&self, slot: Slot) {
         if slot == Slot::Probe {
-            if let Some(pause) = self.state().pause.as_mut() {
-                pause.probing = false;
+            if let Some(halt) = self.state().halt.as_mut() {
+                halt.probing = false;
             }
             self.changed.notify_waiters();
         }
     }
 
-    /// The relay throttled the message sent in `slot`: pause (true: this
-    /// throttle started the pause), or wait longer for the next probe.
+    /// The relay throttled the message sent in `slot`: halt (true: this
+    /// throttle started the halt), or wait longer for the next probe.
     pub fn throttled(&self, slot: Slot) -> bool {
         let mut guard = self.state();
         let s = &mut *guard;
         let now = Instant::now();
         s.seen.refused = s.seen.refused.saturating_add(1);
-        if let Some(pause) = s.pause.as_mut() {
+        if let Some(halt) = s.halt.as_mut() {
             if slot == Slot::Probe {
-                let gap = pause.gap.mul_f64(GAP_GROWTH).min(MAX_GAP);
-                *pause = Pause {
+                let gap = halt.gap.mul_f64(GAP_GROWTH).min(MAX_GAP);
+                *halt = Halt {
                     until: now + gap,
                     gap,
                     probing: false,
@@ -367,8 +367,8 @@ impl Pacer {
             }
             return false;
         }
-        s.seen.pauses = s.seen.pauses.saturating_add(1);
-        s.pause = Some(Pause {
+        s.seen.halts = s.seen.halts.saturating_add(1);
+        s.halt = Some(Halt {
             until: now + FIRST_GAP,
             gap: FIRST_GAP,
             probing: false,
@@ -380,12 +380,12 @@ impl Pacer {
     }
 
     /// Sending stopped for now (the tick ended): the next stretch measures
-    /// from its own first throttle, and no pause outlives the tick.
+    /// from its own first throttle, and no halt outlives the tick.
     pub fn ended(&self) {
         let mut s = self.state();
         s.resumed_at = None;
         s.accepted_since = 0;
-        s.pause = None;
+        s.halt = None;
         s.give_up_at = None;
     }
 

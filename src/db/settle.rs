@@ -1,4 +1,4 @@
-//! Settling unknown deliveries by hand (`invoice-reminder resolve`): the
+//! Settling unknown deliveries by hand (`invoice-reminder settle`): the
 //! operator checked the mail server's log for the stored Message-ID and
 //! says whether the mail went out. Only rows whose delivery is unknown can
 //! be settled: `sending`, started, and their run's lease over for good
@@ -13,8 +13,8 @@ use chrono::NaiveDate;
 use sqlx::FromRow;
 
 use super::Db;
+use super::activity::{NewActivity, record_on};
 use super::conn::on_db;
-use super::console::{NewActivity, record_on};
 use super::owing::{OwingDay, date_value, in_window, windows};
 use super::runs::run_gone;
 use crate::domain::StepKey;

@@ -14,12 +14,14 @@ pub mod report;
 
 use chrono::NaiveDate;
 
+use super::desk::Desk;
 use super::{UsageError, db_failed};
 use crate::config::Settings;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
 
 pub use decide::{CustomerPlace, Facts, Rules, decide, instant};
+pub(crate) use gather::customer_statements;
 use gather::explain_keys;
 pub use report::{
     Explained, Occurrence, Reason, ReminderView, RowState, SourceView, Until, Unusable,
@@ -35,15 +37,10 @@ pub fn rules(settings: &Settings) -> Rules<'_> {
     }
 }
 
-/// Explains invoice `id` on `today` (the database's date in
-/// `schedule.timezone`): reads its source rows and reminder rows and
-/// decides. Reads only.
-pub async fn explain_invoice(
-    db: &Db,
-    settings: &Settings,
-    today: NaiveDate,
-    id: &InvoiceId,
-) -> anyhow::Result<Explained> {
+/// Explains invoice `id` today (the desk's day): reads its source rows
+/// and reminder rows and decides. Reads only.
+pub async fn explain_invoice(desk: &Desk, id: &InvoiceId) -> anyhow::Result<Explained> {
+    let (db, settings, today) = parts(desk).await?;
     let keys = std::slice::from_ref(id);
     let sources = read_sources(db, keys, today).await?;
     // Its customer, when its one source row names one.
@@ -58,15 +55,14 @@ pub async fn explain_invoice(
 }
 
 /// Explains every invoice of `customer` in the source (at most `limit`,
-/// in key order) on `today`, reading the customer once: a fixed number of
+/// in key order) today, reading the customer once: a fixed number of
 /// statements whatever its number of invoices.
 pub async fn explain_customer(
-    db: &Db,
-    settings: &Settings,
-    today: NaiveDate,
+    desk: &Desk,
     customer: &str,
     limit: u32,
 ) -> anyhow::Result<CustomerExplained> {
+    let (db, settings, today) = parts(desk).await?;
     let sources = db::explain::customer_source_rows(db, customer, limit, today)
         .await
         .map_err(db_failed("failed to read the customer's invoices"))?;
@@ -110,9 +106,19 @@ async fn read_sources(
         .map_err(db_failed("failed to read the invoice from source.relation"))
 }
 
+/// What every explanation reads with: the database, the settings, today.
+async fn parts(desk: &Desk) -> anyhow::Result<(&Db, &Settings, NaiveDate)> {
+    let today = desk
+        .today()
+        .await
+        .map_err(db_failed("failed to read the database clock"))?;
+    Ok((desk.db(), desk.settings(), today))
+}
+
 /// A usage error when the source has no `customer_id` column.
-pub async fn check_customer_column(db: &Db, settings: &Settings) -> anyhow::Result<()> {
-    let columns = db::source::columns(db)
+pub async fn check_customer_column(desk: &Desk) -> anyhow::Result<()> {
+    let settings = desk.settings();
+    let columns = db::source::columns(desk.db())
         .await
         .map_err(db_failed("failed to read the columns of source.relation"))?
         .unwrap_or_default();

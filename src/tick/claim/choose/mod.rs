@@ -6,7 +6,7 @@
 //! check (`SourceRow::into_parts`) is reported and left out before anything is
 //! counted; a row whose every address is suppressed is claimed (to be
 //! recorded `skipped`) but takes no place in a mail; a sound row the gap
-//! holds back is left for a later tick, or, when the gap lasts past the
+//! keeps back is left for a later tick, or, when the gap lasts past the
 //! last day of its step's window, recorded `superseded` (never silently
 //! skipped).
 //! So a customer's clean invoices are always the ones its mail lists.
@@ -73,7 +73,7 @@ pub(super) fn last_day(
     Some(shift(today, due.signed_duration_since(from).num_days()))
 }
 
-/// Invoice mode: the held rows of a page whose step the gap holds back
+/// Invoice mode: the held rows of a page whose step the gap keeps back
 /// past its window (`window_from`: the window's `due_from` today), as
 /// superseded; a held row with a problem is reported instead.
 pub(super) fn superseded_of_page(
@@ -97,7 +97,7 @@ pub(super) fn superseded_of_page(
     steps
 }
 
-/// A step held back by the gap until `gap_until`, as superseded if that is
+/// A step kept back by the gap until `gap_until`, as superseded if that is
 /// after the last day of its window.
 pub(super) fn superseded(
     row: &SourceRow,

@@ -1,0 +1,70 @@
+//! The operator's desk: the one door through which the command line and
+//! the console reach the database. A face (a command, a console request)
+//! builds one desk, asks it questions and has it make changes, and formats
+//! what it answers; only the desk, through the rest of `operator`, touches
+//! `db`. A desk holds the database, the settings and today (the database's
+//! date in `schedule.timezone`), read once, at the first question that
+//! needs it, so a page or a command decides everything for one day.
+//!
+//! Its methods live beside their questions, one `impl Desk` in each file
+//! of `operator` (`audit`, `overview`, `archive`, `explain`, ...).
+
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+use tokio::sync::OnceCell;
+
+use crate::config::Settings;
+use crate::db::owing::OwingDay;
+use crate::db::{self, Db};
+
+/// The database, the settings and today, for one command or request.
+pub struct Desk {
+    db: Db,
+    settings: Arc<Settings>,
+    today: OnceCell<NaiveDate>,
+}
+
+impl Desk {
+    pub fn new(db: Db, settings: Arc<Settings>) -> Self {
+        Self {
+            db,
+            settings,
+            today: OnceCell::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The database, for the rest of `operator`.
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Today: the database's date in `schedule.timezone`, read once.
+    pub async fn today(&self) -> Result<NaiveDate, sqlx::Error> {
+        self.today
+            .get_or_try_init(|| db::today(&self.db, self.settings.schedule.timezone))
+            .await
+            .copied()
+    }
+
+    /// Checks `source.relation` against the source contract: a relation
+    /// that does not satisfy it is a configuration error (exit 2, a 4xx)
+    /// naming it.
+    pub async fn check_source(&self) -> anyhow::Result<()> {
+        db::source::check(&self.db).await.map_err(|e| match e {
+            e @ db::source::SourceError::Contract(_) => super::UsageError(e.to_string()).into(),
+            db::source::SourceError::Database(e) => {
+                anyhow::Error::new(e).context("failed to check source.relation")
+            }
+        })
+    }
+
+    /// Today with the rules that decide what is owed on it.
+    pub async fn owing_day(&self) -> Result<OwingDay, sqlx::Error> {
+        Ok(OwingDay::from_settings(&self.settings, self.today().await?))
+    }
+}
