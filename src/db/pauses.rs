@@ -43,9 +43,9 @@ pub struct ConsolePause {
     pub paused_at: DateTime<Utc>,
 }
 
-/// Among `pauses`, the one that holds invoice `id` back: its own, else
+/// Among `pauses`, the one that keeps invoice `id` back: its own, else
 /// its customer's.
-pub fn holding<'p>(pauses: &'p [ConsolePause], id: &InvoiceId) -> Option<&'p ConsolePause> {
+pub fn pausing<'p>(pauses: &'p [ConsolePause], id: &InvoiceId) -> Option<&'p ConsolePause> {
     pauses
         .iter()
         .find(|p| p.invoice_id.as_deref() == Some(id.as_str()))

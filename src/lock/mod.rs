@@ -309,7 +309,7 @@ impl LockBackend {
     }
 }
 
-/// A held lock. Drop without [`Lease::release`] stops the watchdog and
+/// A lock taken. Drop without [`Lease::release`] stops the watchdog and
 /// leaves the lock to lapse (Redis: by its TTL; PostgreSQL: when the
 /// connection closes).
 pub struct Lease {

@@ -86,7 +86,7 @@ async fn a_mail_settled_as_sent_is_closed_and_one_resent_goes_out_once_more_with
     let log = browser.text("table.activity").await;
     assert!(
         log.contains(&format!(
-            "olga resolve sent Message-ID <{went_out_id}> in the relay's log {went_out}"
+            "olga settle sent Message-ID <{went_out_id}> in the relay's log {went_out}"
         )),
         "{log}"
     );

@@ -138,7 +138,7 @@ pub(super) async fn explain_keys(
                         .iter()
                         .find(|p| p.invoice_id.as_deref() == Some(id.as_str()))
                 },
-                |_| db::pauses::holding(&pauses, id),
+                |_| db::pauses::pausing(&pauses, id),
             )
             .cloned();
         let facts = Facts {

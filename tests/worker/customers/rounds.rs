@@ -100,7 +100,7 @@ async fn a_failed_statements_retry_is_not_sent_within_the_gap_of_a_statement_sen
     tick(&world).await;
     assert_eq!(world.sink.count(), 1);
     // A retry of another of its invoices becomes due (its first statement
-    // failed before this one went out): the gap holds it back.
+    // failed before this one went out): the gap keeps it back.
     sqlx::query(
         "INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
          VALUES ($1, 'INV-OLD', 500, 'EUR', current_date - 8)",

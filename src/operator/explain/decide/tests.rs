@@ -344,7 +344,7 @@ fn in_customer_mode_will_send_today_only_for_an_invoice_the_next_statement_lists
 fn a_step_recorded_superseded_says_so_and_is_not_called_suppressed() {
     let mut skipped = row("overdue", "skipped", 1);
     skipped.last_error = Some(
-        "superseded: reminders.min_days_between holds this step back until 2026-12-10, after its last day, 2026-12-08".into(),
+        "superseded: reminders.min_days_between keeps this step back until 2026-12-10, after its last day, 2026-12-08".into(),
     );
     let e = decided(vec![source(10)], vec![skipped]);
     assert_eq!(e.reason, Reason::Superseded);

@@ -112,7 +112,7 @@ pub(super) fn superseded(
         step: step.clone(),
         customer_id: row.customer_id.clone(),
         reason: format!(
-            "superseded: reminders.min_days_between holds this step back until {gap_until}, after its last day, {last}"
+            "superseded: reminders.min_days_between keeps this step back until {gap_until}, after its last day, {last}"
         ),
     })
 }
