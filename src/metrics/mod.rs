@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -20,42 +19,9 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::domain::Counts;
 
-/// `{outcome="done"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OutcomeLabel {
-    pub outcome: &'static str,
-}
+mod labels;
 
-/// `{result="sent"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: &'static str,
-}
-
-/// `{kind="paid", outcome="stored"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SignalLabel {
-    pub kind: &'static str,
-    pub outcome: &'static str,
-}
-
-/// `{on="marks"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OnLabel {
-    pub on: &'static str,
-}
-
-/// `{action="replaced"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabel {
-    pub action: &'static str,
-}
-
-/// `{problem="repeated_key"}` and the like.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProblemLabel {
-    pub problem: &'static str,
-}
+pub use labels::{ActionLabel, OnLabel, OutcomeLabel, ProblemLabel, ResultLabel, SignalLabel};
 
 /// Lock renewals by result (`renewed`, `gone`, `stolen`, `error`, `expired`).
 pub type RenewalCounter = Family<ResultLabel, Counter>;
