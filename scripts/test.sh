@@ -109,6 +109,7 @@ ensure_tools() {
   fi
   # tests/console drives the operator console in headless Chromium over WebDriver.
   command -v chromedriver >/dev/null || { log "installing chromium and chromium-driver"; apt_install --no-install-recommends chromium chromium-driver; }
+  command -v pdftotext >/dev/null || { log "installing poppler-utils (pdftotext, pdfinfo: the letters' tests)"; apt_install --no-install-recommends poppler-utils; }
   command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 }
 

@@ -47,7 +47,9 @@
 //!   `config/default.toml`, validated once; [`metrics`]: the Prometheus
 //!   metrics; [`liveness`]: is the scheduler loop alive.
 //! * [`stages`]: which step an invoice owes (its step key is stored in
-//!   the column `period`); [`locale`]: language tags; [`dkim`]: the signing key.
+//!   the column `period`); [`locale`]: language tags; [`dkim`]: the signing
+//!   key; [`late_payment`]: the interest and compensation a late invoice
+//!   is claimed by law, priced exactly from the reference rates.
 //! * [`domain`]: the plain values the layers exchange (ids, invoice,
 //!   customer, delivery, counts).
 
@@ -60,6 +62,7 @@ pub mod db;
 pub mod dkim;
 pub mod domain;
 pub mod http;
+pub mod late_payment;
 pub mod liveness;
 pub mod locale;
 pub mod lock;

@@ -41,6 +41,9 @@ pub fn rule(problem: Problem) -> &'static str {
         Problem::BadDueDate => {
             "due_date is a date a step can be counted from: not infinity, -infinity or past the year 262142"
         }
+        Problem::UnknownLatePaymentRegime => {
+            "late_payment_regime is empty, NULL or a regime: none, eu, de-b2b, de-b2c, fr, uk or custom"
+        }
     }
 }
 

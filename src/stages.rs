@@ -30,6 +30,13 @@ pub struct Stage {
     pub template: String,
     pub repeat_every_days: Option<u32>,
     pub max_repeats: Option<u32>,
+    /// Its mail claims late-payment interest and compensation
+    /// (`late_payment.regime`; docs/late-payment.md).
+    #[serde(default)]
+    pub late_payment: bool,
+    /// Its mail attaches the claim as a PDF letter (needs `late_payment`).
+    #[serde(default)]
+    pub letter: bool,
 }
 
 /// One occurrence of a stage: what a claim is for.
@@ -96,6 +103,15 @@ impl Stages {
 
     pub fn stage(&self, step: &Step) -> &Stage {
         &self.stages[step.stage]
+    }
+
+    /// The keys of the steps whose stage claims late payment.
+    pub fn late_payment_keys(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter(|s| self.stage(s).late_payment)
+            .map(|s| s.key.to_string())
+            .collect()
     }
 
     /// Every step, earliest first.
@@ -208,6 +224,13 @@ pub fn check(stages: &[Stage]) -> Result<(), (Option<usize>, &'static str, Strin
                 ),
             ));
         }
+        if stage.letter && !stage.late_payment {
+            return Err((
+                Some(i),
+                "letter",
+                "a letter states a late-payment claim: set late_payment = true too".into(),
+            ));
+        }
         match (stage.repeat_every_days, stage.max_repeats) {
             (None, None) => {}
             (Some(_), None) | (None, Some(_)) => {
@@ -249,6 +272,8 @@ mod tests {
             template: name.into(),
             repeat_every_days: repeat.map(|r| r.0),
             max_repeats: repeat.map(|r| r.1),
+            late_payment: false,
+            letter: false,
         }
     }
 

@@ -91,6 +91,7 @@ fn statement_bytes(settings: &Settings) -> usize {
     let templates = Templates::load(
         &settings.templates,
         &settings.company,
+        &settings.late_payment,
         &settings.reminders.stages,
     )
     .expect("templates");
@@ -103,6 +104,7 @@ fn statement_bytes(settings: &Settings) -> usize {
             amount: Money::from_minor(12_345, Currency::parse("EUR").expect("a currency")),
             due_date: today - chrono::Days::new(10 + 6 * i as u64),
             payment_url: None,
+            late_payment_regime: None,
         })
         .collect();
     let lines: Vec<mail::statement::Line<'_>> = invoices

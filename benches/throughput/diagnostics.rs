@@ -89,6 +89,7 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
                         ),
                         due_date,
                         payment_url: None,
+                        late_payment_regime: None,
                     },
                     Customer {
                         name,
@@ -238,6 +239,7 @@ fn templates(settings: &Settings) -> Templates {
     Templates::load(
         &settings.templates,
         &settings.company,
+        &settings.late_payment,
         &settings.reminders.stages,
     )
     .expect("templates")
@@ -311,6 +313,7 @@ pub fn rendering_cost(settings: &Settings, n: usize) -> MessageCost {
             ),
             due_date: today - chrono::Days::new(10 + (i % 30) as u64),
             payment_url: None,
+            late_payment_regime: None,
         };
         let mail = std::hint::black_box(compose(settings, &templates, &invoice, &customer, today));
         bytes += mail.formatted().len();

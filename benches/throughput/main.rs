@@ -31,7 +31,10 @@
 //!   over 20k customers, in `BENCH_ROUNDS` rounds against smtp-source, and
 //!   against invoice mode's RSS;
 //! * `BENCH_ARCHIVE` (default 1; 0 = off): the archive's bytes per message
-//!   after a 10k tick with `archive.store = "database"`.
+//!   after a 10k tick with `archive.store = "database"`;
+//! * `BENCH_LETTERS` (default 1; 0 = off): late-payment letters, composed
+//!   per second on one core, and a 10k tick of final notices with letters
+//!   against smtp-source at their size.
 //!
 //! Needs PostgreSQL and Redis (the tests' defaults and their
 //! `TEST_POSTGRES_URL` / `TEST_REDIS_URL` overrides) and Postfix's
@@ -66,6 +69,7 @@ mod baseline;
 mod customers;
 mod diagnostics;
 mod extras;
+mod letters;
 mod report;
 mod seed;
 mod sink;
@@ -101,6 +105,7 @@ struct Knobs {
     extras: bool,
     customers: bool,
     archive: bool,
+    letters: bool,
 }
 
 impl Knobs {
@@ -125,6 +130,7 @@ impl Knobs {
             extras: std::env::var("BENCH_EXTRAS").as_deref() != Ok("0"),
             customers: std::env::var("BENCH_CUSTOMERS").as_deref() != Ok("0"),
             archive: std::env::var("BENCH_ARCHIVE").as_deref() != Ok("0"),
+            letters: std::env::var("BENCH_LETTERS").as_deref() != Ok("0"),
         }
     }
 }
@@ -364,6 +370,9 @@ async fn bench() {
 
     if knobs.archive {
         archive::run(&new, &sink).await;
+    }
+    if knobs.letters {
+        letters::run(&new, &sink, knobs.rounds).await;
     }
     let customer_case = match knobs.customers {
         true => Some(customers::run(&new, &settings, &sink, knobs.rounds).await),

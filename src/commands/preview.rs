@@ -23,6 +23,7 @@ pub async fn preview(settings: &Settings, request: Request) -> anyhow::Result<Ex
     let templates = Templates::load(
         &settings.templates,
         &settings.company,
+        &settings.late_payment,
         &settings.reminders.stages,
     )
     .map_err(|e| super::UsageError(e.to_string()))?;

@@ -16,6 +16,7 @@
 mod console;
 mod env;
 mod error;
+mod late_payment;
 mod names;
 mod payments;
 mod sections;
@@ -31,6 +32,7 @@ use serde::Deserialize;
 
 pub use console::{ConsoleSettings, ConsoleUser, Role};
 pub use error::ConfigError;
+pub use late_payment::{CustomSection, LatePaymentSettings};
 pub use names::{RelationName, SqlName};
 pub use payments::PaymentSettings;
 pub use sections::*;
@@ -111,6 +113,7 @@ pub struct Settings {
     pub company: CompanySettings,
     pub http: HttpSettings,
     pub payments: PaymentSettings,
+    pub late_payment: LatePaymentSettings,
     pub smtp: SmtpSettings,
     pub archive: ArchiveSettings,
     pub log: LogSettings,
@@ -126,10 +129,11 @@ impl Settings {
         if let Some(path) = &file {
             figment = figment.merge(Toml::file_exact(path));
         }
-        let settings: Settings = figment
+        let mut settings: Settings = figment
             .merge(env::EnvOverrides::new(&source.env))
             .extract()
             .map_err(|e| error::from_figment(e, file.as_deref()))?;
+        settings.late_payment.read_rates()?;
         validate::check(&settings)?;
         Ok(settings)
     }

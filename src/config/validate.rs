@@ -21,6 +21,7 @@ const MAX_HEADER_BYTES: u32 = 1 << 20;
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 pub(super) fn check(s: &Settings) -> Result<(), ConfigError> {
+    super::late_payment::check(&s.late_payment)?;
     if s.replica_id.chars().any(char::is_control) || s.replica_id.len() > 200 {
         return Err(ConfigError::new(
             "replica_id",

@@ -127,6 +127,7 @@ pub(super) async fn invoice_page(
             reason_detail => explained.reason_detail,
             next_step => explained.next_step.map(|s| s.to_string()),
             next_date => explained.next_date.map(|d| d.to_string()),
+            late_payment => explained.late_payment_working,
             source,
             amount,
             pause_own => pause.as_ref().is_some_and(|p| p.invoice_id.is_some()),

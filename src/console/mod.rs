@@ -184,6 +184,10 @@ fn router(app: App) -> Router {
             "/invoices/{id}/messages/{message_id}/raw",
             get(messages::message_raw),
         )
+        .route(
+            "/invoices/{id}/messages/{message_id}/letters/{name}",
+            get(messages::letter),
+        )
         .route("/invoices/{id}/pause", post(pause::post))
         .route("/invoices/{id}/unpause", post(pause::post))
         .route("/invoices/{id}/lift", post(pause::lift))

@@ -85,6 +85,7 @@ async fn build(app: &App, only: Option<(&str, &str)>) -> Result<Vec<Sample>, Fai
     let templates = Templates::load(
         &settings.templates,
         &settings.company,
+        &settings.late_payment,
         &settings.reminders.stages,
     )
     .map_err(failed("load the templates"))?;

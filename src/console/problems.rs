@@ -45,6 +45,11 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
         })
         .collect();
     let more = problems.count.saturating_sub(rows.len());
+    let rates = app
+        .desk()
+        .rates_out_of_date()
+        .await
+        .map_err(failed("read the database clock"))?;
     // The CLI's words, as a sentence of their own.
     let mut hint = FIX_HINT.to_owned();
     if let Some(first) = hint.get_mut(0..1) {
@@ -63,6 +68,7 @@ pub async fn list(State(app): State<App>, Extension(signed): Extension<Signed>) 
             more => more,
             hint => hint,
             relation => app.settings.source.relation.to_string(),
+            rates => rates,
         },
     ))
 }

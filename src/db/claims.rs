@@ -10,7 +10,7 @@ use super::invoices::{OverdueKey, OwedPage, owed_page_on, source_columns};
 use super::locks::Fence;
 use super::owing::{
     OwingDay, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
-    windows,
+    priced, windows,
 };
 use super::reminders::{
     Claim, ClaimError, ClaimResult, ClaimedRow, ask_suppressed, check_fence, claim_results, keyed,
@@ -36,6 +36,8 @@ macro_rules! owed_of_keyed {
             complete!(),
             " AND ",
             owes_flags!("s"),
+            " AND ",
+            priced!("w.key"),
             " AND ",
             invoice_gap_clear!(probe)
         )
@@ -275,6 +277,8 @@ pub async fn reclaim_failed(
         complete!(),
         " AND (SELECT count(*) FROM {src} k WHERE k.invoice_id::text = r.invoice_id) = 1 AND ",
         owes_flags!("s"),
+        " AND ",
+        priced!("w.key"),
         " AND ",
         invoice_gap_clear!(probe),
         " ORDER BY r.id LIMIT $limit FOR UPDATE OF r SKIP LOCKED),",

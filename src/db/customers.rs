@@ -22,7 +22,7 @@ use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
 use super::owing::{
     OwingDay, backoff_over, customer_gap_clear, gap_until, in_window, invoice_gap_clear,
-    owes_flags, windows,
+    owes_flags, priced, windows,
 };
 use super::params::Params;
 use super::suppressions::suppressed_among_on;
@@ -165,6 +165,8 @@ macro_rules! customer_read {
             " CROSS JOIN LATERAL (SELECT CASE",
             " WHEN w.key IS NULL OR NOT (",
             owes_flags!("s"),
+            " AND ",
+            priced!("w.key"),
             ") THEN NULL",
             " WHEN r.status = 'sending' AND r.started_at IS NULL AND r.run_id IS DISTINCT FROM $run_id",
             " THEN 'waiting'",

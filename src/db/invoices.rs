@@ -28,10 +28,10 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::owing::{OwingDay, gap_until, invoice_gap_clear, owes_flags};
+use super::owing::{OwingDay, gap_until, invoice_gap_clear, owes_flags, priced};
 use super::params::Params;
 use crate::domain::{
-    Currency, Customer, Invoice, InvoiceId, Money, Problem, Recipients, SourceProblem,
+    Currency, Customer, Invoice, InvoiceId, Money, Problem, Recipients, Regime, SourceProblem,
 };
 use crate::stages::Window;
 
@@ -62,7 +62,8 @@ macro_rules! source_columns {
             " s.customer_name::text AS customer_name,",
             " s.email::text AS customer_email,",
             " NULLIF(s.locale::text, '') AS customer_locale,",
-            " {customer} AS customer_id"
+            " {customer} AS customer_id,",
+            " {regime} AS late_payment_regime"
         )
     };
 }
@@ -87,6 +88,8 @@ pub struct SourceRow {
     pub customer_locale: Option<String>,
     /// The source's `customer_id` in customer mode; None in invoice mode.
     pub customer_id: Option<String>,
+    /// The source's `late_payment_regime`, when it has the column.
+    pub late_payment_regime: Option<String>,
 }
 
 impl SourceRow {
@@ -140,6 +143,13 @@ impl SourceRow {
             (None, minor) => Money::from_minor(minor.unwrap_or_default(), currency),
         };
         let email = Recipients::parse(email).map_err(|e| self.problem(Problem::BadAddress, e))?;
+        let late_payment_regime = match self.late_payment_regime.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(name) => Some(
+                name.parse::<Regime>()
+                    .map_err(|e| self.problem(Problem::UnknownLatePaymentRegime, e))?,
+            ),
+        };
         Ok((
             Invoice {
                 id,
@@ -147,6 +157,7 @@ impl SourceRow {
                 amount,
                 due_date,
                 payment_url: self.payment_url,
+                late_payment_regime,
             },
             Customer {
                 name: self.customer_name.unwrap_or_default(),
@@ -194,6 +205,8 @@ const PAGE: &str = concat!(
     " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) s",
     " CROSS JOIN LATERAL (SELECT CASE WHEN ",
     owes_flags!("s"),
+    " AND ",
+    priced!("$step"),
     " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
     " WHERE r.invoice_id = s.invoice_id::text AND r.period = $step OFFSET 0)",
     " THEN ",

@@ -10,7 +10,9 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::invoices::{SourceRow, source_columns};
-use super::owing::{OwingDay, in_window, invoice_gap_clear, owes_flags, sane_date, windows};
+use super::owing::{
+    OwingDay, in_window, invoice_gap_clear, owes_flags, priced, sane_date, windows,
+};
 use crate::domain::InvoiceId;
 use crate::domain::StepKey;
 
@@ -81,6 +83,8 @@ macro_rules! owed_today {
             " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
             " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
             owes_flags!("s"),
+            " AND ",
+            priced!("w.key"),
             " AND ",
             invoice_gap_clear!(anti),
         )

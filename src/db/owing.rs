@@ -155,6 +155,23 @@ macro_rules! hold_active {
 }
 pub(crate) use hold_active;
 
+/// SQL: row `s` may owe step `$step` as far as the reference rates go: the
+/// step claims no late payment (`$late_steps`), or the row's regime (its
+/// `late_payment_regime`, else `$regime`) is not one of those whose rates
+/// lack today's half-year (`$waiting_regimes`). A late-payment step whose
+/// claim cannot be priced waits, unclaimed; other steps go.
+macro_rules! priced {
+    ($step:literal) => {
+        concat!(
+            "(",
+            $step,
+            " <> ALL($late_steps::text[]) OR COALESCE(lower({regime}), $regime::text)",
+            " <> ALL($waiting_regimes::text[]))"
+        )
+    };
+}
+pub(crate) use priced;
+
 /// SQL: row `s` has every column a reminder needs (its values are checked
 /// by `crate::problems`).
 macro_rules! complete {
@@ -345,6 +362,37 @@ pub struct OwingDay {
     keys: Vec<String>,
     froms: Vec<Option<NaiveDate>>,
     tos: Vec<NaiveDate>,
+    pricing: Pricing,
+}
+
+/// What [`priced!`] binds: the late-payment steps, the regime of a row
+/// that names none, and the regimes whose rates lack today's half-year.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pricing {
+    pub late_steps: Vec<String>,
+    pub regime: String,
+    pub waiting: Vec<String>,
+}
+
+impl Pricing {
+    /// The pricing of `settings` on `date` (in the zone's days).
+    pub fn of(settings: &crate::config::Settings, date: NaiveDate) -> Self {
+        let l = &settings.late_payment;
+        let waiting = crate::domain::Regime::ALL
+            .into_iter()
+            .filter(|r| {
+                l.law(*r).is_some_and(|law| {
+                    crate::late_payment::missing_today(&law, &l.rates, date).is_some()
+                })
+            })
+            .map(|r| r.name().to_owned())
+            .collect();
+        Self {
+            late_steps: settings.reminders.stages.late_payment_keys(),
+            regime: l.regime.name().to_owned(),
+            waiting,
+        }
+    }
 }
 
 impl OwingDay {
@@ -356,7 +404,19 @@ impl OwingDay {
             keys: windows.iter().map(|w| w.step.key.to_string()).collect(),
             froms: windows.iter().map(|w| w.due_from).collect(),
             tos: windows.iter().map(|w| w.due_to).collect(),
+            pricing: Pricing::default(),
         }
+    }
+
+    /// The same day, with the late-payment steps that wait today.
+    pub fn pricing(mut self, pricing: Pricing) -> Self {
+        self.pricing = pricing;
+        self
+    }
+
+    /// The regimes whose late-payment steps wait today.
+    pub fn waiting_regimes(&self) -> &[String] {
+        &self.pricing.waiting
     }
 
     /// The conditions of `settings` on `date`.
@@ -368,6 +428,7 @@ impl OwingDay {
             r.min_days_between,
             &r.stages.windows(date),
         )
+        .pricing(Pricing::of(settings, date))
     }
 
     /// The latest due date any step owes today; None without steps.
@@ -375,8 +436,9 @@ impl OwingDay {
         self.tos.iter().max().copied()
     }
 
-    /// `$today`, `$tz`, `$gap_days` and the windows (`$step_keys`,
-    /// `$due_froms`, `$due_tos`).
+    /// `$today`, `$tz`, `$gap_days`, the windows (`$step_keys`,
+    /// `$due_froms`, `$due_tos`) and the pricing (`$late_steps`, `$regime`,
+    /// `$waiting_regimes`).
     pub fn params(&self) -> Params<'_> {
         Params::new()
             .with("today", &self.date)
@@ -385,5 +447,8 @@ impl OwingDay {
             .with("step_keys", &self.keys)
             .with("due_froms", &self.froms)
             .with("due_tos", &self.tos)
+            .with("late_steps", &self.pricing.late_steps)
+            .with("regime", &self.pricing.regime)
+            .with("waiting_regimes", &self.pricing.waiting)
     }
 }

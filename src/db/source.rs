@@ -187,11 +187,29 @@ pub const CUSTOMER_COLUMN: ContractColumn = ContractColumn {
     meaning: "your key for the customer; with reminders.group_by = \"customer\" one mail lists every invoice of one customer_id",
 };
 
+/// The optional column choosing an invoice's late-payment regime: read when
+/// the source has it, NULL otherwise.
+pub const REGIME_COLUMN: ContractColumn = ContractColumn {
+    name: "late_payment_regime",
+    types: TEXT,
+    nullable: true,
+    meaning: "optional: the late-payment regime of this invoice (none, eu, de-b2b, de-b2c, fr, uk, custom); NULL or empty: late_payment.regime",
+};
+
 /// Checks `found` against the contract, and (`customer_column`) customer
 /// mode's `customer_id`: the amount column it has, or the first problem,
 /// in one line naming the column.
 pub fn verify_for(found: &[FoundColumn], customer_column: bool) -> Result<AmountColumn, String> {
     let amount = verify(found)?;
+    if let Some(c) = found.iter().find(|c| c.name == REGIME_COLUMN.name)
+        && !REGIME_COLUMN.types.contains(&c.data_type.as_str())
+    {
+        return Err(format!(
+            "column \"late_payment_regime\" has type {}; expected {}",
+            c.data_type,
+            REGIME_COLUMN.types.join(" or ")
+        ));
+    }
     if customer_column {
         let col = &CUSTOMER_COLUMN;
         match found.iter().find(|c| c.name == col.name) {
@@ -292,6 +310,8 @@ pub async fn check(db: &Db) -> Result<(), SourceError> {
         Err(e) => return Err(e.into()),
         Ok(_) => {}
     }
+    db.names()
+        .set_regime_column(found.iter().any(|c| c.name == REGIME_COLUMN.name));
     db.names().set_amount(amount);
     Ok(())
 }

@@ -50,6 +50,9 @@ pub struct Names {
     source: RelationName,
     source_sql: String,
     amount: OnceLock<AmountColumn>,
+    /// Whether the source has the optional `late_payment_regime` column
+    /// (set with the amount; the demo view has it).
+    regime_column: OnceLock<bool>,
     /// Statements read the source's `customer_id` (customer mode);
     /// otherwise `{customer}` is NULL, and the source need not have the
     /// column.
@@ -64,6 +67,7 @@ impl Names {
             source: source.clone(),
             source_sql: source.qualified(schema),
             amount: OnceLock::new(),
+            regime_column: OnceLock::new(),
             reads_customer: false,
         }
     }
@@ -93,6 +97,7 @@ impl Names {
             &RelationName::parse("reminder_source").unwrap_or_else(|_| unreachable!()),
         );
         names.set_amount(AmountColumn::Minor);
+        names.set_regime_column(true);
         names
     }
 
@@ -115,12 +120,19 @@ impl Names {
         let _ = self.amount.set(amount);
     }
 
+    /// Records whether the source has `late_payment_regime`; later calls
+    /// are ignored.
+    pub fn set_regime_column(&self, present: bool) {
+        let _ = self.regime_column.set(present);
+    }
+
     /// Whether the start-up check has run.
     pub fn source_checked(&self) -> bool {
         self.amount.get().is_some()
     }
 
-    /// `template` with `{ir}`, `{src}`, `{amount}` and `{amount_value}`
+    /// `template` with `{ir}`, `{src}`, `{amount}`, `{amount_value}`,
+    /// `{customer}` and `{regime}`
     /// filled in, in one pass over the template: text put in is never read
     /// again, so a name can never expand another placeholder (and the
     /// settings refuse names with braces besides).
@@ -136,6 +148,14 @@ impl Names {
                 a if a.starts_with("{src}") => (self.source_sql.as_str(), "{src}".len()),
                 a if a.starts_with("{amount}") => (amount.select(), "{amount}".len()),
                 a if a.starts_with("{amount_value}") => (amount.value(), "{amount_value}".len()),
+                a if a.starts_with("{regime}") => (
+                    if self.regime_column.get().copied().unwrap_or(false) {
+                        "NULLIF(btrim(s.late_payment_regime::text), '')"
+                    } else {
+                        "NULL::text"
+                    },
+                    "{regime}".len(),
+                ),
                 a if a.starts_with("{customer}") => (
                     if self.reads_customer {
                         "s.customer_id::text"

@@ -13,6 +13,7 @@ mod delivery;
 mod money;
 mod payment;
 mod problem;
+mod regime;
 mod relay_rate;
 mod step_key;
 mod text;
@@ -21,6 +22,7 @@ pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use money::{Currency, Money};
 pub use payment::{LinkTo, PaymentLink, PaymentSignal, Recorded, Signal, SignalOutcome};
 pub use problem::{Problem, SourceProblem};
+pub use regime::Regime;
 pub use relay_rate::LearnedRate;
 pub use step_key::StepKey;
 pub use text::sanitize;
@@ -96,6 +98,8 @@ pub struct Invoice {
     pub due_date: NaiveDate,
     /// The source's `payment_url`; wins over `company.payment_url`.
     pub payment_url: Option<String>,
+    /// The source's `late_payment_regime`; None: `late_payment.regime`.
+    pub late_payment_regime: Option<Regime>,
 }
 
 /// A reminder this run has claimed and may now send.

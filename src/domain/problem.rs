@@ -28,10 +28,12 @@ pub enum Problem {
     /// `due_date` is `infinity`, `-infinity` or past the dates the worker
     /// can hold: no step can be dated from it.
     BadDueDate,
+    /// `late_payment_regime` names no regime (docs/late-payment.md).
+    UnknownLatePaymentRegime,
 }
 
 impl Problem {
-    pub const ALL: [Problem; 7] = [
+    pub const ALL: [Problem; 8] = [
         Self::RepeatedKey,
         Self::NullKey,
         Self::MissingField,
@@ -39,6 +41,7 @@ impl Problem {
         Self::BadAddress,
         Self::BadAmount,
         Self::BadDueDate,
+        Self::UnknownLatePaymentRegime,
     ];
 
     /// The `problem` label of `invoice_reminder_source_problems_total`, as
@@ -52,6 +55,7 @@ impl Problem {
             Self::BadAddress => "bad_address",
             Self::BadAmount => "bad_amount",
             Self::BadDueDate => "bad_due_date",
+            Self::UnknownLatePaymentRegime => "unknown_late_payment_regime",
         }
     }
 }

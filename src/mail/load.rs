@@ -12,14 +12,15 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
 use super::filters::add_filters;
 use super::format::Formats;
+use super::late;
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
-use super::statement::{Line, STATEMENT};
+use super::statement::{Line, Pricing, STATEMENT};
 use super::templates::{RenderError, TemplateError, Templates};
 use super::vars::{Vars, sample};
-use crate::config::{CompanySettings, TemplateSettings};
+use crate::config::{CompanySettings, LatePaymentSettings, TemplateSettings};
 use crate::domain::StepKey;
 use crate::domain::{Customer, Invoice};
-use crate::stages::{Stages, Step};
+use crate::stages::{Stage, Stages, Step};
 
 macro_rules! builtin {
     ($($locale:literal: $($name:literal),+;)+) => {
@@ -43,6 +44,7 @@ impl Templates {
     pub fn load(
         settings: &TemplateSettings,
         company: &CompanySettings,
+        late_payment: &LatePaymentSettings,
         stages: &Stages,
     ) -> Result<Self, TemplateError> {
         let formats = Formats::default();
@@ -57,6 +59,7 @@ impl Templates {
             }
         });
         add_filters(&mut env, formats.clone());
+        let kept_formats = formats.clone();
         let mut sources: BTreeMap<String, (String, String)> = BUILTIN
             .iter()
             .map(|(name, source)| {
@@ -96,6 +99,8 @@ impl Templates {
             default_locale: settings.default_locale.to_ascii_lowercase(),
             company: company.clone(),
             payment_url,
+            late_payment: late_payment.clone(),
+            formats: kept_formats,
         };
         templates.check(stages)?;
         Ok(templates)
@@ -146,7 +151,7 @@ impl Templates {
                         step,
                     })
                     .collect();
-                self.render_statement(stages, &lines, &customer, today)
+                self.render_statement_priced(stages, &lines, &customer, today, Pricing::Sample)
                     .map_err(|e| sample_failed(&locale, &template, e))?;
                 continue;
             }
@@ -161,15 +166,15 @@ impl Templates {
                     occurrence: 1,
                     offset: 0,
                 });
-            self.render(
-                &template,
-                &step,
-                stages.stage(&step).name.as_str(),
-                &invoice,
-                &customer,
-                today,
-            )
-            .map_err(|e| sample_failed(&locale, &template, e))?;
+            let stage = Stage {
+                template: template.clone(),
+                ..stages.stage(&step).clone()
+            };
+            let claim = stage
+                .late_payment
+                .then(|| late::sample_claim(&invoice, today));
+            self.render_claim(&stage, &step, &invoice, &customer, today, claim)
+                .map_err(|e| sample_failed(&locale, &template, e))?;
         }
         Ok(())
     }

@@ -9,10 +9,12 @@
 mod connect;
 mod filters;
 pub mod format;
+mod late;
 mod links;
 mod load;
 pub mod message;
 pub mod pace;
+mod pdf;
 mod pool;
 mod replies;
 pub mod smtp;
@@ -29,13 +31,14 @@ use crate::config::SmtpSettings;
 use crate::domain::{Customer, Delivery, Invoice, MessageBytes, Proof};
 use crate::stages::{Stages, Step};
 
+pub use late::letter_name;
 pub use message::{
     MessageError, OutgoingMail, build_message, build_statement, message_id, statement_message_id,
 };
 pub use replies::{SendError, classify};
 pub use smtp::Mailer;
 pub use templates::{TemplateError, Templates};
-pub use text::Rendered;
+pub use text::{Attachment, Rendered};
 pub use transaction::{Accepted, RefusedRecipient};
 pub use vars::sample;
 
@@ -57,7 +60,7 @@ pub fn compose(
 ) -> Result<OutgoingMail, MessageError> {
     let stage = stages.stage(step);
     let rendered = templates
-        .render(&stage.template, step, &stage.name, invoice, customer, today)
+        .render(stage, step, invoice, customer, today)
         .map_err(|e| MessageError::Render {
             invoice_id: invoice.id.clone(),
             reason: e.to_string(),

@@ -17,6 +17,7 @@
 use chrono::NaiveDate;
 use serde::Serialize;
 
+use super::late::{self, LateVars};
 use super::templates::{RenderError, Templates};
 use super::vars::{CompanyVars, CustomerVars, Vars};
 use crate::domain::StepKey;
@@ -54,6 +55,8 @@ struct LineVars {
     days_overdue: i64,
     payment_url: String,
     step: StepVars,
+    /// The late-payment claim of this invoice's step, if it states one.
+    late_payment: Option<LateVars>,
 }
 
 #[derive(Serialize, Clone)]
@@ -85,13 +88,28 @@ fn step_vars(stages: &Stages, step: &Step) -> StepVars {
 }
 
 impl Templates {
-    /// Renders the statement for `lines` (at least one) to `customer`.
+    /// Renders the statement for `lines` (at least one) to `customer`,
+    /// with each line's late-payment claim and letter when its stage
+    /// states one.
     pub fn render_statement(
         &self,
         stages: &Stages,
         lines: &[Line<'_>],
         customer: &Customer,
         today: NaiveDate,
+    ) -> Result<super::text::Rendered, RenderError> {
+        self.render_statement_priced(stages, lines, customer, today, Pricing::Rates)
+    }
+
+    /// [`Templates::render_statement`], its claims priced by the rates or
+    /// (the start-up check) a sample.
+    pub(super) fn render_statement_priced(
+        &self,
+        stages: &Stages,
+        lines: &[Line<'_>],
+        customer: &Customer,
+        today: NaiveDate,
+        pricing: Pricing,
     ) -> Result<super::text::Rendered, RenderError> {
         let Some(worst) = lines
             .iter()
@@ -104,6 +122,8 @@ impl Templates {
         let mut invoices = Vec::with_capacity(lines.len());
         let mut totals: Vec<Total> = Vec::new();
         let mut first: Option<Vars<'_>> = None;
+        let mut letters = Vec::new();
+        let pay_by = late::pay_by(&self.late_payment, today);
         for line in lines {
             let stage = stages.stage(line.step);
             let mut vars = Vars::new(
@@ -117,6 +137,26 @@ impl Templates {
             let amount = line.invoice.amount.minor();
             vars.locale = format_locale.to_string();
             let payment_url = self.payment_link(line.invoice, &vars)?;
+            let claim = match pricing {
+                Pricing::Rates => late::claim_of(&self.late_payment, stage, line.invoice, today)
+                    .map_err(RenderError::Data)?,
+                Pricing::Sample => stage
+                    .late_payment
+                    .then(|| late::sample_claim(line.invoice, today)),
+            };
+            if let (Some(claim), true) = (&claim, stage.letter) {
+                let facts = late::LetterFacts {
+                    invoice: line.invoice,
+                    customer,
+                    company: self.company(),
+                    today,
+                    pay_by,
+                    payment_link: &payment_url,
+                    locale: &vars.locale,
+                };
+                letters
+                    .push(late::letter(&self.formats, claim, &facts).map_err(RenderError::Data)?);
+            }
             match totals
                 .iter_mut()
                 .find(|t| t.currency == line.invoice.amount.currency().as_str())
@@ -134,8 +174,9 @@ impl Templates {
                 currency: vars.invoice.currency.clone(),
                 due_date: vars.invoice.due_date.clone(),
                 days_overdue: vars.invoice.days_overdue,
-                payment_url,
                 step: step_vars(stages, line.step),
+                late_payment: claim.map(|c| LateVars::new(&c, line.invoice, pay_by)),
+                payment_url,
             });
             first.get_or_insert(vars);
         }
@@ -151,6 +192,17 @@ impl Templates {
             today: first.today,
             locale: format_locale.to_string(),
         };
-        self.render_parts(&locale, STATEMENT, &vars)
+        let mut rendered = self.render_parts(&locale, STATEMENT, &vars)?;
+        rendered.attachments = letters;
+        Ok(rendered)
     }
+}
+
+/// How a statement's claims are priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pricing {
+    /// By the rates file, as sent.
+    Rates,
+    /// By a sample claim (the start-up check).
+    Sample,
 }

@@ -22,14 +22,17 @@ use chrono::NaiveDate;
 use icu_locale_core::Locale;
 use minijinja::Environment;
 
+use super::format::Formats;
+use super::late;
 use super::links::{self, PAYMENT_URL, PaymentUrlTemplate};
 use super::text::{MAX_SUBJECT_CHARS, Rendered};
 use super::vars::Vars;
-use crate::config::CompanySettings;
+use crate::config::{CompanySettings, LatePaymentSettings};
 use crate::domain::sanitize;
 use crate::domain::{Customer, Invoice};
+use crate::late_payment::Claim;
 use crate::locale::parse_locale;
-use crate::stages::Step;
+use crate::stages::{Stage, Step};
 
 /// A template problem found at start-up; `main` exits 2 with it.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,10 @@ pub struct Templates {
     pub(super) company: CompanySettings,
     /// `company.payment_url`, compiled; None when unset.
     pub(super) payment_url: Option<PaymentUrlTemplate>,
+    /// `[late_payment]`, with its rates.
+    pub(super) late_payment: LatePaymentSettings,
+    /// The formats the filters use, for the letter's figures.
+    pub(super) formats: Formats,
 }
 
 impl Templates {
@@ -141,22 +148,57 @@ impl Templates {
         (chosen, format_locale)
     }
 
-    /// Renders the reminder for `step` (of the stage named `stage_name`,
-    /// whose template is `template`).
+    /// Renders the reminder for `step` of `stage`: its template, with the
+    /// late-payment claim and letter when the stage states one.
     pub fn render(
         &self,
-        template: &str,
+        stage: &Stage,
         step: &Step,
-        stage_name: &str,
         invoice: &Invoice,
         customer: &Customer,
         today: NaiveDate,
     ) -> Result<Rendered, RenderError> {
+        let claim =
+            late::claim_of(&self.late_payment, stage, invoice, today).map_err(RenderError::Data)?;
+        self.render_claim(stage, step, invoice, customer, today, claim)
+    }
+
+    /// [`Templates::render`] with the claim given (the start-up check
+    /// renders a sample claim, whatever the rates file holds).
+    pub(super) fn render_claim(
+        &self,
+        stage: &Stage,
+        step: &Step,
+        invoice: &Invoice,
+        customer: &Customer,
+        today: NaiveDate,
+        claim: Option<Claim>,
+    ) -> Result<Rendered, RenderError> {
+        let template = stage.template.as_str();
         let (locale, format_locale) = self.resolve(template, customer.locale.as_deref());
-        let mut vars = Vars::new(invoice, customer, step, stage_name, &self.company, today);
+        let mut vars = Vars::new(invoice, customer, step, &stage.name, &self.company, today);
         vars.locale = format_locale.to_string();
         vars.company.payment_url = self.payment_link(invoice, &vars)?;
-        self.render_parts(&locale, template, &vars)
+        let pay_by = late::pay_by(&self.late_payment, today);
+        vars.late_payment = claim
+            .as_ref()
+            .map(|c| late::LateVars::new(c, invoice, pay_by));
+        let mut rendered = self.render_parts(&locale, template, &vars)?;
+        if let (Some(claim), true) = (&claim, stage.letter) {
+            let facts = late::LetterFacts {
+                invoice,
+                customer,
+                company: &self.company,
+                today,
+                pay_by,
+                payment_link: &vars.company.payment_url,
+                locale: &vars.locale,
+            };
+            rendered
+                .attachments
+                .push(late::letter(&self.formats, claim, &facts).map_err(RenderError::Data)?);
+        }
+        Ok(rendered)
     }
 
     /// Renders `{locale}/{template}`'s subject, text and (when it exists)
@@ -179,6 +221,7 @@ impl Templates {
             subject: sanitize(&subject, MAX_SUBJECT_CHARS),
             text,
             html,
+            attachments: Vec::new(),
         })
     }
 

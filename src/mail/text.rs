@@ -18,4 +18,14 @@ pub struct Rendered {
     pub subject: String,
     pub text: String,
     pub html: Option<String>,
+    /// Files the message carries after its text (a late-payment letter).
+    pub attachments: Vec<Attachment>,
+}
+
+/// A file a message carries: `application/pdf`, as the late-payment letter
+/// is the only one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub filename: String,
+    pub bytes: Vec<u8>,
 }

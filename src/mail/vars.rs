@@ -6,6 +6,7 @@
 use chrono::NaiveDate;
 use serde::Serialize;
 
+use super::late::LateVars;
 use super::text::{MAX_NAME_CHARS, MAX_NUMBER_CHARS};
 use crate::config::CompanySettings;
 use crate::domain::StepKey;
@@ -22,6 +23,9 @@ pub(super) struct Vars<'a> {
     pub(super) today: String,
     /// The locale amounts and dates are formatted in.
     pub(super) locale: String,
+    /// The late-payment claim (docs/late-payment.md); None: the stage
+    /// claims none, or the invoice's regime is `none`.
+    pub(super) late_payment: Option<LateVars>,
 }
 
 #[derive(Serialize)]
@@ -101,6 +105,7 @@ impl<'a> Vars<'a> {
             },
             today: today.to_string(),
             locale: String::new(),
+            late_payment: None,
         }
     }
 }
@@ -115,6 +120,7 @@ pub fn sample(today: NaiveDate) -> Result<(Invoice, Customer), String> {
             amount: Money::from_minor(123_456, Currency::parse("EUR")?),
             due_date: today - chrono::Days::new(10),
             payment_url: None,
+            late_payment_regime: None,
         },
         Customer {
             name: "Ada Lovelace".into(),

@@ -39,3 +39,9 @@ pub struct ActionLabel {
 pub struct ProblemLabel {
     pub problem: &'static str,
 }
+
+/// `{regime="eu"}` and the like.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegimeLabel {
+    pub regime: &'static str,
+}

@@ -21,7 +21,9 @@ use crate::domain::Counts;
 
 mod labels;
 
-pub use labels::{ActionLabel, OnLabel, OutcomeLabel, ProblemLabel, ResultLabel, SignalLabel};
+pub use labels::{
+    ActionLabel, OnLabel, OutcomeLabel, ProblemLabel, RegimeLabel, ResultLabel, SignalLabel,
+};
 
 /// Lock renewals by result (`renewed`, `gone`, `stolen`, `error`, `expired`).
 pub type RenewalCounter = Family<ResultLabel, Counter>;
@@ -54,6 +56,7 @@ struct Inner {
     smtp_accepted_rate: Gauge<f64, AtomicU64>,
     smtp_pace: Gauge<f64, AtomicU64>,
     smtp_refused: Counter,
+    rates_out_of_date: Family<RegimeLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -122,7 +125,7 @@ impl Default for Metrics {
         let source_problems = Family::<ProblemLabel, Counter>::default();
         registry.register(
             "source_problems",
-            "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount, bad_due_date",
+            "Source rows skipped because they cannot make a reminder, by problem: repeated_key, null_key, missing_field, bad_currency, bad_address, bad_amount, bad_due_date, unknown_late_payment_regime",
             source_problems.clone(),
         );
         let suppressed = Counter::default();
@@ -180,6 +183,12 @@ impl Default for Metrics {
             "Messages the SMTP relay refused as throttling (4.7.x, too much mail, too many connections; the pacer's probes included); none of them used an attempt",
             smtp_refused.clone(),
         );
+        let rates_out_of_date = Family::<RegimeLabel, Gauge>::default();
+        registry.register(
+            "late_payment_rates_out_of_date",
+            "1 while a regime's late-payment stages wait because the rates file has no rate for today's half-year",
+            rates_out_of_date.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 registry,
@@ -203,6 +212,7 @@ impl Default for Metrics {
                 smtp_accepted_rate,
                 smtp_pace,
                 smtp_refused,
+                rates_out_of_date,
             }),
         }
     }
@@ -268,6 +278,17 @@ impl Metrics {
     }
 
     /// A tick skipped `n` source rows for `problem`.
+    /// Which regimes' late-payment stages wait today (each regime 1 or 0).
+    pub fn rates_out_of_date(&self, waiting: &[String]) {
+        for regime in crate::domain::Regime::ALL {
+            let waits = waiting.iter().any(|w| w == regime.name());
+            let gauge = self.inner.rates_out_of_date.get_or_create(&RegimeLabel {
+                regime: regime.name(),
+            });
+            gauge.set(i64::from(waits));
+        }
+    }
+
     pub fn source_problems(&self, problem: &'static str, n: u32) {
         self.inner
             .source_problems
@@ -357,28 +378,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_contract_names_are_exposed() {
-        let m = Metrics::default();
-        m.tick_ended("done");
-        let counts = Counts {
-            sent: 3,
-            ..Counts::default()
-        };
-        m.tick_worked(&counts, Duration::from_millis(5), true);
-        m.set_lock_held(true);
-        let text = m.encode().unwrap_or_default();
-        for needle in [
-            "invoice_reminder_ticks_total{outcome=\"done\"} 1",
-            "invoice_reminder_reminders_total{result=\"sent\"} 3",
-            "invoice_reminder_tick_duration_seconds_count 1",
-            "invoice_reminder_lock_held 1",
-            "invoice_reminder_last_success_timestamp_seconds ",
-        ] {
-            assert!(text.contains(needle), "{needle} missing from:\n{text}");
-        }
-    }
-}
+mod tests;

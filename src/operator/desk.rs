@@ -51,6 +51,33 @@ impl Desk {
             .copied()
     }
 
+    /// One sentence per regime whose late-payment stages wait today: the
+    /// rates file has no rate for today's half-year (none when no stage
+    /// claims late payment).
+    pub async fn rates_out_of_date(&self) -> Result<Vec<String>, sqlx::Error> {
+        let settings = &self.settings;
+        if settings.reminders.stages.late_payment_keys().is_empty() {
+            return Ok(Vec::new());
+        }
+        let today = self.today().await?;
+        let late = &settings.late_payment;
+        Ok(crate::domain::Regime::ALL
+            .into_iter()
+            .filter_map(|regime| {
+                let law = late.law(regime)?;
+                let missing = crate::late_payment::missing_today(&law, &late.rates, today)?;
+                let whose = if regime == late.regime {
+                    "late_payment.regime"
+                } else {
+                    "rows whose late_payment_regime is"
+                };
+                Some(format!(
+                    "rates_out_of_date: {missing}; late-payment stages wait for {whose} {regime} until late_payment.rates_file has it"
+                ))
+            })
+            .collect())
+    }
+
     /// Checks `source.relation` against the source contract: a relation
     /// that does not satisfy it is a configuration error (exit 2, a 4xx)
     /// naming it.

@@ -50,6 +50,7 @@ impl Context {
         let templates = Arc::new(Templates::load(
             &settings.templates,
             &settings.company,
+            &settings.late_payment,
             &settings.reminders.stages,
         )?);
         if settings.reminders.group_by.statements() {

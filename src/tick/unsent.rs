@@ -105,6 +105,7 @@ mod tests {
                 ),
                 due_date: chrono::NaiveDate::MIN,
                 payment_url: None,
+                late_payment_regime: None,
             },
             customer: crate::domain::Customer {
                 name: String::new(),

@@ -211,6 +211,7 @@ fn load_using_every(listed: &[String], templates: &[&str]) -> Result<(), String>
     let loaded = invoice_reminder::mail::Templates::load(
         &settings.templates,
         &settings.company,
+        &settings.late_payment,
         &settings.reminders.stages,
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -453,9 +454,13 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
         })
         .unwrap();
         let stages = &settings.reminders.stages;
-        let templates =
-            invoice_reminder::mail::Templates::load(&settings.templates, &settings.company, stages)
-                .unwrap_or_else(|e| panic!("{example}: {e}"));
+        let templates = invoice_reminder::mail::Templates::load(
+            &settings.templates,
+            &settings.company,
+            &settings.late_payment,
+            stages,
+        )
+        .unwrap_or_else(|e| panic!("{example}: {e}"));
         let step = stages.steps().iter().find(|s| s.key == "overdue").unwrap();
         let today = chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
         let invoice = invoice_reminder::domain::Invoice {
@@ -467,6 +472,7 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
             ),
             due_date: today - chrono::Days::new(10),
             payment_url: None,
+            late_payment_regime: None,
         };
         let customer = invoice_reminder::domain::Customer {
             name: "Ada".into(),
@@ -475,14 +481,7 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
             id: None,
         };
         let rendered = templates
-            .render(
-                "overdue",
-                step,
-                &stages.stage(step).name,
-                &invoice,
-                &customer,
-                today,
-            )
+            .render(stages.stage(step), step, &invoice, &customer, today)
             .unwrap();
         let link = rendered
             .text

@@ -32,7 +32,7 @@ const LAYERS: &[&[&str]] = &[
     &["lock", "problems"],
     &["db", "mail", "telemetry"],
     &["config", "metrics", "liveness"],
-    &["stages", "locale", "dkim"],
+    &["stages", "locale", "dkim", "late_payment"],
     &["domain", "causes"],
 ];
 

@@ -13,6 +13,7 @@ mod delivery;
 mod edges;
 mod explain;
 mod fencing;
+mod late_payment;
 mod limits;
 mod locking;
 mod mail_headers;

@@ -122,6 +122,9 @@ pub(super) fn print_text(e: &Explained) -> std::io::Result<()> {
             }
         );
     }
+    for line in &e.late_payment_working {
+        outln!("  {line}");
+    }
     let until = match e.until {
         Some(Until::Date(d)) => format!(" {d}"),
         Some(Until::Time(t)) => format!(" {}", instant(t)),

@@ -21,7 +21,7 @@
 
 use lettre::address::Envelope;
 use lettre::message::header::{ContentType, Header, HeaderName, HeaderValue};
-use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart};
+use lettre::message::{Body, Mailbox, Message, MessageBuilder, MultiPart, SinglePart};
 
 use super::text::{MAX_NAME_CHARS, Rendered};
 use crate::config::SmtpSettings;
@@ -316,20 +316,42 @@ fn build(
     if let Some(reply_to) = reply_to {
         builder = builder.reply_to(reply_to.clone());
     }
-    let built = match rendered.html {
-        // Text first, HTML second: clients show the last part they can.
-        Some(html) => {
-            let part = MultiPart::alternative_plain_html(rendered.text, html);
-            if smtp.dkim.loaded().is_some() {
-                lifted(builder, &part)
-            } else {
-                builder.multipart(part).map_err(|e| e.to_string())
-            }
+    let signed = smtp.dkim.loaded().is_some();
+    let multipart = |builder: MessageBuilder, part: MultiPart| {
+        if signed {
+            lifted(builder, &part)
+        } else {
+            builder.multipart(part).map_err(|e| e.to_string())
         }
-        None => builder
+    };
+    let built = match (rendered.html, rendered.attachments) {
+        // Text first, HTML second: clients show the last part they can.
+        (Some(html), files) if files.is_empty() => multipart(
+            builder,
+            MultiPart::alternative_plain_html(rendered.text, html),
+        ),
+        (None, files) if files.is_empty() => builder
             .header(ContentType::TEXT_PLAIN)
             .body(rendered.text)
             .map_err(|e| e.to_string()),
+        // The text (and HTML) first, then each file: multipart/mixed.
+        (html, files) => {
+            let mut mixed = match html {
+                Some(html) => MultiPart::mixed()
+                    .multipart(MultiPart::alternative_plain_html(rendered.text, html)),
+                None => MultiPart::mixed().singlepart(SinglePart::plain(rendered.text)),
+            };
+            let pdf = ContentType::parse("application/pdf").map_err(|e| MessageError::Build {
+                invoice_id: invoice_id.clone(),
+                reason: e.to_string(),
+            })?;
+            for file in files {
+                mixed = mixed.singlepart(
+                    lettre::message::Attachment::new(file.filename).body(file.bytes, pdf.clone()),
+                );
+            }
+            multipart(builder, mixed)
+        }
     };
     let mut message = built.map_err(|reason| MessageError::Build {
         invoice_id: invoice_id.clone(),

@@ -24,6 +24,7 @@ fn invoice() -> Invoice {
         ),
         due_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 20).unwrap_or_default(),
         payment_url: None,
+        late_payment_regime: None,
     }
 }
 
@@ -41,6 +42,7 @@ fn rendered(html: Option<&str>) -> Rendered {
         subject: "Reminder".into(),
         text: "Pay, please.".into(),
         html: html.map(str::to_owned),
+        attachments: Vec::new(),
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod decide;
 mod gather;
+pub mod late;
 pub mod report;
 
 use chrono::NaiveDate;
@@ -34,6 +35,7 @@ pub fn rules(settings: &Settings) -> Rules<'_> {
         stages: &r.stages,
         min_days_between: r.min_days_between,
         max_attempts: r.max_attempts,
+        late_payment: &settings.late_payment,
     }
 }
 

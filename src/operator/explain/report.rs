@@ -51,6 +51,9 @@ pub enum Reason {
     /// Customer mode: a failed statement of the customer waits for its
     /// backoff, and everything new goes out with it.
     WaitsForRetry,
+    /// Today's due step claims late-payment interest, and the rates file
+    /// has no rate for today's half-year: it waits; other steps go.
+    RatesOutOfDate,
     WillSendToday,
 }
 
@@ -74,6 +77,7 @@ impl Reason {
             Self::MinGapUntil => "min_gap_until",
             Self::LaterStatement => "later_statement",
             Self::WaitsForRetry => "waits_for_retry",
+            Self::RatesOutOfDate => "rates_out_of_date",
             Self::WillSendToday => "will_send_today",
         }
     }
@@ -331,6 +335,12 @@ pub struct Explained {
     pub reminders: Vec<ReminderView>,
     /// The invoice's recipients that are on the suppression list.
     pub suppressed: Vec<crate::db::suppressions::Suppression>,
+    /// The late-payment claim today's due step states, if it states one
+    /// (null under regime `none`). Nothing is written anywhere.
+    pub late_payment: Option<crate::late_payment::Claim>,
+    /// Its working in words, a line each (the text form and the console).
+    #[serde(skip)]
+    pub late_payment_working: Vec<String>,
 }
 
 impl Explained {

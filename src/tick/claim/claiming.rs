@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::db;
 use crate::db::claims::Superseded;
 use crate::db::customers::Retries;
-use crate::db::owing::OwingDay;
+use crate::db::owing::{OwingDay, Pricing};
 use crate::db::reminders::{Claim, ClaimError, ClaimedRow};
 use crate::domain::{Attempted, Counts, count_of};
 use crate::lock::LostReason;
@@ -44,7 +44,17 @@ impl Claiming {
             settings.schedule.timezone.name(),
             r.min_days_between,
             &windows,
-        );
+        )
+        .pricing(Pricing::of(settings, p.today()));
+        let waiting = today.waiting_regimes();
+        p.ctx().metrics.rates_out_of_date(waiting);
+        let regime = settings.late_payment.regime.name();
+        if waiting.iter().any(|w| w == regime) && !r.stages.late_payment_keys().is_empty() {
+            tracing::warn!(
+                regime,
+                "late-payment stages wait: late_payment.rates_file has no rate for today's half-year for late_payment.regime (docs/late-payment.md); other stages go"
+            );
+        }
         let retries = Retries::from_settings(r, p.run_id());
         Self {
             p,

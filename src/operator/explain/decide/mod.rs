@@ -27,6 +27,8 @@ pub struct Rules<'a> {
     pub stages: &'a Stages,
     pub min_days_between: u32,
     pub max_attempts: u32,
+    /// `[late_payment]`, with its rates.
+    pub late_payment: &'a crate::config::LatePaymentSettings,
 }
 
 /// What the database said about one invoice.
@@ -129,6 +131,8 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         stages: due_date.map_or_else(Vec::new, |d| occurrences(rules.stages, d)),
         reminders: Vec::new(),
         suppressed,
+        late_payment: None,
+        late_payment_working: Vec::new(),
     };
     let unusable = match one {
         None if copies == 0 => Some((Unusable::NotInSource, not_in_source(&rows))),
@@ -179,6 +183,18 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         ),
     };
     let decision = suppressed_verdict(decision, all_suppressed, due_step, &rows);
+    let invoice = one
+        .and_then(|s| s.row.clone().into_parts().ok())
+        .map(|(invoice, _)| invoice);
+    let (claim, waiting) = invoice.as_ref().map_or((None, None), |invoice| {
+        super::late::today(rules.stages, rules.late_payment, invoice, due_step, today)
+    });
+    if let (Some(claim), Some(invoice)) = (&claim, &invoice) {
+        explained.late_payment_working =
+            super::late::working(claim, invoice.amount.minor(), invoice.amount.currency());
+    }
+    explained.late_payment = claim;
+    let decision = super::late::rates_verdict(decision, waiting.as_ref(), due_step);
     let decision = customer_decision(decision, customer_place);
     (explained.reason, explained.reason_detail, explained.until) = decision;
     explained.reminders = rows;

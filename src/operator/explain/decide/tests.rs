@@ -15,6 +15,8 @@ fn stage(name: &str, days: i32, repeat: Option<(u32, u32)>) -> Stage {
         template: name.into(),
         repeat_every_days: repeat.map(|r| r.0),
         max_repeats: repeat.map(|r| r.1),
+        late_payment: false,
+        letter: false,
     }
 }
 
@@ -129,6 +131,7 @@ fn decided_in(
             stages: &stages,
             min_days_between: 2,
             max_attempts: 5,
+            late_payment: &late_payment(),
         },
     )
 }
@@ -272,6 +275,7 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
             stages: &stages,
             min_days_between: 0,
             max_attempts: 5,
+            late_payment: &late_payment(),
         },
     );
     assert_eq!(e.reason, Reason::WillSendToday);
@@ -376,6 +380,7 @@ fn a_console_pause_holds_an_unpaid_invoice_back_with_no_next_date_and_paid_speak
                 stages: &stages,
                 min_days_between: 2,
                 max_attempts: 5,
+                late_payment: &late_payment(),
             },
         )
     };
@@ -390,4 +395,11 @@ fn a_console_pause_holds_an_unpaid_invoice_back_with_no_next_date_and_paid_speak
     assert_eq!(next(&e), None);
     held.is_paid = Some(true);
     assert_eq!(decided_paused(held).reason, Reason::Paid);
+}
+
+/// The default `[late_payment]` (regime none).
+fn late_payment() -> crate::config::LatePaymentSettings {
+    crate::config::Settings::load_with(&[])
+        .map(|s| s.late_payment)
+        .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -1,0 +1,278 @@
+//! The letter's typeface, DejaVu Sans and DejaVu Sans Bold, compiled in
+//! from `assets/fonts/` (their licence is `assets/fonts/LICENSE-DejaVu.txt`):
+//! which character the letter prints for each one it is given, how wide
+//! text is, and the [`Subset`] of glyphs one letter embeds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use subsetter::GlyphRemapper;
+use ttf_parser::{Face, GlyphId};
+
+use super::PdfError;
+
+const REGULAR: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
+const BOLD: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans-Bold.ttf");
+
+/// What the letter prints for a character the font has no glyph for.
+pub(super) const REPLACEMENT: char = '?';
+
+/// The two faces a letter is set in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Style {
+    Regular,
+    Bold,
+}
+
+/// Both faces, parsed.
+pub(super) struct Fonts {
+    regular: Font,
+    bold: Font,
+}
+
+impl Fonts {
+    /// Parses the faces compiled into the binary.
+    pub(super) fn load() -> Result<Self, PdfError> {
+        Ok(Self {
+            regular: Font::parse(REGULAR, "DejaVuSans")?,
+            bold: Font::parse(BOLD, "DejaVuSans-Bold")?,
+        })
+    }
+
+    /// The face for `style`.
+    pub(super) fn get(&self, style: Style) -> &Font {
+        match style {
+            Style::Regular => &self.regular,
+            Style::Bold => &self.bold,
+        }
+    }
+}
+
+/// One face: its file, parsed, and its PostScript name.
+pub(super) struct Font {
+    face: Face<'static>,
+    data: &'static [u8],
+    name: &'static str,
+    units_per_em: f32,
+}
+
+/// A face's metrics for its PDF font descriptor, in thousandths of an em.
+pub(super) struct Metrics {
+    pub(super) bbox: [f32; 4],
+    pub(super) italic_angle: f32,
+    pub(super) ascent: f32,
+    pub(super) descent: f32,
+    pub(super) cap_height: f32,
+    pub(super) stem_v: f32,
+}
+
+impl Font {
+    fn parse(data: &'static [u8], name: &'static str) -> Result<Self, PdfError> {
+        let face = Face::parse(data, 0).map_err(|e| PdfError::Font(format!("{name}: {e}")))?;
+        let units_per_em = f32::from(face.units_per_em()).max(1.0);
+        Ok(Self {
+            face,
+            data,
+            name,
+            units_per_em,
+        })
+    }
+
+    /// What the letter prints for `c`: `c` itself where the face has a
+    /// glyph for it; a space for any breaking white space (a tab, a line
+    /// separator); a no-break space for one the face lacks; nothing for an
+    /// invisible bidi or zero-width control; [`REPLACEMENT`] for any other
+    /// control character and for every character the face lacks.
+    pub(super) fn printable(&self, c: char) -> Option<char> {
+        if is_invisible(c) {
+            return None;
+        }
+        if is_no_break_space(c) {
+            return Some(if self.glyph(c).is_some() { c } else { '\u{a0}' });
+        }
+        if c.is_whitespace() {
+            return Some(' ');
+        }
+        if c.is_control() || self.glyph(c).is_none() {
+            return Some(REPLACEMENT);
+        }
+        Some(c)
+    }
+
+    /// The width in points of `text` at `size`, as printed (see
+    /// [`Font::printable`]).
+    pub(super) fn width(&self, text: &str, size: f32) -> f32 {
+        text.chars()
+            .filter_map(|c| self.printable(c))
+            .map(|c| self.advance(c))
+            .sum::<f32>()
+            * size
+    }
+
+    /// The width in points of the printable character `c` at `size`.
+    pub(super) fn char_width(&self, c: char, size: f32) -> f32 {
+        self.advance(c) * size
+    }
+
+    /// The face's metrics for a font descriptor.
+    pub(super) fn metrics(&self) -> Metrics {
+        let bbox = self.face.global_bounding_box();
+        let weight = f32::from(self.face.weight().to_number());
+        Metrics {
+            bbox: [
+                self.to_milli(bbox.x_min),
+                self.to_milli(bbox.y_min),
+                self.to_milli(bbox.x_max),
+                self.to_milli(bbox.y_max),
+            ],
+            italic_angle: self.face.italic_angle(),
+            ascent: self.to_milli(self.face.ascender()),
+            descent: self.to_milli(self.face.descender()),
+            cap_height: self.to_milli(self.face.capital_height().unwrap_or(self.face.ascender())),
+            // The usual estimate from the weight class (as typst makes it).
+            stem_v: 10.0 + 0.244 * (weight - 50.0),
+        }
+    }
+
+    /// The glyph for `c`, if the face has one (`.notdef` is none).
+    fn glyph(&self, c: char) -> Option<GlyphId> {
+        self.face.glyph_index(c).filter(|g| g.0 != 0)
+    }
+
+    /// The advance of `c`, in ems.
+    fn advance(&self, c: char) -> f32 {
+        self.glyph(c).map_or(0.0, |g| self.glyph_advance(g))
+    }
+
+    fn glyph_advance(&self, glyph: GlyphId) -> f32 {
+        self.face
+            .glyph_hor_advance(glyph)
+            .map_or(0.0, |a| f32::from(a) / self.units_per_em)
+    }
+
+    fn to_milli(&self, units: i16) -> f32 {
+        f32::from(units) * 1000.0 / self.units_per_em
+    }
+}
+
+/// Bidi embeddings, overrides and isolates, zero-width characters, the
+/// soft hyphen and variation selectors: invisible, and meaningless without
+/// shaping and bidi, so dropped.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+    )
+}
+
+/// Spaces a line must not break at (ICU puts them between an amount and
+/// its currency).
+fn is_no_break_space(c: char) -> bool {
+    matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}')
+}
+
+/// The glyphs one letter uses of one face, numbered as the subset font
+/// numbers them: the CIDs its text is shown with (CID = new glyph id).
+pub(super) struct Subset<'f> {
+    font: &'f Font,
+    remapper: GlyphRemapper,
+    /// Each CID's character, for the ToUnicode map, in CID order.
+    chars: BTreeMap<u16, char>,
+}
+
+impl<'f> Subset<'f> {
+    /// The subset of `font` that prints `used` (printable characters, see
+    /// [`Font::printable`]). Glyphs are numbered in the face's order, and
+    /// a glyph two characters share maps back to the smaller one, so the
+    /// same characters give the same subset.
+    pub(super) fn new(font: &'f Font, used: &BTreeSet<char>) -> Self {
+        let mut by_glyph: BTreeMap<u16, char> = BTreeMap::new();
+        for &c in used {
+            if let Some(glyph) = font.glyph(c) {
+                by_glyph.entry(glyph.0).or_insert(c);
+            }
+        }
+        let mut remapper = GlyphRemapper::new();
+        let chars = by_glyph
+            .into_iter()
+            .map(|(glyph, c)| (remapper.remap(glyph), c))
+            .collect();
+        Self {
+            font,
+            remapper,
+            chars,
+        }
+    }
+
+    /// `text` as the 2-byte CIDs a content stream shows (Identity-H); a
+    /// character outside the subset shows `.notdef`.
+    pub(super) fn encode(&self, text: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(text.len().saturating_mul(2));
+        for c in text.chars() {
+            let cid = self
+                .font
+                .glyph(c)
+                .and_then(|g| self.remapper.get(g.0))
+                .unwrap_or(0);
+            out.extend_from_slice(&cid.to_be_bytes());
+        }
+        out
+    }
+
+    /// The subset font program: a TrueType file with only these glyphs
+    /// (and those they are composed of).
+    pub(super) fn program(&self) -> Result<Vec<u8>, PdfError> {
+        subsetter::subset(self.font.data, 0, &self.remapper)
+            .map_err(|e| PdfError::Subset(format!("{}: {e}", self.font.name)))
+    }
+
+    /// Each CID and the character it prints, in CID order.
+    pub(super) fn chars(&self) -> impl Iterator<Item = (u16, char)> + '_ {
+        self.chars.iter().map(|(&cid, &c)| (cid, c))
+    }
+
+    /// The advance of each CID from 0 up, in thousandths of an em (to a
+    /// tenth: closer than any printer).
+    pub(super) fn widths(&self) -> Vec<f32> {
+        self.remapper
+            .remapped_gids()
+            .map(|g| (self.font.glyph_advance(GlyphId(g)) * 10_000.0).round() / 10.0)
+            .collect()
+    }
+
+    /// The face's metrics.
+    pub(super) fn metrics(&self) -> Metrics {
+        self.font.metrics()
+    }
+
+    /// The subset's font name: a tag of six capitals derived from its
+    /// glyphs (the same glyphs, the same tag), `+`, the face's name.
+    pub(super) fn base_name(&self) -> String {
+        // FNV-1a over the face's name and the glyph ids.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let glyphs = self.remapper.remapped_gids().flat_map(u16::to_be_bytes);
+        for byte in self.font.name.bytes().chain(glyphs) {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let mut tag = String::with_capacity(self.font.name.len().saturating_add(7));
+        for _ in 0..6 {
+            let letter = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                .get(usize::try_from(hash.checked_rem(26).unwrap_or(0)).unwrap_or(0))
+                .copied()
+                .unwrap_or(b'A');
+            tag.push(char::from(letter));
+            hash = hash.checked_div(26).unwrap_or(0);
+        }
+        tag.push('+');
+        tag.push_str(self.font.name);
+        tag
+    }
+}

@@ -1,0 +1,203 @@
+//! The PDF file of laid-out pages: each page an A4 page object with one
+//! deflated content stream (its rules, then its text shown in CIDs), each
+//! face used a Type0 font over a CIDFontType2 font with the subset program
+//! embedded and a ToUnicode map, a catalog, and an info dictionary with the
+//! title. Objects are numbered in the order they are written and nothing
+//! depends on the clock or on hash order: the same pages, the same bytes.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use flate2::Compression;
+use flate2::write::ZlibEncoder;
+use pdf_writer::types::{CidFontType, FontFlags, SystemInfo, UnicodeCmap};
+use pdf_writer::{Content, Filter, Finish, Name, Pdf, Rect, Ref, Settings, Str, TextStr};
+
+use super::PdfError;
+use super::font::{Fonts, Style, Subset};
+use super::layout::{PAGE_HEIGHT, PAGE_WIDTH, Page};
+
+/// The rules' width, in points.
+const RULE_WIDTH: f32 = 0.6;
+
+/// Hands out object numbers from 1 up.
+struct Ids {
+    next: i32,
+}
+
+impl Ids {
+    fn next(&mut self) -> Result<Ref, PdfError> {
+        let id = self.next;
+        self.next = id.checked_add(1).ok_or(PdfError::TooLong)?;
+        // From 1 up and checked: `Ref::new`'s panic (for 0 and below)
+        // cannot happen.
+        Ok(Ref::new(id))
+    }
+}
+
+/// A face the letter uses: its resource name, font object and subset.
+struct Embedded<'f> {
+    style: Style,
+    name: Name<'static>,
+    font: Ref,
+    subset: Subset<'f>,
+}
+
+/// The bytes of the PDF file of `pages`, titled `title`.
+pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec<u8>, PdfError> {
+    let mut ids = Ids { next: 1 };
+    let catalog = ids.next()?;
+    let tree = ids.next()?;
+    let info = ids.next()?;
+    let mut pdf = Pdf::with_settings(Settings { pretty: false });
+    pdf.catalog(catalog).pages(tree);
+    pdf.document_info(info).title(TextStr(title));
+
+    let mut embedded = Vec::new();
+    for (style, name) in [(Style::Regular, Name(b"F1")), (Style::Bold, Name(b"F2"))] {
+        let used: BTreeSet<char> = pages
+            .iter()
+            .flat_map(|p| &p.texts)
+            .filter(|t| t.style == style)
+            .flat_map(|t| t.text.chars())
+            .collect();
+        if !used.is_empty() {
+            let subset = Subset::new(fonts.get(style), &used);
+            embedded.push(Embedded {
+                style,
+                name,
+                font: ids.next()?,
+                subset,
+            });
+        }
+    }
+
+    let mut kids = Vec::with_capacity(pages.len());
+    for page in pages {
+        let id = ids.next()?;
+        let content = ids.next()?;
+        kids.push(id);
+        let mut writer = pdf.page(id);
+        writer
+            .media_box(Rect::new(0.0, 0.0, PAGE_WIDTH, PAGE_HEIGHT))
+            .parent(tree)
+            .contents(content);
+        {
+            let mut resources = writer.resources();
+            let mut names = resources.fonts();
+            for e in &embedded {
+                names.pair(e.name, e.font);
+            }
+        }
+        writer.finish();
+        let packed = deflate(&content_stream(page, &embedded))?;
+        pdf.stream(content, &packed).filter(Filter::FlateDecode);
+    }
+    let count = i32::try_from(kids.len()).map_err(|_| PdfError::TooLong)?;
+    pdf.pages(tree).kids(kids).count(count);
+
+    for e in &embedded {
+        write_font(&mut pdf, &mut ids, e)?;
+    }
+    Ok(pdf.finish())
+}
+
+/// A page's drawing operators: its rules, then its text.
+fn content_stream(page: &Page, embedded: &[Embedded]) -> Vec<u8> {
+    let mut content = Content::with_settings(Settings { pretty: false });
+    if !page.rules.is_empty() {
+        content.set_line_width(RULE_WIDTH);
+        for rule in &page.rules {
+            content.move_to(rule.x1, rule.y).line_to(rule.x2, rule.y);
+        }
+        content.stroke();
+    }
+    if !page.texts.is_empty() {
+        content.begin_text();
+        let mut current = None;
+        for text in &page.texts {
+            let Some(e) = embedded.iter().find(|e| e.style == text.style) else {
+                continue;
+            };
+            if current != Some((text.style, text.size.to_bits())) {
+                content.set_font(e.name, text.size);
+                current = Some((text.style, text.size.to_bits()));
+            }
+            content.set_text_matrix([1.0, 0.0, 0.0, 1.0, text.x, text.y]);
+            content.show(Str(&e.subset.encode(&text.text)));
+        }
+        content.end_text();
+    }
+    content.finish().into_vec()
+}
+
+/// The objects of one face: the Type0 font, its CIDFontType2 font, the
+/// font descriptor, the subset program and the ToUnicode map.
+fn write_font(pdf: &mut Pdf, ids: &mut Ids, e: &Embedded) -> Result<(), PdfError> {
+    let cid_font = ids.next()?;
+    let descriptor = ids.next()?;
+    let program = ids.next()?;
+    let to_unicode = ids.next()?;
+    let base_name = e.subset.base_name();
+    let base = Name(base_name.as_bytes());
+    let system_info = SystemInfo {
+        registry: Str(b"Adobe"),
+        ordering: Str(b"Identity"),
+        supplement: 0,
+    };
+
+    pdf.type0_font(e.font)
+        .base_font(base)
+        .encoding_predefined(Name(b"Identity-H"))
+        .descendant_font(cid_font)
+        .to_unicode(to_unicode);
+
+    let mut cid = pdf.cid_font(cid_font);
+    cid.subtype(CidFontType::Type2)
+        .base_font(base)
+        .system_info(system_info)
+        .font_descriptor(descriptor)
+        .default_width(0.0)
+        .cid_to_gid_map_predefined(Name(b"Identity"));
+    cid.widths().consecutive(0, e.subset.widths());
+    cid.finish();
+
+    let m = e.subset.metrics();
+    let [x1, y1, x2, y2] = m.bbox;
+    pdf.font_descriptor(descriptor)
+        .name(base)
+        .flags(FontFlags::SYMBOLIC)
+        .bbox(Rect::new(x1, y1, x2, y2))
+        .italic_angle(m.italic_angle)
+        .ascent(m.ascent)
+        .descent(m.descent)
+        .cap_height(m.cap_height)
+        .stem_v(m.stem_v)
+        .font_file2(program);
+
+    let font_file = e.subset.program()?;
+    let length = i32::try_from(font_file.len()).map_err(|_| PdfError::TooLong)?;
+    let packed = deflate(&font_file)?;
+    pdf.stream(program, &packed)
+        .filter(Filter::FlateDecode)
+        .pair(Name(b"Length1"), length);
+
+    let mut cmap = UnicodeCmap::new(Name(b"Custom"), system_info);
+    for (cid, c) in e.subset.chars() {
+        cmap.pair(cid, c);
+    }
+    let packed = deflate(cmap.finish().as_slice())?;
+    pdf.stream(to_unicode, &packed).filter(Filter::FlateDecode);
+    Ok(())
+}
+
+/// `data` zlib-compressed (FlateDecode).
+fn deflate(data: &[u8]) -> Result<Vec<u8>, PdfError> {
+    let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
+    encoder
+        .write_all(data)
+        .map_err(|e| PdfError::Compress(e.to_string()))?;
+    encoder
+        .finish()
+        .map_err(|e| PdfError::Compress(e.to_string()))
+}
