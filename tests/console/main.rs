@@ -13,6 +13,7 @@ mod browser;
 mod guards;
 mod holds;
 mod invoices;
+mod letters;
 mod overview;
 mod pages;
 mod preview;
