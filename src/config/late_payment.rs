@@ -91,19 +91,6 @@ impl LatePaymentSettings {
         Law::of(regime, &self.custom_terms())
     }
 
-    /// The regime a row names (None, blank: the setting's), or why it
-    /// names none.
-    pub fn regime_of(&self, written: Option<&str>) -> Result<Regime, String> {
-        let Some(text) = written.filter(|t| !t.trim().is_empty()) else {
-            return Ok(self.regime);
-        };
-        let regime: Regime = text.parse()?;
-        if regime == Regime::Custom && !self.custom_defined() {
-            return Err("\"custom\" needs [late_payment.custom] with a series".into());
-        }
-        Ok(regime)
-    }
-
     /// Reads the rates file (the shipped one when none is named).
     pub(super) fn read_rates(&mut self) -> Result<(), ConfigError> {
         let key = "late_payment.rates_file";
@@ -167,4 +154,86 @@ pub(super) fn check(l: &LatePaymentSettings) -> Result<(), ConfigError> {
             .map_err(|e| ConfigError::new("late_payment.custom.compensation_currency", e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    fn error_key(env: &[(&str, &str)]) -> String {
+        Settings::load_with(env)
+            .err()
+            .map(|e| e.key)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn an_unknown_regime_or_a_bad_custom_section_names_its_key() {
+        assert_eq!(
+            error_key(&[("LATE_PAYMENT__REGIME", "de")]),
+            "late_payment.regime"
+        );
+        assert_eq!(
+            error_key(&[("LATE_PAYMENT__REGIME", "custom")]),
+            "late_payment.custom.series"
+        );
+        let custom = |key: &'static str, value: &'static str| {
+            error_key(&[
+                ("LATE_PAYMENT__REGIME", "custom"),
+                ("LATE_PAYMENT__CUSTOM__SERIES", "ecb"),
+                ("LATE_PAYMENT__CUSTOM__COMPENSATION_MINOR", "4000"),
+                ("LATE_PAYMENT__CUSTOM__COMPENSATION_CURRENCY", "EUR"),
+                (key, value),
+            ])
+        };
+        assert_eq!(
+            custom("LATE_PAYMENT__CUSTOM__SERIES", "libor"),
+            "late_payment.custom.series"
+        );
+        assert_eq!(
+            custom("LATE_PAYMENT__CUSTOM__POINTS", "-1"),
+            "late_payment.custom.points"
+        );
+        assert_eq!(
+            custom("LATE_PAYMENT__CUSTOM__POINTS", "1.23456"),
+            "late_payment.custom.points"
+        );
+        assert_eq!(
+            custom("LATE_PAYMENT__CUSTOM__COMPENSATION_CURRENCY", "EURO"),
+            "late_payment.custom.compensation_currency"
+        );
+        assert_eq!(
+            custom("LATE_PAYMENT__CUSTOM__COMPENSATION_MINOR", "-5"),
+            "late_payment.custom.compensation_minor"
+        );
+        assert_eq!(custom("LATE_PAYMENT__CUSTOM__POINTS", "7.5"), "");
+        assert_eq!(
+            error_key(&[("LATE_PAYMENT__PAY_WITHIN_DAYS", "400")]),
+            "late_payment.pay_within_days"
+        );
+    }
+
+    #[test]
+    fn a_custom_section_makes_the_custom_regime_a_law_of_its_terms() {
+        let settings = Settings::load_with(&[
+            ("LATE_PAYMENT__CUSTOM__SERIES", "boe"),
+            ("LATE_PAYMENT__CUSTOM__POINTS", "4.5"),
+            ("LATE_PAYMENT__CUSTOM__COMPENSATION_MINOR", "2500"),
+            ("LATE_PAYMENT__CUSTOM__COMPENSATION_CURRENCY", "gbp"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let late = &settings.late_payment;
+        assert_eq!(late.regime, crate::domain::Regime::None);
+        let law = late.law(crate::domain::Regime::Custom);
+        assert!(
+            law.as_ref()
+                .is_some_and(|l| l.series == "boe" && l.points.0 == 45_000)
+        );
+        let none = Settings::load_with(&[]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            none.late_payment
+                .law(crate::domain::Regime::Custom)
+                .is_none()
+        );
+    }
 }

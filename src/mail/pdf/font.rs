@@ -173,6 +173,24 @@ fn is_invisible(c: char) -> bool {
     )
 }
 
+/// The characters of the shared subset of the regular face: printable
+/// ASCII, Latin-1, the euro and pound signs, typographic quotes, dashes
+/// and the spaces ICU puts in amounts. A letter whose regular text uses
+/// only these embeds this one subset, so its font program is made and
+/// compressed once per process (`write`), whatever the names and figures.
+pub(super) fn shared_chars(font: &Font) -> BTreeSet<char> {
+    let extra = [
+        '\u{152}', '\u{153}', '\u{160}', '\u{161}', '\u{178}', '\u{17d}', '\u{17e}', '\u{2007}',
+        '\u{2009}', '\u{202f}', '\u{2013}', '\u{2014}', '\u{2018}', '\u{2019}', '\u{201a}',
+        '\u{201c}', '\u{201d}', '\u{201e}', '\u{2022}', '\u{2026}', '\u{20ac}',
+    ];
+    (' '..='~')
+        .chain('\u{a0}'..='\u{ff}')
+        .chain(extra)
+        .filter(|c| font.glyph(*c).is_some())
+        .collect()
+}
+
 /// Spaces a line must not break at (ICU puts them between an amount and
 /// its currency).
 fn is_no_break_space(c: char) -> bool {
@@ -232,6 +250,12 @@ impl<'f> Subset<'f> {
     pub(super) fn program(&self) -> Result<Vec<u8>, PdfError> {
         subsetter::subset(self.font.data, 0, &self.remapper)
             .map_err(|e| PdfError::Subset(format!("{}: {e}", self.font.name)))
+    }
+
+    /// The face's name and the glyphs of the subset, in CID order: what
+    /// makes its font program.
+    pub(super) fn key(&self) -> (&'static str, Vec<u16>) {
+        (self.font.name, self.remapper.remapped_gids().collect())
     }
 
     /// Each CID and the character it prints, in CID order.

@@ -5,8 +5,9 @@
 //! title. Objects are numbered in the order they are written and nothing
 //! depends on the clock or on hash order: the same pages, the same bytes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use flate2::Compression;
 use flate2::write::ZlibEncoder;
@@ -14,7 +15,7 @@ use pdf_writer::types::{CidFontType, FontFlags, SystemInfo, UnicodeCmap};
 use pdf_writer::{Content, Filter, Finish, Name, Pdf, Rect, Ref, Settings, Str, TextStr};
 
 use super::PdfError;
-use super::font::{Fonts, Style, Subset};
+use super::font::{self, Fonts, Style, Subset};
 use super::layout::{PAGE_HEIGHT, PAGE_WIDTH, Page};
 
 /// The rules' width, in points.
@@ -62,7 +63,18 @@ pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec
             .flat_map(|t| t.text.chars())
             .collect();
         if !used.is_empty() {
-            let subset = Subset::new(fonts.get(style), &used);
+            let face = fonts.get(style);
+            let shared = match style {
+                Style::Regular => font::shared_chars(face),
+                // The title alone: the same words in every letter of a language.
+                Style::Bold => BTreeSet::new(),
+            };
+            let used = if !shared.is_empty() && used.is_subset(&shared) {
+                shared
+            } else {
+                used
+            };
+            let subset = Subset::new(face, &used);
             embedded.push(Embedded {
                 style,
                 name,
@@ -175,20 +187,54 @@ fn write_font(pdf: &mut Pdf, ids: &mut Ids, e: &Embedded) -> Result<(), PdfError
         .stem_v(m.stem_v)
         .font_file2(program);
 
-    let font_file = e.subset.program()?;
-    let length = i32::try_from(font_file.len()).map_err(|_| PdfError::TooLong)?;
-    let packed = deflate(&font_file)?;
-    pdf.stream(program, &packed)
+    let packed = packed_font(&e.subset, system_info)?;
+    pdf.stream(program, &packed.program)
         .filter(Filter::FlateDecode)
-        .pair(Name(b"Length1"), length);
+        .pair(Name(b"Length1"), packed.length);
+    pdf.stream(to_unicode, &packed.to_unicode)
+        .filter(Filter::FlateDecode);
+    Ok(())
+}
 
+/// A subset's font program and ToUnicode map, compressed.
+struct Packed {
+    program: Vec<u8>,
+    /// The program's length before compression.
+    length: i32,
+    to_unicode: Vec<u8>,
+}
+
+/// Subsets made this process, by face and glyphs: making and compressing
+/// a program is most of a letter's cost, and most letters share one
+/// (`font::shared_chars`). At most [`KEPT_SUBSETS`], then started afresh.
+type Kept = Mutex<HashMap<(&'static str, Vec<u16>), Arc<Packed>>>;
+static KEPT: OnceLock<Kept> = OnceLock::new();
+const KEPT_SUBSETS: usize = 64;
+
+/// `subset`'s packed program and map, made once per process.
+fn packed_font(subset: &Subset<'_>, system_info: SystemInfo<'_>) -> Result<Arc<Packed>, PdfError> {
+    let key = subset.key();
+    let kept = KEPT.get_or_init(Kept::default);
+    if let Some(packed) = kept.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(Arc::clone(packed));
+    }
+    let font_file = subset.program()?;
+    let length = i32::try_from(font_file.len()).map_err(|_| PdfError::TooLong)?;
     let mut cmap = UnicodeCmap::new(Name(b"Custom"), system_info);
-    for (cid, c) in e.subset.chars() {
+    for (cid, c) in subset.chars() {
         cmap.pair(cid, c);
     }
-    let packed = deflate(cmap.finish().as_slice())?;
-    pdf.stream(to_unicode, &packed).filter(Filter::FlateDecode);
-    Ok(())
+    let packed = Arc::new(Packed {
+        program: deflate(&font_file)?,
+        length,
+        to_unicode: deflate(cmap.finish().as_slice())?,
+    });
+    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= KEPT_SUBSETS {
+        kept.clear();
+    }
+    kept.insert(key, Arc::clone(&packed));
+    Ok(packed)
 }
 
 /// `data` zlib-compressed (FlateDecode).
