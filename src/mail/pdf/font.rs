@@ -4,6 +4,7 @@
 //! text is, and the [`Subset`] of glyphs one letter embeds.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 
 use subsetter::GlyphRemapper;
 use ttf_parser::{Face, GlyphId};
@@ -29,7 +30,18 @@ pub(super) struct Fonts {
     bold: Font,
 }
 
+/// The faces, parsed once per process.
+static LOADED: OnceLock<Result<Fonts, String>> = OnceLock::new();
+
 impl Fonts {
+    /// The faces compiled into the binary, parsed on first use.
+    pub(super) fn get_or_load() -> Result<&'static Self, PdfError> {
+        LOADED
+            .get_or_init(|| Self::load().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| PdfError::Font(e.clone()))
+    }
+
     /// Parses the faces compiled into the binary.
     pub(super) fn load() -> Result<Self, PdfError> {
         Ok(Self {
@@ -53,7 +65,15 @@ pub(super) struct Font {
     data: &'static [u8],
     name: &'static str,
     units_per_em: f32,
+    /// The glyph of each character below [`LOOKED_UP`] (0: none), looked
+    /// up once: a letter asks for every character several times.
+    glyphs: Vec<u16>,
+    /// [`shared_chars`] of this face.
+    shared: BTreeSet<char>,
 }
+
+/// Characters below this have their glyph looked up once, at load.
+const LOOKED_UP: u32 = 0x3000;
 
 /// A face's metrics for its PDF font descriptor, in thousandths of an em.
 pub(super) struct Metrics {
@@ -69,12 +89,23 @@ impl Font {
     fn parse(data: &'static [u8], name: &'static str) -> Result<Self, PdfError> {
         let face = Face::parse(data, 0).map_err(|e| PdfError::Font(format!("{name}: {e}")))?;
         let units_per_em = f32::from(face.units_per_em()).max(1.0);
-        Ok(Self {
+        let glyphs = (0..LOOKED_UP)
+            .map(|u| {
+                char::from_u32(u)
+                    .and_then(|c| face.glyph_index(c))
+                    .map_or(0, |g| g.0)
+            })
+            .collect();
+        let mut font = Self {
             face,
             data,
             name,
             units_per_em,
-        })
+            glyphs,
+            shared: BTreeSet::new(),
+        };
+        font.shared = shared_chars(&font);
+        Ok(font)
     }
 
     /// What the letter prints for `c`: `c` itself where the face has a
@@ -135,7 +166,19 @@ impl Font {
 
     /// The glyph for `c`, if the face has one (`.notdef` is none).
     fn glyph(&self, c: char) -> Option<GlyphId> {
-        self.face.glyph_index(c).filter(|g| g.0 != 0)
+        match usize::try_from(u32::from(c))
+            .ok()
+            .and_then(|i| self.glyphs.get(i))
+        {
+            Some(0) => None,
+            Some(g) => Some(GlyphId(*g)),
+            None => self.face.glyph_index(c).filter(|g| g.0 != 0),
+        }
+    }
+
+    /// The characters of the subset letters share ([`shared_chars`]).
+    pub(super) fn shared(&self) -> &BTreeSet<char> {
+        &self.shared
     }
 
     /// The advance of `c`, in ems.
@@ -178,7 +221,7 @@ fn is_invisible(c: char) -> bool {
 /// and the spaces ICU puts in amounts. A letter whose regular text uses
 /// only these embeds this one subset, so its font program is made and
 /// compressed once per process (`write`), whatever the names and figures.
-pub(super) fn shared_chars(font: &Font) -> BTreeSet<char> {
+fn shared_chars(font: &Font) -> BTreeSet<char> {
     let extra = [
         '\u{152}', '\u{153}', '\u{160}', '\u{161}', '\u{178}', '\u{17d}', '\u{17e}', '\u{2007}',
         '\u{2009}', '\u{202f}', '\u{2013}', '\u{2014}', '\u{2018}', '\u{2019}', '\u{201a}',

@@ -96,9 +96,9 @@ pub enum PdfError {
 /// The letter `page` as the bytes of an A4 PDF file (see the module's
 /// documentation for what the file guarantees).
 pub fn render(page: &LetterPage) -> Result<Vec<u8>, PdfError> {
-    let fonts = font::Fonts::load()?;
-    let pages = layout::lay_out(page, &fonts);
-    write::document(&pages, &fonts, &page.title)
+    let fonts = font::Fonts::get_or_load()?;
+    let pages = layout::lay_out(page, fonts);
+    write::document(&pages, fonts, &page.title)
 }
 
 #[cfg(test)]

@@ -136,7 +136,10 @@ fn a_letter_is_a4_and_its_text_extracts_with_the_euro_sign_and_accents() {
 #[test]
 fn a_typical_letter_embeds_only_a_subset_of_the_font_and_stays_small() {
     let pdf = render(&sample()).expect("renders");
-    assert!(pdf.len() < 40_000, "{} bytes", pdf.len());
+    // The shared subset of the regular face (about 210 of its 6,000
+    // glyphs) and the title's glyphs of the bold one: about 40 KB, where
+    // the whole faces would be 1.4 MB.
+    assert!(pdf.len() < 45_000, "{} bytes", pdf.len());
     let text = String::from_utf8_lossy(&pdf);
     // Subset fonts are named TAGTAG+Name, and both faces carry a ToUnicode map.
     assert!(text.contains("+DejaVuSans/"), "regular face subset");

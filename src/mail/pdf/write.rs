@@ -15,7 +15,7 @@ use pdf_writer::types::{CidFontType, FontFlags, SystemInfo, UnicodeCmap};
 use pdf_writer::{Content, Filter, Finish, Name, Pdf, Rect, Ref, Settings, Str, TextStr};
 
 use super::PdfError;
-use super::font::{self, Fonts, Style, Subset};
+use super::font::{Fonts, Style, Subset};
 use super::layout::{PAGE_HEIGHT, PAGE_WIDTH, Page};
 
 /// The rules' width, in points.
@@ -64,13 +64,10 @@ pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec
             .collect();
         if !used.is_empty() {
             let face = fonts.get(style);
-            let shared = match style {
-                Style::Regular => font::shared_chars(face),
-                // The title alone: the same words in every letter of a language.
-                Style::Bold => BTreeSet::new(),
-            };
-            let used = if !shared.is_empty() && used.is_subset(&shared) {
-                shared
+            // The bold face sets the title alone: the same words in every
+            // letter of a language.
+            let used = if style == Style::Regular && used.is_subset(face.shared()) {
+                face.shared().clone()
             } else {
                 used
             };
@@ -102,7 +99,7 @@ pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec
             }
         }
         writer.finish();
-        let packed = deflate(&content_stream(page, &embedded))?;
+        let packed = deflate_with(&content_stream(page, &embedded), Compression::fast())?;
         pdf.stream(content, &packed).filter(Filter::FlateDecode);
     }
     let count = i32::try_from(kids.len()).map_err(|_| PdfError::TooLong)?;
@@ -237,9 +234,16 @@ fn packed_font(subset: &Subset<'_>, system_info: SystemInfo<'_>) -> Result<Arc<P
     Ok(packed)
 }
 
-/// `data` zlib-compressed (FlateDecode).
+/// `data` zlib-compressed (FlateDecode), as small as the default level
+/// makes it: the font programs, made once.
 fn deflate(data: &[u8]) -> Result<Vec<u8>, PdfError> {
-    let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
+    deflate_with(data, Compression::default())
+}
+
+/// `data` zlib-compressed at `level` (a page's content, made per letter,
+/// at the fast level).
+fn deflate_with(data: &[u8], level: Compression) -> Result<Vec<u8>, PdfError> {
+    let mut encoder = ZlibEncoder::new(Vec::new(), level);
     encoder
         .write_all(data)
         .map_err(|e| PdfError::Compress(e.to_string()))?;
