@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::db::invoices::SourceRow;
+use crate::db::source_row::SourceRow;
 use crate::domain::{InvoiceId, Problem, SourceProblem, count_of};
 
 /// How many example rows a tally keeps for its warning.

@@ -6,7 +6,7 @@
 use super::Db;
 use super::conn::on_db;
 use super::customers::Retries;
-use super::invoices::{OverdueKey, OwedPage, owed_page_on, source_columns};
+use super::invoices::{OverdueKey, OwedPage, owed_page_on};
 use super::locks::Fence;
 use super::owing::{
     OwingDay, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
@@ -16,6 +16,7 @@ use super::reminders::{
     Claim, ClaimError, ClaimResult, ClaimedRow, ask_suppressed, check_fence, claim_results, keyed,
     thread_of,
 };
+use super::source_row::source_columns;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 use crate::stages::Window;

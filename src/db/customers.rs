@@ -19,12 +19,12 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{SourceRow, source_columns};
 use super::owing::{
     OwingDay, backoff_over, customer_gap_clear, gap_until, in_window, invoice_gap_clear,
     owes_flags, priced, windows,
 };
 use super::params::Params;
+use super::source_row::{SourceRow, source_columns};
 use super::suppressions::suppressed_among_on;
 use crate::domain::ReminderId;
 use crate::domain::StepKey;

@@ -15,11 +15,11 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{SourceRow, source_columns};
 use super::owing::{backoff_over, backoff_wait, date_value, owes_flags};
 use super::params::Params;
 use super::reminders::Backoff;
 use super::runs::{run_ended, run_gone};
+use super::source_row::{SourceRow, source_columns};
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 

@@ -34,6 +34,7 @@ pub mod seed;
 pub mod sessions;
 pub mod settle;
 pub mod source;
+pub mod source_row;
 pub mod sql;
 pub mod stats;
 pub mod suppressions;

@@ -9,10 +9,10 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::invoices::{SourceRow, source_columns};
 use super::owing::{
     OwingDay, in_window, invoice_gap_clear, owes_flags, priced, sane_date, windows,
 };
+use super::source_row::{SourceRow, source_columns};
 use crate::domain::InvoiceId;
 use crate::domain::StepKey;
 

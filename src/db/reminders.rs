@@ -48,8 +48,8 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{FromRow, PgConnection};
 
 use super::Db;
-use super::invoices::SourceRow;
 use super::locks::{Fence, advance_fence};
+use super::source_row::SourceRow;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, ReminderId};
 
@@ -273,7 +273,7 @@ macro_rules! claim_results {
             " o.customer_locale, o.customer_id, o.late_payment_regime FROM owed o",
             " UNION ALL",
             " SELECT NULL, NULL, NULL, NULL, NULL, true, ",
-            $crate::db::invoices::source_columns!(),
+            $crate::db::source_row::source_columns!(),
             " FROM keyed s WHERE s.copies > 1"
         )
     };

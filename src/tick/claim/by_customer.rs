@@ -25,7 +25,7 @@ use super::pages::{Customers, customer_page};
 use crate::config::ReminderSettings;
 use crate::db;
 use crate::db::claims::StatementClaim;
-use crate::db::invoices::SourceRow;
+use crate::db::source_row::SourceRow;
 use crate::domain::{Claimed, Letter, LetterKind, SourceProblem};
 use crate::domain::{MAX_RECIPIENTS, Recipients};
 use crate::mail;

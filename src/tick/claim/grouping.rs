@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use super::claiming::Claiming;
-use crate::db::invoices::SourceRow;
+use crate::db::source_row::SourceRow;
 use crate::domain::SourceProblem;
 use crate::tick::TickError;
 use crate::tick::mark::Batch;

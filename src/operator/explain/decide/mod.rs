@@ -290,4 +290,6 @@ pub fn instant(t: DateTime<Utc>) -> String {
 mod day;
 use day::Day;
 #[cfg(test)]
+mod pause_tests;
+#[cfg(test)]
 mod tests;

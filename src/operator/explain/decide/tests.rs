@@ -4,7 +4,7 @@
 use chrono::{DateTime, Days, NaiveDate, TimeZone, Utc};
 
 use super::*;
-use crate::db::invoices::SourceRow;
+use crate::db::source_row::SourceRow;
 use crate::domain::ReminderId;
 use crate::stages::Stage;
 
@@ -21,7 +21,7 @@ fn stage(name: &str, days: i32, repeat: Option<(u32, u32)>) -> Stage {
 }
 
 /// The default stages: upcoming -3, overdue 3, final 21 (+14, +28).
-fn stages() -> Stages {
+pub(super) fn stages() -> Stages {
     Stages::new(vec![
         stage("upcoming", -3, None),
         stage("overdue", 3, None),
@@ -29,24 +29,24 @@ fn stages() -> Stages {
     ])
 }
 
-fn today() -> NaiveDate {
+pub(super) fn today() -> NaiveDate {
     NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default()
 }
 
-fn days_ago(n: u64) -> NaiveDate {
+pub(super) fn days_ago(n: u64) -> NaiveDate {
     today().checked_sub_days(Days::new(n)).unwrap_or_default()
 }
 
-fn days_ahead(n: u64) -> NaiveDate {
+pub(super) fn days_ahead(n: u64) -> NaiveDate {
     today().checked_add_days(Days::new(n)).unwrap_or_default()
 }
 
-fn noon(d: NaiveDate) -> DateTime<Utc> {
+pub(super) fn noon(d: NaiveDate) -> DateTime<Utc> {
     Utc.from_utc_datetime(&d.and_hms_opt(12, 0, 0).unwrap_or_default())
 }
 
 /// One clean, unpaid, unpaused row due `age` days ago.
-fn source(age: u64) -> SourceFacts {
+pub(super) fn source(age: u64) -> SourceFacts {
     SourceFacts {
         row: SourceRow {
             invoice_id: Some(InvoiceId::from("7")),
@@ -95,12 +95,12 @@ fn row(step: &str, status: &str, age: u64) -> ReminderFacts {
     }
 }
 
-fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explained {
+pub(super) fn decided(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Explained {
     decided_in(sources, reminders, None)
 }
 
 /// Invoice 7's facts today, with nothing suppressed or paused.
-fn facts(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Facts {
+pub(super) fn facts(sources: Vec<SourceFacts>, reminders: Vec<ReminderFacts>) -> Facts {
     Facts {
         invoice_id: InvoiceId::from("7"),
         today: today(),
@@ -136,7 +136,7 @@ fn decided_in(
     )
 }
 
-fn next(e: &Explained) -> Option<(&str, NaiveDate)> {
+pub(super) fn next(e: &Explained) -> Option<(&str, NaiveDate)> {
     Some((e.next_step.as_ref()?.as_str(), e.next_date?))
 }
 
@@ -282,17 +282,6 @@ fn no_gap_is_kept_when_min_days_between_is_zero() {
 }
 
 #[test]
-fn paused_until_today_still_pauses_and_the_next_reminder_is_tomorrow() {
-    let mut s = source(10);
-    s.paused_until = Some(today());
-    s.flags_owe = false;
-    let e = decided(vec![s], vec![]);
-    assert_eq!(e.reason, Reason::Paused);
-    assert_eq!(e.until, Some(Until::Date(today())));
-    assert_eq!(next(&e), Some(("overdue", days_ahead(1))));
-}
-
-#[test]
 fn reasons_serialize_as_their_labels() {
     for reason in [
         Reason::SourceProblem,
@@ -359,46 +348,8 @@ fn a_step_recorded_superseded_says_so_and_is_not_called_suppressed() {
     );
 }
 
-#[test]
-fn a_console_pause_holds_an_unpaid_invoice_back_with_no_next_date_and_paid_speaks_first() {
-    let decided_paused = |source: SourceFacts| {
-        let stages = stages();
-        let pause = crate::db::pauses::ConsolePause {
-            invoice_id: None,
-            customer_id: Some("C-1".into()),
-            reason: "disputed".into(),
-            paused_by: "olga".into(),
-            paused_at: noon(days_ago(1)),
-        };
-        decide(
-            Facts {
-                sources: vec![source],
-                console_pause: Some(pause),
-                ..facts(vec![], vec![])
-            },
-            Rules {
-                stages: &stages,
-                min_days_between: 2,
-                max_attempts: 5,
-                late_payment: &late_payment(),
-            },
-        )
-    };
-    let mut held = source(10);
-    held.flags_owe = false;
-    let e = decided_paused(held.clone());
-    assert_eq!(e.reason, Reason::PausedInConsole);
-    assert!(
-        e.reason_detail
-            .contains("its customer C-1 was paused in the console by olga")
-    );
-    assert_eq!(next(&e), None);
-    held.is_paid = Some(true);
-    assert_eq!(decided_paused(held).reason, Reason::Paid);
-}
-
 /// The default `[late_payment]` (regime none).
-fn late_payment() -> crate::config::LatePaymentSettings {
+pub(super) fn late_payment() -> crate::config::LatePaymentSettings {
     crate::config::Settings::load_with(&[])
         .map(|s| s.late_payment)
         .unwrap_or_else(|e| panic!("{e}"))

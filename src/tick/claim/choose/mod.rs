@@ -17,7 +17,7 @@ use chrono::NaiveDate;
 
 use crate::db::claims::Superseded;
 use crate::db::customers::{CustomerRow, Owes};
-use crate::db::invoices::SourceRow;
+use crate::db::source_row::SourceRow;
 use crate::domain::StepKey;
 use crate::domain::{InvoiceId, Problem, ReminderId, SourceProblem};
 use crate::stages::shift;
