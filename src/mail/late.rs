@@ -285,9 +285,10 @@ pub(super) fn letter(
         ],
         outro,
     };
-    let bytes = render(&page).map_err(|e| failed(e.to_string()))?;
+    let file = render(&page).map_err(|e| failed(e.to_string()))?;
     Ok(Attachment {
         filename: letter_name(&facts.invoice.number),
-        bytes,
+        bytes: file.bytes,
+        encoded: file.encoded,
     })
 }

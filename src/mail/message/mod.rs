@@ -346,8 +346,9 @@ fn build(
                 reason: e.to_string(),
             })?;
             for file in files {
+                let name = file.filename.clone();
                 mixed = mixed.singlepart(
-                    lettre::message::Attachment::new(file.filename).body(file.bytes, pdf.clone()),
+                    lettre::message::Attachment::new(name).body(file.into_body(), pdf.clone()),
                 );
             }
             multipart(builder, mixed)

@@ -4,7 +4,7 @@
 //! text is, and the [`Subset`] of glyphs one letter embeds.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use subsetter::GlyphRemapper;
 use ttf_parser::{Face, GlyphId};
@@ -70,6 +70,8 @@ pub(super) struct Font {
     glyphs: Vec<u16>,
     /// [`shared_chars`] of this face.
     shared: BTreeSet<char>,
+    /// Their subset's numbering, made on first use.
+    shared_mapping: OnceLock<Arc<Mapping>>,
 }
 
 /// Characters below this have their glyph looked up once, at load.
@@ -103,6 +105,7 @@ impl Font {
             units_per_em,
             glyphs,
             shared: BTreeSet::new(),
+            shared_mapping: OnceLock::new(),
         };
         font.shared = shared_chars(&font);
         Ok(font)
@@ -244,17 +247,20 @@ fn is_no_break_space(c: char) -> bool {
 /// numbers them: the CIDs its text is shown with (CID = new glyph id).
 pub(super) struct Subset<'f> {
     font: &'f Font,
+    mapping: Arc<Mapping>,
+}
+
+/// A subset's numbering: its glyphs as CIDs, and each CID's character.
+pub(super) struct Mapping {
     remapper: GlyphRemapper,
     /// Each CID's character, for the ToUnicode map, in CID order.
     chars: BTreeMap<u16, char>,
 }
 
-impl<'f> Subset<'f> {
-    /// The subset of `font` that prints `used` (printable characters, see
-    /// [`Font::printable`]). Glyphs are numbered in the face's order, and
-    /// a glyph two characters share maps back to the smaller one, so the
-    /// same characters give the same subset.
-    pub(super) fn new(font: &'f Font, used: &BTreeSet<char>) -> Self {
+impl Mapping {
+    /// Glyphs are numbered in the face's order, and a glyph two characters
+    /// share maps back to the smaller one.
+    fn of(font: &Font, used: &BTreeSet<char>) -> Self {
         let mut by_glyph: BTreeMap<u16, char> = BTreeMap::new();
         for &c in used {
             if let Some(glyph) = font.glyph(c) {
@@ -266,10 +272,31 @@ impl<'f> Subset<'f> {
             .into_iter()
             .map(|(glyph, c)| (remapper.remap(glyph), c))
             .collect();
+        Self { remapper, chars }
+    }
+}
+
+impl<'f> Subset<'f> {
+    /// The subset of `font` that prints `used` (printable characters, see
+    /// [`Font::printable`]). Glyphs are numbered in the face's order, and
+    /// a glyph two characters share maps back to the smaller one, so the
+    /// same characters give the same subset.
+    pub(super) fn new(font: &'f Font, used: &BTreeSet<char>) -> Self {
         Self {
             font,
-            remapper,
-            chars,
+            mapping: Arc::new(Mapping::of(font, used)),
+        }
+    }
+
+    /// The subset of `font`'s shared characters ([`Font::shared`]),
+    /// numbered once per face.
+    pub(super) fn shared(font: &'f Font) -> Self {
+        let mapping = font
+            .shared_mapping
+            .get_or_init(|| Arc::new(Mapping::of(font, &font.shared)));
+        Self {
+            font,
+            mapping: Arc::clone(mapping),
         }
     }
 
@@ -281,7 +308,7 @@ impl<'f> Subset<'f> {
             let cid = self
                 .font
                 .glyph(c)
-                .and_then(|g| self.remapper.get(g.0))
+                .and_then(|g| self.mapping.remapper.get(g.0))
                 .unwrap_or(0);
             out.extend_from_slice(&cid.to_be_bytes());
         }
@@ -291,25 +318,29 @@ impl<'f> Subset<'f> {
     /// The subset font program: a TrueType file with only these glyphs
     /// (and those they are composed of).
     pub(super) fn program(&self) -> Result<Vec<u8>, PdfError> {
-        subsetter::subset(self.font.data, 0, &self.remapper)
+        subsetter::subset(self.font.data, 0, &self.mapping.remapper)
             .map_err(|e| PdfError::Subset(format!("{}: {e}", self.font.name)))
     }
 
     /// The face's name and the glyphs of the subset, in CID order: what
     /// makes its font program.
     pub(super) fn key(&self) -> (&'static str, Vec<u16>) {
-        (self.font.name, self.remapper.remapped_gids().collect())
+        (
+            self.font.name,
+            self.mapping.remapper.remapped_gids().collect(),
+        )
     }
 
     /// Each CID and the character it prints, in CID order.
     pub(super) fn chars(&self) -> impl Iterator<Item = (u16, char)> + '_ {
-        self.chars.iter().map(|(&cid, &c)| (cid, c))
+        self.mapping.chars.iter().map(|(&cid, &c)| (cid, c))
     }
 
     /// The advance of each CID from 0 up, in thousandths of an em (to a
     /// tenth: closer than any printer).
     pub(super) fn widths(&self) -> Vec<f32> {
-        self.remapper
+        self.mapping
+            .remapper
             .remapped_gids()
             .map(|g| (self.font.glyph_advance(GlyphId(g)) * 10_000.0).round() / 10.0)
             .collect()
@@ -325,7 +356,11 @@ impl<'f> Subset<'f> {
     pub(super) fn base_name(&self) -> String {
         // FNV-1a over the face's name and the glyph ids.
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        let glyphs = self.remapper.remapped_gids().flat_map(u16::to_be_bytes);
+        let glyphs = self
+            .mapping
+            .remapper
+            .remapped_gids()
+            .flat_map(u16::to_be_bytes);
         for byte in self.font.name.bytes().chain(glyphs) {
             hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
         }

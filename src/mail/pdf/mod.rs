@@ -38,6 +38,8 @@
     )
 )]
 
+use std::sync::Arc;
+
 mod font;
 mod layout;
 mod lines;
@@ -93,9 +95,27 @@ pub enum PdfError {
     TooLong,
 }
 
-/// The letter `page` as the bytes of an A4 PDF file (see the module's
-/// documentation for what the file guarantees).
-pub fn render(page: &LetterPage) -> Result<Vec<u8>, PdfError> {
+/// A rendered letter: the bytes of its PDF file, and, when the file opens
+/// with an opening shared with other letters, that opening's base64 text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdfFile {
+    pub bytes: Vec<u8>,
+    pub encoded: Option<Arc<EncodedHead>>,
+}
+
+/// The first `len` bytes of a file (a whole number of 57-byte lines) as a
+/// message's base64 text: 76-character lines joined by CRLF, without a
+/// CRLF after the last, as `email_encoding` writes them. A letter's
+/// message encodes only the rest.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EncodedHead {
+    pub len: usize,
+    pub base64: String,
+}
+
+/// The letter `page` as an A4 PDF file (see the module's documentation for
+/// what the file guarantees).
+pub fn render(page: &LetterPage) -> Result<PdfFile, PdfError> {
     let fonts = font::Fonts::get_or_load()?;
     let pages = layout::lay_out(page, fonts);
     write::document(&pages, fonts, &page.title)

@@ -110,7 +110,7 @@ fn page_size(info: &str) -> (f64, f64) {
 
 #[test]
 fn a_letter_is_a4_and_its_text_extracts_with_the_euro_sign_and_accents() {
-    let pdf = render(&sample()).expect("renders");
+    let pdf = render(&sample()).expect("renders").bytes;
     let (text, info) = read_back(&pdf);
     for expected in [
         "1.234,56 €",
@@ -135,7 +135,7 @@ fn a_letter_is_a4_and_its_text_extracts_with_the_euro_sign_and_accents() {
 
 #[test]
 fn a_typical_letter_embeds_only_a_subset_of_the_font_and_stays_small() {
-    let pdf = render(&sample()).expect("renders");
+    let pdf = render(&sample()).expect("renders").bytes;
     // The shared subset of the regular face (about 210 of its 6,000
     // glyphs) and the title's glyphs of the bold one: about 40 KB, where
     // the whole faces would be 1.4 MB.
@@ -151,9 +151,37 @@ fn a_typical_letter_embeds_only_a_subset_of_the_font_and_stays_small() {
 #[test]
 fn the_same_letter_renders_the_same_bytes() {
     assert_eq!(
-        render(&sample()).expect("renders"),
-        render(&sample()).expect("renders")
+        render(&sample()).expect("renders").bytes,
+        render(&sample()).expect("renders").bytes
     );
+}
+
+#[test]
+fn a_letters_shared_opening_encodes_to_the_same_base64_as_the_whole_file() {
+    let file = render(&sample()).expect("renders");
+    let head = file
+        .encoded
+        .clone()
+        .expect("the sample's opening is shared");
+    assert_eq!(head.len % 57, 0, "a whole number of base64 lines");
+    assert!(head.len > file.bytes.len() / 2, "the fonts open the file");
+    let shared = crate::mail::Attachment {
+        filename: "letter.pdf".into(),
+        bytes: file.bytes.clone(),
+        encoded: Some(head),
+    };
+    let whole = crate::mail::Attachment {
+        encoded: None,
+        ..shared.clone()
+    };
+    let (shared, whole) = (shared.into_body(), whole.into_body());
+    assert_eq!(shared.encoding(), whole.encoding());
+    assert_eq!(shared.as_ref(), whole.as_ref());
+    // A second letter with other figures shares the same opening.
+    let mut other = sample();
+    other.totals.push(("Total".into(), "9.876,54 €".into()));
+    let other = render(&other).expect("renders");
+    assert_eq!(other.encoded, file.encoded);
 }
 
 #[test]
@@ -165,7 +193,7 @@ fn a_character_the_font_lacks_prints_as_a_question_mark() {
         ]),
         ..LetterPage::default()
     };
-    let (text, _) = read_back(&render(&page).expect("renders"));
+    let (text, _) = read_back(&render(&page).expect("renders").bytes);
     assert!(
         text.contains("Lift-off ? and ??, bell? and override done"),
         "{text}"
@@ -195,7 +223,7 @@ fn a_long_table_and_a_long_paragraph_continue_on_further_pages_and_all_of_it_ext
         table_rows: rows.clone(),
         ..sample()
     };
-    let (text, info) = read_back(&render(&page).expect("renders"));
+    let (text, info) = read_back(&render(&page).expect("renders").bytes);
     assert!(pages(&info) >= 4, "{info}");
     let tokens: std::collections::BTreeSet<&str> = text.split_whitespace().collect();
     for word in &words {
@@ -242,7 +270,7 @@ fn hostile() -> LetterPage {
 #[test]
 fn any_input_renders_to_a_readable_file_without_panicking() {
     for page in [LetterPage::default(), hostile()] {
-        let pdf = render(&page).expect("renders");
+        let pdf = render(&page).expect("renders").bytes;
         let (_, info) = read_back(&pdf);
         assert!(info.contains("(A4)"), "{info}");
     }

@@ -1,22 +1,23 @@
-//! The PDF file of laid-out pages: each page an A4 page object with one
-//! deflated content stream (its rules, then its text shown in CIDs), each
-//! face used a Type0 font over a CIDFontType2 font with the subset program
-//! embedded and a ToUnicode map, a catalog, and an info dictionary with the
-//! title. Objects are numbered in the order they are written and nothing
-//! depends on the clock or on hash order: the same pages, the same bytes.
+//! The PDF file of laid-out pages: first each face used (a Type0 font over
+//! a CIDFontType2 font with the subset program, deflated, and a ToUnicode
+//! map), padded to a whole number of base64 lines; then each page, an A4
+//! page object with one content stream (its rules, then its text shown in
+//! CIDs); a catalog, and an info dictionary with the title. Objects are
+//! numbered in the order they are written and nothing depends on the clock
+//! or on hash order: the same pages, the same bytes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use flate2::Compression;
 use flate2::write::ZlibEncoder;
 use pdf_writer::types::{CidFontType, FontFlags, SystemInfo, UnicodeCmap};
-use pdf_writer::{Content, Filter, Finish, Name, Pdf, Rect, Ref, Settings, Str, TextStr};
+use pdf_writer::{Chunk, Content, Filter, Finish, Name, Pdf, Rect, Ref, Settings, Str, TextStr};
 
-use super::PdfError;
 use super::font::{Fonts, Style, Subset};
 use super::layout::{PAGE_HEIGHT, PAGE_WIDTH, Page};
+use super::{EncodedHead, PdfError, PdfFile};
 
 /// The rules' width, in points.
 const RULE_WIDTH: f32 = 0.6;
@@ -44,42 +45,54 @@ struct Embedded<'f> {
     subset: Subset<'f>,
 }
 
-/// The bytes of the PDF file of `pages`, titled `title`.
-pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec<u8>, PdfError> {
+/// The PDF file of `pages`, titled `title`.
+///
+/// The file opens with its fonts: the header, each face's objects and a
+/// pad object, as many bytes as a whole number of base64 lines
+/// ([`BASE64_LINE`]). That opening depends only on the subsets, so it is
+/// made once per process with its base64 text ([`Head`]) and copied into
+/// every letter that uses the same subsets.
+pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<PdfFile, PdfError> {
     let mut ids = Ids { next: 1 };
-    let catalog = ids.next()?;
-    let tree = ids.next()?;
-    let info = ids.next()?;
-    let mut pdf = Pdf::with_settings(Settings { pretty: false });
-    pdf.catalog(catalog).pages(tree);
-    pdf.document_info(info).title(TextStr(title));
-
     let mut embedded = Vec::new();
     for (style, name) in [(Style::Regular, Name(b"F1")), (Style::Bold, Name(b"F2"))] {
-        let used: BTreeSet<char> = pages
+        let mut used = pages
             .iter()
             .flat_map(|p| &p.texts)
             .filter(|t| t.style == style)
             .flat_map(|t| t.text.chars())
-            .collect();
-        if !used.is_empty() {
+            .peekable();
+        if used.peek().is_some() {
             let face = fonts.get(style);
             // The bold face sets the title alone: the same words in every
             // letter of a language.
-            let used = if style == Style::Regular && used.is_subset(face.shared()) {
-                face.shared().clone()
-            } else {
-                used
-            };
-            let subset = Subset::new(face, &used);
+            let subset =
+                if style == Style::Regular && used.clone().all(|c| face.shared().contains(&c)) {
+                    Subset::shared(face)
+                } else {
+                    Subset::new(face, &used.collect())
+                };
             embedded.push(Embedded {
                 style,
                 name,
                 font: ids.next()?,
                 subset,
             });
+            // The font's four other objects (`write_font`).
+            for _ in 0..4 {
+                ids.next()?;
+            }
         }
     }
+    let head = head(&embedded, &mut ids)?;
+
+    let mut pdf = Pdf::with_settings(Settings { pretty: false });
+    pdf.extend(&head.chunk);
+    let catalog = ids.next()?;
+    let tree = ids.next()?;
+    let info = ids.next()?;
+    pdf.catalog(catalog).pages(tree);
+    pdf.document_info(info).title(TextStr(title));
 
     let mut kids = Vec::with_capacity(pages.len());
     for page in pages {
@@ -99,16 +112,93 @@ pub(super) fn document(pages: &[Page], fonts: &Fonts, title: &str) -> Result<Vec
             }
         }
         writer.finish();
-        let packed = deflate_with(&content_stream(page, &embedded), Compression::fast())?;
-        pdf.stream(content, &packed).filter(Filter::FlateDecode);
+        // Not deflated: a page's operators are a few kilobytes, and
+        // setting up a compressor per letter cost more than the bytes it
+        // saved on the way to the relay.
+        pdf.stream(content, &content_stream(page, &embedded));
     }
     let count = i32::try_from(kids.len()).map_err(|_| PdfError::TooLong)?;
     pdf.pages(tree).kids(kids).count(count);
+    let bytes = pdf.finish();
+    let encoded = head
+        .encoded
+        .as_ref()
+        .filter(|_| bytes.get(..head.bytes.len()) == Some(head.bytes.as_slice()))
+        .map(Arc::clone);
+    Ok(PdfFile { bytes, encoded })
+}
 
-    for e in &embedded {
-        write_font(&mut pdf, &mut ids, e)?;
+/// The opening every letter with the same subsets shares: its font
+/// objects as a chunk, and the file's first bytes (the header, then that
+/// chunk) with their base64 text.
+struct Head {
+    chunk: Chunk,
+    /// The header and the chunk: what `encoded` encodes.
+    bytes: Vec<u8>,
+    /// None if the opening did not come out a whole number of lines.
+    encoded: Option<Arc<EncodedHead>>,
+}
+
+/// Bytes of a file per line of base64 text in a message: 57, which
+/// encode to 76 characters.
+const BASE64_LINE: usize = 57;
+
+/// Opening chunks made this process, by the subsets they embed. At most
+/// [`KEPT_SUBSETS`], then started afresh.
+type KeptHeads = Mutex<HashMap<Vec<(&'static str, Vec<u16>)>, Arc<Head>>>;
+static KEPT_HEADS: OnceLock<KeptHeads> = OnceLock::new();
+
+/// The opening for `embedded`, made once per process; `ids` moves past
+/// its pad object.
+fn head(embedded: &[Embedded], ids: &mut Ids) -> Result<Arc<Head>, PdfError> {
+    let pad = ids.next()?;
+    let key: Vec<_> = embedded.iter().map(|e| e.subset.key()).collect();
+    let kept = KEPT_HEADS.get_or_init(KeptHeads::default);
+    if let Some(head) = kept.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(Arc::clone(head));
     }
-    Ok(pdf.finish())
+    let header = Pdf::with_settings(Settings { pretty: false })
+        .as_bytes()
+        .to_vec();
+    let mut chunk = Chunk::with_settings(Settings { pretty: false });
+    for e in embedded {
+        write_font(&mut chunk, e)?;
+    }
+    // The pad object's own bytes, then as many spaces in its string as
+    // make the opening a whole number of base64 lines.
+    let mut empty = Chunk::with_settings(Settings { pretty: false });
+    empty.indirect(pad).primitive(Str(b""));
+    let before = header
+        .len()
+        .saturating_add(chunk.len())
+        .saturating_add(empty.len());
+    let spaces = BASE64_LINE
+        .checked_sub(before.checked_rem(BASE64_LINE).unwrap_or(0))
+        .and_then(|n| n.checked_rem(BASE64_LINE))
+        .unwrap_or(0);
+    chunk.indirect(pad).primitive(Str(&vec![b' '; spaces]));
+    let mut bytes = header;
+    bytes.extend_from_slice(chunk.as_bytes());
+    let mut base64 = String::new();
+    email_encoding::body::base64::encode(&bytes, &mut base64)
+        .map_err(|e| PdfError::Compress(e.to_string()))?;
+    let encoded = bytes.len().is_multiple_of(BASE64_LINE).then(|| {
+        Arc::new(EncodedHead {
+            len: bytes.len(),
+            base64,
+        })
+    });
+    let head = Arc::new(Head {
+        chunk,
+        bytes,
+        encoded,
+    });
+    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+    if kept.len() >= KEPT_SUBSETS {
+        kept.clear();
+    }
+    kept.insert(key, Arc::clone(&head));
+    Ok(head)
 }
 
 /// A page's drawing operators: its rules, then its text.
@@ -142,11 +232,10 @@ fn content_stream(page: &Page, embedded: &[Embedded]) -> Vec<u8> {
 
 /// The objects of one face: the Type0 font, its CIDFontType2 font, the
 /// font descriptor, the subset program and the ToUnicode map.
-fn write_font(pdf: &mut Pdf, ids: &mut Ids, e: &Embedded) -> Result<(), PdfError> {
-    let cid_font = ids.next()?;
-    let descriptor = ids.next()?;
-    let program = ids.next()?;
-    let to_unicode = ids.next()?;
+/// They take the four numbers after the Type0 font's.
+fn write_font(pdf: &mut Chunk, e: &Embedded) -> Result<(), PdfError> {
+    let [cid_font, descriptor, program, to_unicode] =
+        [1, 2, 3, 4].map(|n| Ref::new(e.font.get().saturating_add(n)));
     let base_name = e.subset.base_name();
     let base = Name(base_name.as_bytes());
     let system_info = SystemInfo {
@@ -237,13 +326,7 @@ fn packed_font(subset: &Subset<'_>, system_info: SystemInfo<'_>) -> Result<Arc<P
 /// `data` zlib-compressed (FlateDecode), as small as the default level
 /// makes it: the font programs, made once.
 fn deflate(data: &[u8]) -> Result<Vec<u8>, PdfError> {
-    deflate_with(data, Compression::default())
-}
-
-/// `data` zlib-compressed at `level` (a page's content, made per letter,
-/// at the fast level).
-fn deflate_with(data: &[u8], level: Compression) -> Result<Vec<u8>, PdfError> {
-    let mut encoder = ZlibEncoder::new(Vec::new(), level);
+    let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
     encoder
         .write_all(data)
         .map_err(|e| PdfError::Compress(e.to_string()))?;
