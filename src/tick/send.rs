@@ -203,7 +203,7 @@ impl Sender {
     }
 
     /// The message for `letter` ([`compose`]): on a blocking thread when it
-    /// carries a late-payment letter (a PDF is a millisecond or so of CPU,
+    /// carries a late-payment letter (a PDF is a tenth of a millisecond of CPU or more,
     /// which would hold up every other send of the tick's thread), inline
     /// otherwise.
     async fn composed(&self, letter: &Letter) -> Result<mail::OutgoingMail, mail::MessageError> {
