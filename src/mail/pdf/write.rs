@@ -179,10 +179,11 @@ fn head(embedded: &[Embedded], ids: &mut Ids) -> Result<Arc<Head>, PdfError> {
     chunk.indirect(pad).primitive(Str(&vec![b' '; spaces]));
     let mut bytes = header;
     bytes.extend_from_slice(chunk.as_bytes());
+    // Without its text (not whole lines), each letter is encoded whole.
     let mut base64 = String::new();
-    email_encoding::body::base64::encode(&bytes, &mut base64)
-        .map_err(|e| PdfError::Compress(e.to_string()))?;
-    let encoded = bytes.len().is_multiple_of(BASE64_LINE).then(|| {
+    let encoded = (bytes.len().is_multiple_of(BASE64_LINE)
+        && email_encoding::body::base64::encode(&bytes, &mut base64).is_ok())
+    .then(|| {
         Arc::new(EncodedHead {
             len: bytes.len(),
             base64,
