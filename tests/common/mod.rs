@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod billing;
+pub mod closed_port;
 pub mod pgbouncer;
 pub mod postfix;
 pub mod proxy;

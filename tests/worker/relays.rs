@@ -412,12 +412,10 @@ async fn a_connection_broken_while_the_data_is_still_being_written_costs_no_atte
 #[tokio::test]
 async fn a_relay_down_at_the_first_send_leaves_every_row_unattempted_in_both_modes() {
     for group_by in ["invoice", "customer"] {
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = closed.local_addr().unwrap().port();
-        drop(closed);
+        let closed = common::closed_port::ClosedPort::new();
         let mut world = World::new().await;
         world
-            .set("smtp.port", port)
+            .set("smtp.port", closed.port)
             .set("reminders.group_by", group_by);
         common::insert_overdue(world.pool(), 20).await;
         let ctx = world.context().await;

@@ -50,11 +50,8 @@ async fn a_retry_that_goes_back_unattempted_keeps_its_backoff_clock_where_it_was
     .await
     .unwrap();
     // The relay is down for one tick: the retries are marked, never sent.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
-    world.set("smtp.port", closed);
+    let closed = common::closed_port::ClosedPort::new();
+    world.set("smtp.port", closed.port);
     let down = world.context().await;
 
     run_tick(&down, &CancellationToken::new()).await.unwrap();
