@@ -147,7 +147,7 @@ pub enum Command {
 
     /// Why an invoice did or did not get a reminder, and when it gets the
     /// next: its source row, due date and steps, its reminder rows, and one
-    /// reason (the database's today in schedule.timezone). Writes nothing.
+    /// reason (the database's today in the customers' zone). Writes nothing.
     /// Exits 0 when the invoice is in the source or has reminder rows, 1
     /// when neither.
     #[command(group(clap::ArgGroup::new("target").required(true).args(["invoice", "customer"])))]

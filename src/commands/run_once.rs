@@ -34,6 +34,9 @@ pub async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitC
                 String::new()
             }
         );
+        if let Some(opens) = &plan.window_opens {
+            outln!("the send window is closed: nothing is claimed before it opens at {opens}");
+        }
         for r in &plan.would_send {
             outln!(
                 "  invoice {} ({}) to {} due {}: {} [{}]",
@@ -83,7 +86,9 @@ pub async fn run_once(settings: Settings, dry_run: bool) -> anyhow::Result<ExitC
         TickOutcome::Done(_)
         | TickOutcome::LockHeld
         | TickOutcome::Shutdown(_)
-        | TickOutcome::Throttled(_) => ExitCode::SUCCESS,
+        | TickOutcome::Throttled(_)
+        | TickOutcome::OutsideWindow { .. }
+        | TickOutcome::WindowClosed(_) => ExitCode::SUCCESS,
         TickOutcome::LockUnknown
         | TickOutcome::LockLost(_)
         | TickOutcome::SmtpUnavailable(_)

@@ -20,6 +20,7 @@ mod late_payment;
 mod names;
 mod payments;
 mod sections;
+mod send_window;
 mod types;
 mod urls;
 mod validate;
@@ -36,6 +37,7 @@ pub use late_payment::{CustomSection, LatePaymentSettings};
 pub use names::{RelationName, SqlName};
 pub use payments::PaymentSettings;
 pub use sections::*;
+pub use send_window::SendWindowSettings;
 pub use types::{Cron, parse_cron};
 pub use urls::{DatabaseUrl, RedisUrl, redact_url};
 
@@ -107,6 +109,7 @@ pub struct Settings {
     pub source: SourceSettings,
     pub redis: RedisSettings,
     pub schedule: ScheduleSettings,
+    pub send_window: SendWindowSettings,
     pub lock: LockSettings,
     pub reminders: ReminderSettings,
     pub templates: TemplateSettings,
@@ -122,6 +125,18 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The send window, in its zone (`send_window.timezone`, else
+    /// `schedule.timezone`).
+    pub fn send_window(&self) -> crate::domain::SendWindow {
+        self.send_window.window(self.schedule.timezone)
+    }
+
+    /// The zone of the customers' day: "today", the due steps and the
+    /// gap are counted in it (the send window's zone).
+    pub fn customer_timezone(&self) -> chrono_tz::Tz {
+        self.send_window().timezone
+    }
+
     /// Loads and validates; the first problem found is returned.
     pub fn load(source: &ConfigSource) -> Result<Self, ConfigError> {
         let file = source.file()?;

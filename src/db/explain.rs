@@ -59,7 +59,7 @@ pub struct ReminderFacts {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub claimed_at: DateTime<Utc>,
-    /// `claimed_at`'s date in `schedule.timezone`: what the
+    /// `claimed_at`'s date in the customers' zone: what the
     /// `min_days_between` gap counts from.
     #[serde(skip)]
     pub claimed_on: NaiveDate,
@@ -91,7 +91,7 @@ pub struct ReminderFacts {
     /// none).
     #[serde(skip)]
     pub retry_at: Option<DateTime<Utc>>,
-    /// `retry_at`'s date in `schedule.timezone`.
+    /// `retry_at`'s date in the customers' zone.
     #[serde(skip)]
     pub retry_on: Option<NaiveDate>,
 }

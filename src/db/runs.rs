@@ -70,6 +70,9 @@ pub enum RunOutcome {
     SmtpAuthFailed,
     /// The SMTP relay throttled us; the rest goes on the next tick.
     Throttled,
+    /// The send window closed: what was not handed to the relay went back
+    /// unattempted, for its next opening.
+    WindowClosed,
     /// Results could not be recorded; sending stopped.
     RecordFailed,
     Error,
@@ -84,6 +87,7 @@ impl RunOutcome {
             Self::SmtpUnavailable => "smtp_unavailable",
             Self::SmtpAuthFailed => "smtp_auth_failed",
             Self::Throttled => "throttled",
+            Self::WindowClosed => "window_closed",
             Self::RecordFailed => "record_failed",
             Self::Error => "error",
         }

@@ -93,7 +93,7 @@ pub const CONTRACT: &[ContractColumn] = &[
         name: "paused_until",
         types: &["date"],
         nullable: true,
-        meaning: "no reminders up to and including this date, compared with the worker's today in schedule.timezone",
+        meaning: "no reminders up to and including this date, compared with the worker's today in the customers' zone (send_window.timezone, else schedule.timezone)",
     },
     ContractColumn {
         name: "payment_url",

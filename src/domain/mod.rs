@@ -15,6 +15,7 @@ mod payment;
 mod problem;
 mod regime;
 mod relay_rate;
+mod send_window;
 mod step_key;
 mod text;
 pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
@@ -24,6 +25,7 @@ pub use payment::{LinkTo, PaymentLink, PaymentSignal, Recorded, Signal, SignalOu
 pub use problem::{Problem, SourceProblem};
 pub use regime::Regime;
 pub use relay_rate::LearnedRate;
+pub use send_window::{ClosedBecause, Days, Hours, SendWindow, WindowState};
 pub use step_key::StepKey;
 pub use text::sanitize;
 

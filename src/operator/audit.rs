@@ -24,7 +24,7 @@ const SKIPPED_LISTED: i64 = 100;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct AuditReport {
-    /// The database's date in `schedule.timezone`.
+    /// The database's date in the customers' zone.
     pub today: NaiveDate,
     /// (invoice_id, period) with more than one reminder; exit 1 if any.
     pub duplicates: Vec<DuplicateGroup>,

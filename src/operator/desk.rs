@@ -3,7 +3,8 @@
 //! builds one desk, asks it questions and has it make changes, and formats
 //! what it answers; only the desk, through the rest of `operator`, touches
 //! `db`. A desk holds the database, the settings and today (the database's
-//! date in `schedule.timezone`), read once, at the first question that
+//! date in the customers' zone, `send_window.timezone` or else
+//! `schedule.timezone`), read once, at the first question that
 //! needs it, so a page or a command decides everything for one day.
 //!
 //! Its methods live beside their questions, one `impl Desk` in each file
@@ -11,7 +12,7 @@
 
 use std::sync::Arc;
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use tokio::sync::OnceCell;
 
 use crate::config::Settings;
@@ -22,7 +23,8 @@ use crate::db::{self, Db};
 pub struct Desk {
     db: Db,
     settings: Arc<Settings>,
-    today: OnceCell<NaiveDate>,
+    /// The database clock and its date in the customers' zone.
+    clock: OnceCell<(DateTime<Utc>, NaiveDate)>,
 }
 
 impl Desk {
@@ -30,7 +32,7 @@ impl Desk {
         Self {
             db,
             settings,
-            today: OnceCell::new(),
+            clock: OnceCell::new(),
         }
     }
 
@@ -43,10 +45,19 @@ impl Desk {
         &self.db
     }
 
-    /// Today: the database's date in `schedule.timezone`, read once.
+    /// Today: the database's date in the customers' zone, read once.
     pub async fn today(&self) -> Result<NaiveDate, sqlx::Error> {
-        self.today
-            .get_or_try_init(|| db::today(&self.db, self.settings.schedule.timezone))
+        self.clock().await.map(|(_, today)| today)
+    }
+
+    /// The database clock, read once with [`Desk::today`].
+    pub async fn now(&self) -> Result<DateTime<Utc>, sqlx::Error> {
+        self.clock().await.map(|(now, _)| now)
+    }
+
+    async fn clock(&self) -> Result<(DateTime<Utc>, NaiveDate), sqlx::Error> {
+        self.clock
+            .get_or_try_init(|| db::clock(&self.db, self.settings.customer_timezone()))
             .await
             .copied()
     }

@@ -21,14 +21,14 @@ impl Desk {
     /// Reminders sent today, and addresses on the suppression list.
     pub async fn sent_today_and_suppressed(&self) -> Result<(i64, i64), sqlx::Error> {
         let today = self.today().await?;
-        let tz = self.settings().schedule.timezone.name();
+        let tz = self.settings().customer_timezone().name();
         db::overview::overview_counts(self.db(), today, tz).await
     }
 
     /// The last `days` days' reminders by outcome, up to today.
     pub async fn days(&self, days: i32) -> Result<Vec<DayOutcome>, sqlx::Error> {
         let today = self.today().await?;
-        let tz = self.settings().schedule.timezone.name();
+        let tz = self.settings().customer_timezone().name();
         db::overview::by_day(self.db(), today, tz, days).await
     }
 

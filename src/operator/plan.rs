@@ -12,8 +12,11 @@ use crate::db::owed::OwedReminder;
 /// What `run-once --dry-run` would do, without claiming anything.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DryRun {
-    /// The database's date in `schedule.timezone`.
+    /// The database's date in the customers' zone.
     pub today: NaiveDate,
+    /// The send window's next opening (RFC 3339, local) while it is
+    /// closed: the next tick claims nothing before then.
+    pub window_opens: Option<String>,
     /// Each invoice that owes a reminder and the step it would get.
     pub would_send: Vec<OwedReminder>,
     /// How many owe one in all (`would_send` stops at the limit), source
@@ -62,8 +65,17 @@ impl Desk {
             })
             .filter(|(_, n)| *n > 0)
             .collect();
+        let now = self
+            .now()
+            .await
+            .map_err(db_failed("failed to read the database clock"))?;
+        let window_opens = match s.send_window().state_at(now) {
+            crate::domain::WindowState::Closed { opens, .. } => Some(opens.to_rfc3339()),
+            crate::domain::WindowState::Open { .. } => None,
+        };
         Ok(DryRun {
             today,
+            window_opens,
             would_send,
             total: listing
                 .total

@@ -21,6 +21,7 @@
 
 mod bounds;
 mod claim;
+mod clock;
 pub mod context;
 pub mod deferred;
 mod error;
@@ -36,9 +37,7 @@ mod send;
 mod timings;
 mod unsent;
 
-use std::time::Duration;
-
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -56,8 +55,8 @@ pub(crate) use error::db_err;
 pub use outcome::{Summary, TickOutcome};
 use pipeline::{Pipeline, Stop};
 
-/// The longest a fire waits for the database clock to reach its slot.
-pub const SLOT_WAIT_MAX: Duration = Duration::from_secs(5);
+pub use clock::SLOT_WAIT_MAX;
+use clock::{today_at, window_closes};
 
 /// The lock a tick works under: its token is recorded in `job_runs`, its
 /// fence presented with every claim.
@@ -192,7 +191,13 @@ async fn work(
     ctx.mailer.restore_pool_size(); // a relay's refusals shrink the pool for one tick only
     relay::before_tick(ctx, started).await;
     let settings = &ctx.settings;
-    let today = today_at(ctx, slot).await?;
+    let (now, today) = today_at(ctx, slot).await?;
+    // Outside the send window nothing is claimed; inside it, the tick stops
+    // handing mail to the relay when the window closes.
+    let closes = match window_closes(settings, now) {
+        Ok(closes) => closes,
+        Err(opens) => return Ok(TickOutcome::OutsideWindow { opens }),
+    };
     // job_runs.run_date is the tick's "today"; each claim's period is its step.
     let run_date = today.to_string();
     let run_id = db::runs::start_run(
@@ -209,49 +214,24 @@ async fn work(
     let fence = tick_lock.map(|h| h.fence);
     // How reminders are grouped into mails: chosen once, here.
     let grouping = claim::grouping_for(&settings.reminders);
-    let pipeline = std::sync::Arc::new(Pipeline::new(
-        ctx,
-        fence,
-        guard,
-        shutdown,
-        today,
-        run_id,
-        grouping.rows_per_letter(),
-    ));
+    let pipeline = std::sync::Arc::new(
+        Pipeline::new(
+            ctx,
+            fence,
+            guard,
+            shutdown,
+            today,
+            run_id,
+            grouping.rows_per_letter(),
+        )
+        .closing_at(closes),
+    );
     async {
         let result = phases::claim_send_record(&pipeline, grouping).await;
         finish(&pipeline, result, started).await
     }
     .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
     .await
-}
-
-/// The database's date, read once the database clock has reached `slot`
-/// (waiting at most [`SLOT_WAIT_MAX`]).
-async fn today_at(ctx: &Context, slot: Option<DateTime<Utc>>) -> Result<NaiveDate, TickError> {
-    let tz = ctx.settings.schedule.timezone;
-    let waited = Instant::now();
-    loop {
-        let (now, today) = db::clock(&ctx.db, tz)
-            .await
-            .map_err(db_err("reading the database clock"))?;
-        let ahead = slot
-            .and_then(|slot| (slot - now).to_std().ok())
-            .unwrap_or_default();
-        if ahead.is_zero() {
-            return Ok(today);
-        }
-        let left = SLOT_WAIT_MAX.saturating_sub(waited.elapsed());
-        if left.is_zero() {
-            tracing::warn!(
-                ahead_ms = ahead.as_millis() as u64,
-                "this replica's clock is ahead of the database's by more than {}s; working the database's date",
-                SLOT_WAIT_MAX.as_secs()
-            );
-            return Ok(today);
-        }
-        tokio::time::sleep(ahead.min(left)).await;
-    }
 }
 
 /// Hands back what never started, records the run and logs its summary.
@@ -286,6 +266,7 @@ async fn finish(
         (Ok(()), Some(Stop::SmtpDown)) => (RunOutcome::SmtpUnavailable, None),
         (Ok(()), Some(Stop::SmtpAuth)) => (RunOutcome::SmtpAuthFailed, None),
         (Ok(()), Some(Stop::Throttled)) => (RunOutcome::Throttled, None),
+        (Ok(()), Some(Stop::WindowClosed)) => (RunOutcome::WindowClosed, None),
         (Ok(()), None) => (RunOutcome::Done, None),
     };
     let end = db::runs::RunEnd {
@@ -307,7 +288,10 @@ async fn finish(
     let took = started.elapsed();
     relay::after_tick(ctx).await;
     // A throttled tick did its work as far as the relay let it: a success.
-    let succeeded = matches!(outcome, RunOutcome::Done | RunOutcome::Throttled);
+    let succeeded = matches!(
+        outcome,
+        RunOutcome::Done | RunOutcome::Throttled | RunOutcome::WindowClosed
+    );
     ctx.metrics.tick_worked(&counts, took, succeeded);
     let summary = Summary {
         run_id,
@@ -355,6 +339,7 @@ async fn finish(
                 RunOutcome::SmtpUnavailable => TickOutcome::SmtpUnavailable(summary),
                 RunOutcome::SmtpAuthFailed => TickOutcome::SmtpAuthFailed(summary),
                 RunOutcome::Throttled => TickOutcome::Throttled(summary),
+                RunOutcome::WindowClosed => TickOutcome::WindowClosed(summary),
                 _ => TickOutcome::Done(summary),
             }
         }

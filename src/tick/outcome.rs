@@ -25,6 +25,12 @@ pub enum TickOutcome {
     Throttled(Summary),
     /// Results could not be written; no mail was started after that.
     RecordFailed(Summary),
+    /// The send window was closed when the tick began: nothing claimed,
+    /// no run recorded. `opens`: its next opening (RFC 3339, local).
+    OutsideWindow { opens: String },
+    /// The send window closed mid-tick; what was not handed to the relay
+    /// went back unattempted.
+    WindowClosed(Summary),
 }
 
 impl TickOutcome {
@@ -40,6 +46,8 @@ impl TickOutcome {
             Self::SmtpAuthFailed(_) => "smtp_auth_failed",
             Self::Throttled(_) => "throttled",
             Self::RecordFailed(_) => "record_failed",
+            Self::OutsideWindow { .. } => "outside_window",
+            Self::WindowClosed(_) => "window_closed",
         }
     }
 
@@ -51,8 +59,9 @@ impl TickOutcome {
             | Self::SmtpUnavailable(s)
             | Self::SmtpAuthFailed(s)
             | Self::Throttled(s)
-            | Self::RecordFailed(s) => Some(s),
-            Self::LockHeld | Self::LockUnknown => None,
+            | Self::RecordFailed(s)
+            | Self::WindowClosed(s) => Some(s),
+            Self::LockHeld | Self::LockUnknown | Self::OutsideWindow { .. } => None,
         }
     }
 }

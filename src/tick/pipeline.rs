@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use chrono::NaiveDate;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::bounds::ClaimBound;
@@ -47,6 +48,8 @@ pub(super) enum Stop {
     /// Results could not be written: sending more would pile up rows whose
     /// fate only this process knows.
     RecordFailed,
+    /// The send window closed: no more mail goes to the relay this tick.
+    WindowClosed,
 }
 
 /// Stops raised by the phases themselves (the lease and shutdown have their
@@ -91,6 +94,8 @@ pub(super) struct Pipeline {
     unsent: Unsent,
     /// The reads of the holds for letters that waited before they go.
     hold_checks: HoldChecks,
+    /// When the send window closes; None: not this tick.
+    closes: Option<Instant>,
 }
 
 impl Pipeline {
@@ -123,7 +128,14 @@ impl Pipeline {
             timings: Timings::default(),
             unsent: Unsent::default(),
             hold_checks: HoldChecks::default(),
+            closes: None,
         }
+    }
+
+    /// The same pipeline, stopping when the send window closes at `closes`.
+    pub fn closing_at(mut self, closes: Option<Instant>) -> Self {
+        self.closes = closes;
+        self
     }
 
     pub fn ctx(&self) -> &Context {
@@ -167,6 +179,9 @@ impl Pipeline {
         if self.shutdown.is_cancelled() {
             return Some(Stop::Shutdown);
         }
+        if self.closes.is_some_and(|at| Instant::now() >= at) {
+            return Some(Stop::WindowClosed);
+        }
         match self.stopped.load(Ordering::SeqCst) {
             SMTP_DOWN => Some(Stop::SmtpDown),
             SMTP_AUTH => Some(Stop::SmtpAuth),
@@ -183,7 +198,7 @@ impl Pipeline {
             Stop::SmtpAuth => SMTP_AUTH,
             Stop::RecordFailed => RECORD_FAILED,
             Stop::Throttled => THROTTLED,
-            Stop::Lost(_) | Stop::Shutdown => return false,
+            Stop::Lost(_) | Stop::Shutdown | Stop::WindowClosed => return false,
         };
         let first = self
             .stopped
@@ -205,6 +220,12 @@ impl Pipeline {
                 () = self.halted.cancelled() => {}
                 () = async {
                     match expires {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                () = async {
+                    match self.closes {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
                     }

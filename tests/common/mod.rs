@@ -411,6 +411,19 @@ pub async fn start_unlocked_run(db: &invoice_reminder::db::Db) -> i64 {
     .expect("start run")
 }
 
+/// The test database's clock (`invoice_reminder_clock()`, which "today"
+/// and the send window are read from) fixed at `instant`, a PostgreSQL
+/// timestamptz literal (`2027-01-11T08:00:00Z`, `2025-07-11 12:00:00+00`).
+pub async fn clock_at(world: &World, instant: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE OR REPLACE FUNCTION invoice_reminder_clock() RETURNS timestamptz
+             LANGUAGE sql STABLE AS $$ SELECT timestamptz '{instant}' $$"
+    )))
+    .execute(world.pool())
+    .await
+    .expect("set the database clock");
+}
+
 /// `invoice-reminder <args>` with the world's configuration.
 pub async fn cli(world: &World, args: &[&str]) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))

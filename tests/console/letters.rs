@@ -3,18 +3,12 @@
 //! problems page says which regimes wait for a rate.
 
 use crate::browser::{self, Browser, VIEWER, tick};
-use crate::common::World;
+use crate::common::{self, World};
 use crate::invoices::{cookie, get};
 
 /// The database clock at noon UTC on `date`.
 async fn clock_at(world: &World, date: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "CREATE OR REPLACE FUNCTION invoice_reminder_clock() RETURNS timestamptz
-             LANGUAGE sql STABLE AS $$ SELECT timestamptz '{date} 12:00:00+00' $$"
-    )))
-    .execute(world.pool())
-    .await
-    .unwrap();
+    common::clock_at(world, &format!("{date} 12:00:00+00")).await;
 }
 
 /// An invoice of 1,000.00 EUR due on `due`.

@@ -14,13 +14,7 @@ use crate::common::{self, World};
 /// The database clock at noon UTC on `date` (`YYYY-MM-DD`): the worker's
 /// today, and the send date of a claim.
 async fn clock_at(world: &World, date: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "CREATE OR REPLACE FUNCTION invoice_reminder_clock() RETURNS timestamptz
-             LANGUAGE sql STABLE AS $$ SELECT timestamptz '{date} 12:00:00+00' $$"
-    )))
-    .execute(world.pool())
-    .await
-    .unwrap();
+    common::clock_at(world, &format!("{date} 12:00:00+00")).await;
 }
 
 /// One invoice of `amount` minor units of `currency`, due on `due`, for a

@@ -22,6 +22,7 @@ mod outages;
 mod proof;
 mod relays;
 mod retries;
+mod send_window;
 mod source;
 mod stages;
 mod suppression;

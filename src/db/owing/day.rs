@@ -14,9 +14,9 @@ use crate::stages::Window;
 /// composes the conditions above.
 #[derive(Debug, Clone)]
 pub struct OwingDay {
-    /// The database's date in `schedule.timezone`.
+    /// The database's date in the customers' zone.
     pub date: NaiveDate,
-    /// `schedule.timezone`, for "claimed on which day".
+    /// The customers' zone, for "claimed on which day".
     pub timezone: String,
     /// `reminders.min_days_between`.
     pub gap_days: i64,
@@ -85,7 +85,7 @@ impl OwingDay {
         let r = &settings.reminders;
         Self::new(
             date,
-            settings.schedule.timezone.name(),
+            settings.customer_timezone().name(),
             r.min_days_between,
             &r.stages.windows(date),
         )

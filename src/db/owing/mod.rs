@@ -10,7 +10,7 @@
 //!   rows of [`windows!`]);
 //! - it is unpaid (`is_paid` false; NULL counts as paid: no reminder when
 //!   in doubt) and not paused (`paused` not true, `paused_until` before
-//!   today, "today" in `schedule.timezone`; neither it nor, in customer
+//!   today, "today" in the customers' zone; neither it nor, in customer
 //!   mode, its customer paused in the console; no payment signal holding
 //!   it, [`hold_active!`]) ([`owes_flags!`]);
 //! - it has every column a reminder needs ([`complete!`]);

@@ -29,7 +29,7 @@ pub(super) async fn explain_keys(
     customer: Option<String>,
 ) -> anyhow::Result<(Vec<Explained>, Vec<db::pauses::ConsolePause>)> {
     let r = &settings.reminders;
-    let tz = settings.schedule.timezone.name();
+    let tz = settings.customer_timezone().name();
     let backoff = Backoff {
         first: r.retry_backoff,
         max: r.retry_backoff_max,

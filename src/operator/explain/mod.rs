@@ -1,7 +1,8 @@
 //! `explain`: why an invoice did or did not get a reminder, and when it
 //! will get the next one. Everything is decided for one day, the database's
-//! date in `schedule.timezone` (the tick's "today"), from what the source
-//! and the reminders table hold now; it writes nothing.
+//! date in the customers' zone (the tick's "today"), from what the source
+//! and the reminders table hold now, and at the database clock's instant
+//! for the send window; it writes nothing.
 //!
 //! The facts are read by `db::explain`, the decision is pure (`decide`),
 //! and the report's shape, JSON included, is `report`. The command line
@@ -12,6 +13,7 @@ mod decide;
 mod gather;
 pub mod late;
 pub mod report;
+mod window;
 
 use chrono::NaiveDate;
 
@@ -51,9 +53,11 @@ pub async fn explain_invoice(desk: &Desk, id: &InvoiceId) -> anyhow::Result<Expl
         _ => None,
     };
     let (mut explained, _) = explain_keys(db, settings, today, keys, sources, customer).await?;
-    explained
+    let mut explained = explained
         .pop()
-        .ok_or_else(|| anyhow::anyhow!("explain read no answer for invoice {id}"))
+        .ok_or_else(|| anyhow::anyhow!("explain read no answer for invoice {id}"))?;
+    window::apply(&mut explained, &settings.send_window(), now(desk).await?);
+    Ok(explained)
 }
 
 /// Explains every invoice of `customer` in the source (at most `limit`,
@@ -74,7 +78,7 @@ pub async fn explain_customer(
         .collect();
     keys.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     keys.dedup();
-    let (invoices, pauses) = explain_keys(
+    let (mut invoices, pauses) = explain_keys(
         db,
         settings,
         today,
@@ -83,6 +87,10 @@ pub async fn explain_customer(
         Some(customer.to_owned()),
     )
     .await?;
+    let (window, now) = (settings.send_window(), now(desk).await?);
+    for e in &mut invoices {
+        window::apply(e, &window, now);
+    }
     Ok(CustomerExplained {
         invoices,
         pause: pauses
@@ -115,6 +123,13 @@ async fn parts(desk: &Desk) -> anyhow::Result<(&Db, &Settings, NaiveDate)> {
         .await
         .map_err(db_failed("failed to read the database clock"))?;
     Ok((desk.db(), desk.settings(), today))
+}
+
+/// The database clock the desk's day was read with.
+async fn now(desk: &Desk) -> anyhow::Result<chrono::DateTime<chrono::Utc>> {
+    desk.now()
+        .await
+        .map_err(db_failed("failed to read the database clock"))
 }
 
 /// A usage error when the source has no `customer_id` column.

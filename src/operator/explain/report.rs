@@ -54,6 +54,8 @@ pub enum Reason {
     /// Today's due step claims late-payment interest, and the rates file
     /// has no rate for today's half-year: it waits; other steps go.
     RatesOutOfDate,
+    /// It would go today, and its customer's send window is closed now.
+    WaitingForSendWindow,
     WillSendToday,
 }
 
@@ -78,6 +80,7 @@ impl Reason {
             Self::LaterStatement => "later_statement",
             Self::WaitsForRetry => "waits_for_retry",
             Self::RatesOutOfDate => "rates_out_of_date",
+            Self::WaitingForSendWindow => "waiting_for_send_window",
             Self::WillSendToday => "will_send_today",
         }
     }
@@ -301,7 +304,8 @@ pub struct Explained {
     pub invoice_id: InvoiceId,
     /// The database's date in `timezone`, which everything is decided for.
     pub today: NaiveDate,
-    /// `schedule.timezone`.
+    /// The zone the decision used: the customer's (`send_window.timezone`,
+    /// else `schedule.timezone`).
     pub timezone: String,
     pub reason: Reason,
     /// The reason as a sentence.
@@ -341,6 +345,11 @@ pub struct Explained {
     /// Its working in words, a line each (the text form and the console).
     #[serde(skip)]
     pub late_payment_working: Vec<String>,
+    /// Why the send window is closed (`day`, `hours`), when it waits for it.
+    pub window_closed_because: Option<&'static str>,
+    /// When the window opens (RFC 3339, the customer's offset), when it
+    /// waits for it.
+    pub window_opens: Option<String>,
 }
 
 impl Explained {

@@ -41,7 +41,7 @@ impl Claiming {
         let windows = r.stages.windows(p.today());
         let today = OwingDay::new(
             p.today(),
-            settings.schedule.timezone.name(),
+            settings.customer_timezone().name(),
             r.min_days_between,
             &windows,
         )

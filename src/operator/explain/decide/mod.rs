@@ -37,7 +37,7 @@ pub struct Facts {
     pub invoice_id: InvoiceId,
     /// The database's date in `timezone`.
     pub today: NaiveDate,
-    /// `schedule.timezone`.
+    /// The customers' zone.
     pub timezone: String,
     pub sources: Vec<SourceFacts>,
     pub reminders: Vec<ReminderFacts>,
@@ -133,6 +133,8 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         suppressed,
         late_payment: None,
         late_payment_working: Vec::new(),
+        window_closed_because: None,
+        window_opens: None,
     };
     let unusable = match one {
         None if copies == 0 => Some((Unusable::NotInSource, not_in_source(&rows))),

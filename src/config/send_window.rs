@@ -1,0 +1,101 @@
+//! `[send_window]`: the local days and hours in which mail may go to the
+//! relay, and the zone of the customers' day (docs/send-window.md). A bad
+//! `days`, `hours` or `timezone` stops the start-up naming the key.
+
+use chrono_tz::Tz;
+use serde::{Deserialize, Deserializer, de::Error as _};
+
+use super::types::string_like;
+use crate::domain::{Days, Hours, SendWindow};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendWindowSettings {
+    /// `"Mon-Fri"`, `"Mon,Wed,Fri"`; every day by default.
+    #[serde(deserialize_with = "days")]
+    pub days: Days,
+    /// `"09:00-17:00"`, local; `"00:00-24:00"` (all day) by default.
+    #[serde(deserialize_with = "hours")]
+    pub hours: Hours,
+    /// The window's zone and the customers' day; None (`""`):
+    /// `schedule.timezone`.
+    #[serde(deserialize_with = "optional_timezone")]
+    pub timezone: Option<Tz>,
+}
+
+impl SendWindowSettings {
+    /// The window, its zone resolved against `schedule`'s.
+    pub fn window(&self, schedule: Tz) -> SendWindow {
+        SendWindow {
+            days: self.days,
+            hours: self.hours,
+            timezone: self.timezone.unwrap_or(schedule),
+        }
+    }
+}
+
+fn days<'de, D: Deserializer<'de>>(de: D) -> Result<Days, D::Error> {
+    Days::parse(&string_like(de)?).map_err(D::Error::custom)
+}
+
+fn hours<'de, D: Deserializer<'de>>(de: D) -> Result<Hours, D::Error> {
+    Hours::parse(&string_like(de)?).map_err(D::Error::custom)
+}
+
+fn optional_timezone<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Tz>, D::Error> {
+    let name = string_like(de)?;
+    if name.trim().is_empty() {
+        return Ok(None);
+    }
+    name.trim().parse().map(Some).map_err(|_| {
+        D::Error::custom(format!(
+            "unknown time zone {name:?} (use an IANA name such as \"Europe/Berlin\", or \"\" for schedule.timezone)"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Settings;
+
+    fn refused(key: &str, value: &str) -> String {
+        Settings::load_with(&[(key, value)])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn bad_days_hours_or_zone_are_refused_naming_the_key() {
+        for (key, value, named) in [
+            ("SEND_WINDOW__DAYS", "Mon-Fry", "send_window.days"),
+            ("SEND_WINDOW__DAYS", "", "send_window.days"),
+            ("SEND_WINDOW__HOURS", "17:00-09:00", "send_window.hours"),
+            ("SEND_WINDOW__HOURS", "9am-5pm", "send_window.hours"),
+            (
+                "SEND_WINDOW__TIMEZONE",
+                "Mars/Olympus",
+                "send_window.timezone",
+            ),
+        ] {
+            let e = refused(key, value);
+            assert!(e.contains(named), "{key}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_window_is_open_always_by_default_and_its_zone_is_the_schedules() {
+        let s = Settings::load_with(&[("SCHEDULE__TIMEZONE", "Europe/Madrid")]).unwrap();
+        let w = s.send_window.window(s.schedule.timezone);
+        assert!(w.always_open());
+        assert_eq!(w.timezone.name(), "Europe/Madrid");
+        let s = Settings::load_with(&[
+            ("SEND_WINDOW__TIMEZONE", "Pacific/Honolulu"),
+            ("SEND_WINDOW__HOURS", "09:00-17:00"),
+        ])
+        .unwrap();
+        let w = s.send_window.window(s.schedule.timezone);
+        assert!(!w.always_open());
+        assert_eq!(w.timezone.name(), "Pacific/Honolulu");
+    }
+}

@@ -1,0 +1,251 @@
+//! The send window: the local days and hours in which mail may be handed
+//! to the relay (`[send_window]`). Guarantees: whether the window is open
+//! is decided on the wall clock of its zone, so "09:00" is 09:00 local on
+//! both sides of a daylight-saving change; a start that falls in a
+//! spring-forward gap opens at the first instant after the gap; the start
+//! is inside the window and the end outside. Pure: the instant is given
+//! (the database clock's), never read here.
+
+use chrono::{
+    DateTime, Datelike, LocalResult, NaiveDate, NaiveTime, TimeZone, Timelike, Utc, Weekday,
+};
+use chrono_tz::Tz;
+
+/// Minutes in a day: the end of an all-day window.
+const DAY_MINUTES: u16 = 1440;
+
+/// The weekdays a window opens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Days(u8);
+
+const NAMES: [(&str, Weekday); 7] = [
+    ("Mon", Weekday::Mon),
+    ("Tue", Weekday::Tue),
+    ("Wed", Weekday::Wed),
+    ("Thu", Weekday::Thu),
+    ("Fri", Weekday::Fri),
+    ("Sat", Weekday::Sat),
+    ("Sun", Weekday::Sun),
+];
+
+impl Days {
+    /// Every day of the week.
+    pub const ALL: Self = Self(0x7f);
+
+    /// `"Mon-Fri"`, `"Mon,Wed,Fri"`, `"Fri-Mon"` (a range may wrap past
+    /// Sunday), `"Mon-Wed,Sat"`: English three-letter names, any case.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let day = |name: &str| {
+            let name = name.trim();
+            NAMES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, d)| *d)
+                .ok_or_else(|| {
+                    format!("{name:?} is not a day (use Mon, Tue, Wed, Thu, Fri, Sat or Sun)")
+                })
+        };
+        let mut bits = 0u8;
+        for part in text.split(',') {
+            match part.split_once('-') {
+                Some((from, to)) => {
+                    let (mut at, to) = (day(from)?, day(to)?);
+                    bits |= bit(at);
+                    while at != to {
+                        at = at.succ();
+                        bits |= bit(at);
+                    }
+                }
+                None => bits |= bit(day(part)?),
+            }
+        }
+        if bits == 0 {
+            return Err("no day given".into());
+        }
+        Ok(Self(bits))
+    }
+
+    pub fn contains(self, day: Weekday) -> bool {
+        self.0 & bit(day) != 0
+    }
+}
+
+fn bit(day: Weekday) -> u8 {
+    1u8 << day.num_days_from_monday()
+}
+
+/// The local hours a window is open on its days: from `start` (inside) to
+/// `end` (outside), minutes after midnight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hours {
+    start: u16,
+    end: u16,
+}
+
+impl Hours {
+    /// All day.
+    pub const ALL_DAY: Self = Self {
+        start: 0,
+        end: DAY_MINUTES,
+    };
+
+    /// `"09:00-17:00"`; `"00:00-24:00"` is all day. The start must be
+    /// before the end (a window does not run past midnight).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (start, end) = text
+            .split_once('-')
+            .ok_or_else(|| format!("{text:?} is not a range of hours such as \"09:00-17:00\""))?;
+        let (start, end) = (minutes(start)?, minutes(end)?);
+        if start >= end {
+            return Err(format!(
+                "{text:?} starts at or after its end (a window ends on the day it starts; use \"00:00-24:00\" for all day)"
+            ));
+        }
+        Ok(Self { start, end })
+    }
+}
+
+impl std::fmt::Display for Hours {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+        write!(f, "{}-{}", hm(self.start), hm(self.end))
+    }
+}
+
+/// `"HH:MM"` as minutes after midnight, `"24:00"` included.
+fn minutes(text: &str) -> Result<u16, String> {
+    let text = text.trim();
+    let bad = || format!("{text:?} is not a time such as \"09:00\" (00:00 to 24:00)");
+    let (h, m) = text.split_once(':').ok_or_else(bad)?;
+    if h.len() != 2 || m.len() != 2 {
+        return Err(bad());
+    }
+    let (h, m): (u16, u16) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    match (h, m) {
+        (24, 0) => Ok(DAY_MINUTES),
+        (0..=23, 0..=59) => Ok(h * 60 + m),
+        _ => Err(bad()),
+    }
+}
+
+/// Why a window is closed at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClosedBecause {
+    /// The local day is not one of the window's days.
+    Day,
+    /// The local time is outside the window's hours.
+    Hours,
+}
+
+impl ClosedBecause {
+    /// The JSON `window_closed_because`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Hours => "hours",
+        }
+    }
+}
+
+/// A window at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowState {
+    /// Open; it closes at `closes` (None: never, every day all day).
+    Open { closes: Option<DateTime<Utc>> },
+    /// Closed; it next opens at `opens`, on the zone's clock.
+    Closed {
+        because: ClosedBecause,
+        opens: DateTime<Tz>,
+    },
+}
+
+/// The days and hours mail may go, on the clock of `timezone`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWindow {
+    pub days: Days,
+    pub hours: Hours,
+    pub timezone: Tz,
+}
+
+impl SendWindow {
+    /// Open every day, all day: no window at all.
+    pub fn always_open(&self) -> bool {
+        self.days == Days::ALL && self.hours == Hours::ALL_DAY
+    }
+
+    /// Whether the window is open at `now`, and until or from when.
+    pub fn state_at(&self, now: DateTime<Utc>) -> WindowState {
+        let local = now.with_timezone(&self.timezone);
+        let date = local.date_naive();
+        let minute = u16::try_from(local.hour() * 60 + local.minute()).unwrap_or(DAY_MINUTES);
+        if !self.days.contains(date.weekday()) {
+            return self.closed(ClosedBecause::Day, now, date);
+        }
+        if minute < self.hours.start || minute >= self.hours.end {
+            return self.closed(ClosedBecause::Hours, now, date);
+        }
+        WindowState::Open {
+            closes: self.close_after(date),
+        }
+    }
+
+    fn closed(&self, because: ClosedBecause, now: DateTime<Utc>, date: NaiveDate) -> WindowState {
+        // Within a week and a day the window opens again (a day of the
+        // week is always among its days); the last resort is never met.
+        let opens = (0..=8u64)
+            .filter_map(|k| date.checked_add_days(chrono::Days::new(k)))
+            .filter(|d| self.days.contains(d.weekday()))
+            .filter_map(|d| self.instant(d, self.hours.start))
+            .find(|at| at.with_timezone(&Utc) > now)
+            .unwrap_or_else(|| now.with_timezone(&self.timezone));
+        WindowState::Closed { because, opens }
+    }
+
+    /// When the window open on `date` closes: its end that day, or, for
+    /// an end at midnight followed by a day that opens at midnight, that
+    /// day's end; None if it never closes.
+    fn close_after(&self, date: NaiveDate) -> Option<DateTime<Utc>> {
+        let mut day = date;
+        for _ in 0..7 {
+            if self.hours.end < DAY_MINUTES {
+                return self
+                    .instant(day, self.hours.end)
+                    .map(|t| t.with_timezone(&Utc));
+            }
+            let next = day.succ_opt()?;
+            if self.hours.start > 0 || !self.days.contains(next.weekday()) {
+                return self.instant(next, 0).map(|t| t.with_timezone(&Utc));
+            }
+            day = next;
+        }
+        None
+    }
+
+    /// The first instant whose wall time on `date` is `minute` or later:
+    /// the earlier of a repeated time, the end of a skipped one.
+    fn instant(&self, date: NaiveDate, minute: u16) -> Option<DateTime<Tz>> {
+        let (date, minute) = if minute >= DAY_MINUTES {
+            (date.succ_opt()?, 0)
+        } else {
+            (date, minute)
+        };
+        let mut at = date.and_time(NaiveTime::from_hms_opt(
+            u32::from(minute / 60),
+            u32::from(minute % 60),
+            0,
+        )?);
+        // A gap is at most a day long (Samoa, 2011).
+        for _ in 0..=DAY_MINUTES {
+            match self.timezone.from_local_datetime(&at) {
+                LocalResult::Single(t) => return Some(t),
+                LocalResult::Ambiguous(early, _) => return Some(early),
+                LocalResult::None => at = at.checked_add_signed(chrono::TimeDelta::minutes(1))?,
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+#[path = "send_window_tests.rs"]
+mod tests;
