@@ -1,12 +1,15 @@
 //! `[send_window]`: the local days and hours in which mail may go to the
-//! relay, and the zone of the customers' day (docs/send-window.md). A bad
-//! `days`, `hours` or `timezone` stops the start-up naming the key.
+//! relay, the zone of the customers' day and the holidays that stay closed
+//! (docs/send-window.md). A bad `days`, `hours`, `timezone` or `calendar`
+//! stops the start-up naming the key.
+
+use std::sync::Arc;
 
 use chrono_tz::Tz;
 use serde::{Deserialize, Deserializer, de::Error as _};
 
 use super::types::string_like;
-use crate::domain::{Days, Hours, SendWindow};
+use crate::domain::{Days, Holidays, Hours, SendWindow};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,6 +24,10 @@ pub struct SendWindowSettings {
     /// `schedule.timezone`.
     #[serde(deserialize_with = "optional_timezone")]
     pub timezone: Option<Tz>,
+    /// The built-in holiday calendar (`DE-BY`) whose days stay closed;
+    /// None (`""`): no holidays.
+    #[serde(deserialize_with = "calendar")]
+    pub calendar: Option<Arc<Holidays>>,
 }
 
 impl SendWindowSettings {
@@ -30,6 +37,7 @@ impl SendWindowSettings {
             days: self.days,
             hours: self.hours,
             timezone: self.timezone.unwrap_or(schedule),
+            holidays: self.calendar.clone(),
         }
     }
 }
@@ -40,6 +48,18 @@ fn days<'de, D: Deserializer<'de>>(de: D) -> Result<Days, D::Error> {
 
 fn hours<'de, D: Deserializer<'de>>(de: D) -> Result<Hours, D::Error> {
     Hours::parse(&string_like(de)?).map_err(D::Error::custom)
+}
+
+fn calendar<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Arc<Holidays>>, D::Error> {
+    let name = string_like(de)?;
+    if name.trim().is_empty() {
+        return Ok(None);
+    }
+    Holidays::built_in(&name).map(|h| Some(Arc::new(h))).ok_or_else(|| {
+        D::Error::custom(format!(
+            "unknown calendar {name:?} (a built-in calendar: an ISO 3166 code such as \"DE\", or with its subdivision, \"DE-BY\", \"GB-SCT\"; the list: docs/send-window.md)"
+        ))
+    })
 }
 
 fn optional_timezone<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Tz>, D::Error> {

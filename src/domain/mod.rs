@@ -10,6 +10,7 @@ use chrono::NaiveDate;
 
 mod address;
 mod delivery;
+mod holidays;
 mod money;
 mod payment;
 mod problem;
@@ -20,6 +21,7 @@ mod step_key;
 mod text;
 pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
 pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
+pub use holidays::Holidays;
 pub use money::{Currency, Money};
 pub use payment::{LinkTo, PaymentLink, PaymentSignal, Recorded, Signal, SignalOutcome};
 pub use problem::{Problem, SourceProblem};

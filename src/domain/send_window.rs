@@ -3,13 +3,18 @@
 //! is decided on the wall clock of its zone, so "09:00" is 09:00 local on
 //! both sides of a daylight-saving change; a start that falls in a
 //! spring-forward gap opens at the first instant after the gap; the start
-//! is inside the window and the end outside. Pure: the instant is given
-//! (the database clock's), never read here.
+//! is inside the window and the end outside; a holiday of its calendar
+//! closes the whole local day. Pure: the instant is given (the database
+//! clock's), never read here.
+
+use std::sync::Arc;
 
 use chrono::{
     DateTime, Datelike, LocalResult, NaiveDate, NaiveTime, TimeZone, Timelike, Utc, Weekday,
 };
 use chrono_tz::Tz;
+
+use super::holidays::Holidays;
 
 /// Minutes in a day: the end of an all-day window.
 const DAY_MINUTES: u16 = 1440;
@@ -135,6 +140,8 @@ pub enum ClosedBecause {
     Day,
     /// The local time is outside the window's hours.
     Hours,
+    /// The local day is a holiday of the window's calendar.
+    Holiday,
 }
 
 impl ClosedBecause {
@@ -143,6 +150,7 @@ impl ClosedBecause {
         match self {
             Self::Day => "day",
             Self::Hours => "hours",
+            Self::Holiday => "holiday",
         }
     }
 }
@@ -159,18 +167,33 @@ pub enum WindowState {
     },
 }
 
-/// The days and hours mail may go, on the clock of `timezone`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The days and hours mail may go, on the clock of `timezone`, but not
+/// on the holidays of `holidays`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWindow {
     pub days: Days,
     pub hours: Hours,
     pub timezone: Tz,
+    pub holidays: Option<Arc<Holidays>>,
 }
 
+/// How many days ahead an opening is looked for: a week of closed days
+/// plus the longest run of holidays a calendar has.
+const LOOK_AHEAD_DAYS: u64 = 31;
+
 impl SendWindow {
-    /// Open every day, all day: no window at all.
+    /// Open every day, all day, with no holidays: no window at all.
     pub fn always_open(&self) -> bool {
-        self.days == Days::ALL && self.hours == Hours::ALL_DAY
+        self.days == Days::ALL && self.hours == Hours::ALL_DAY && self.holidays.is_none()
+    }
+
+    /// Mail may go on local day `date` (at the right hours).
+    fn opens_on(&self, date: NaiveDate) -> bool {
+        self.days.contains(date.weekday()) && !self.is_holiday(date)
+    }
+
+    fn is_holiday(&self, date: NaiveDate) -> bool {
+        self.holidays.as_ref().is_some_and(|h| h.contains(date))
     }
 
     /// Whether the window is open at `now`, and until or from when.
@@ -181,6 +204,9 @@ impl SendWindow {
         if !self.days.contains(date.weekday()) {
             return self.closed(ClosedBecause::Day, now, date);
         }
+        if self.is_holiday(date) {
+            return self.closed(ClosedBecause::Holiday, now, date);
+        }
         if minute < self.hours.start || minute >= self.hours.end {
             return self.closed(ClosedBecause::Hours, now, date);
         }
@@ -190,11 +216,12 @@ impl SendWindow {
     }
 
     fn closed(&self, because: ClosedBecause, now: DateTime<Utc>, date: NaiveDate) -> WindowState {
-        // Within a week and a day the window opens again (a day of the
-        // week is always among its days); the last resort is never met.
-        let opens = (0..=8u64)
+        // Within a week and the longest run of holidays the window opens
+        // again (a day of the week is always among its days); the last
+        // resort is never met.
+        let opens = (0..=LOOK_AHEAD_DAYS)
             .filter_map(|k| date.checked_add_days(chrono::Days::new(k)))
-            .filter(|d| self.days.contains(d.weekday()))
+            .filter(|d| self.opens_on(*d))
             .filter_map(|d| self.instant(d, self.hours.start))
             .find(|at| at.with_timezone(&Utc) > now)
             .unwrap_or_else(|| now.with_timezone(&self.timezone));
@@ -206,14 +233,14 @@ impl SendWindow {
     /// day's end; None if it never closes.
     fn close_after(&self, date: NaiveDate) -> Option<DateTime<Utc>> {
         let mut day = date;
-        for _ in 0..7 {
+        for _ in 0..LOOK_AHEAD_DAYS {
             if self.hours.end < DAY_MINUTES {
                 return self
                     .instant(day, self.hours.end)
                     .map(|t| t.with_timezone(&Utc));
             }
             let next = day.succ_opt()?;
-            if self.hours.start > 0 || !self.days.contains(next.weekday()) {
+            if self.hours.start > 0 || !self.opens_on(next) {
                 return self.instant(next, 0).map(|t| t.with_timezone(&Utc));
             }
             day = next;

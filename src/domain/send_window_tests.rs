@@ -13,6 +13,7 @@ fn window(days: &str, hours: &str, tz: &str) -> SendWindow {
         days: Days::parse(days).unwrap(),
         hours: Hours::parse(hours).unwrap(),
         timezone: tz.parse().unwrap(),
+        holidays: None,
     }
 }
 
@@ -169,5 +170,31 @@ fn far_zones_decide_on_their_own_wall_clock() {
     assert_eq!(
         opens(&w, "2027-01-15T20:00:00Z"),
         (ClosedBecause::Day, "2027-01-18T09:00:00+14:00".into())
+    );
+}
+
+#[test]
+fn a_holiday_closes_the_whole_local_day_and_the_window_opens_on_the_next_open_day() {
+    let mut w = window("Mon-Fri", "09:00-17:00", "Europe/Berlin");
+    w.holidays = Holidays::built_in("DE-BY").map(std::sync::Arc::new);
+    assert!(!w.always_open());
+    // Wednesday 6 January 2027, Epiphany in Bavaria, at 10:00.
+    assert_eq!(
+        opens(&w, "2027-01-06T09:00:00Z"),
+        (ClosedBecause::Holiday, "2027-01-07T09:00:00+01:00".into())
+    );
+    // Thursday 25 March 2027 after hours: Good Friday and Easter Monday
+    // close the days around the weekend; Tuesday 30 March opens.
+    assert_eq!(
+        opens(&w, "2027-03-25T17:00:00Z"),
+        (ClosedBecause::Hours, "2027-03-30T09:00:00+02:00".into())
+    );
+    // All day on weekdays: open on Thursday 24 December until the
+    // holidays begin.
+    let mut all_day = window("Mon-Fri", "00:00-24:00", "Europe/Berlin");
+    all_day.holidays = w.holidays.clone();
+    assert_eq!(
+        closes(&all_day, "2027-12-23T12:00:00Z"),
+        Some("2027-12-24T23:00:00+00:00".into())
     );
 }

@@ -2,8 +2,8 @@
 //! claimed while it is closed, by its days or its hours on the zone's wall
 //! clock (daylight-saving changes included); the first tick after it opens
 //! sends each reminder once; a window that closes while letters wait for
-//! the relay sends none after it and uses no attempt; `explain` says when
-//! it opens.
+//! the relay sends none after it and uses no attempt; a holiday of the
+//! window's calendar closes the whole day; `explain` says when it opens.
 
 use std::time::Duration;
 
@@ -267,6 +267,7 @@ async fn bad_days_or_hours_stop_the_start_up_naming_the_key() {
         ("send_window.days", "Mon-Fry"),
         ("send_window.hours", "17:00-09:00"),
         ("send_window.timezone", "Europe/Atlantis"),
+        ("send_window.calendar", "DE-XX"),
     ] {
         let mut world = World::new().await;
         world.set(key, value);
@@ -275,4 +276,53 @@ async fn bad_days_or_hours_stop_the_start_up_naming_the_key() {
         assert_eq!(out.status.code(), Some(2), "{key}: {stderr}");
         assert!(stderr.contains(key), "{key}: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn a_holiday_of_the_calendar_closes_the_whole_day_and_another_states_does_not() {
+    // Wednesday 6 January 2027, 10:00 in Berlin: Epiphany in Bavaria, a
+    // working day in Berlin.
+    for (calendar, mailed) in [("DE-BY", 0), ("DE-BE", 1)] {
+        let mut world = World::new().await;
+        office_hours(&mut world);
+        world.set("send_window.calendar", calendar);
+        let id = invoices(&world, 1).await[0];
+        clock_at(&world, "2027-01-06T09:00:00Z").await;
+
+        let outcome = tick(&world).await;
+
+        assert_eq!(world.sink.count(), mailed, "{calendar}: {outcome:?}");
+        if mailed == 0 {
+            assert!(matches!(outcome, TickOutcome::OutsideWindow { .. }));
+            let out = cli(&world, &["explain", "--invoice", &id.to_string(), "--json"]).await;
+            let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+            assert_eq!(json["reason"], "waiting_for_send_window");
+            assert_eq!(json["window_closed_because"], "holiday");
+            assert_eq!(json["window_opens"], "2027-01-07T09:00:00+01:00");
+        }
+    }
+}
+
+#[tokio::test]
+async fn easter_closes_good_friday_and_easter_monday_and_the_window_opens_on_tuesday() {
+    let mut world = World::new().await;
+    office_hours(&mut world);
+    world.set("send_window.calendar", "DE");
+    let id = invoices(&world, 1).await[0];
+    // Easter Monday, 29 March 2027, 10:00 CEST.
+    clock_at(&world, "2027-03-29T08:00:00Z").await;
+
+    assert!(matches!(
+        tick(&world).await,
+        TickOutcome::OutsideWindow { .. }
+    ));
+
+    let text = stdout(&cli(&world, &["explain", "--invoice", &id.to_string()]).await);
+    assert!(
+        text.contains("opens Tue 2027-03-30 09:00 Europe/Berlin (a holiday in DE)"),
+        "{text}"
+    );
+    clock_at(&world, "2027-03-30T07:00:00Z").await;
+    assert!(matches!(tick(&world).await, TickOutcome::Done(_)));
+    assert_eq!(world.sink.count(), 1);
 }

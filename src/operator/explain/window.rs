@@ -24,6 +24,13 @@ pub(super) fn apply(e: &mut Explained, window: &SendWindow, now: DateTime<Utc>) 
         }
         ClosedBecause::Day => format!("{} is not a sending day", local.format("%a")),
         ClosedBecause::Hours => format!("outside {}", window.hours),
+        ClosedBecause::Holiday => format!(
+            "a holiday in {}",
+            window
+                .holidays
+                .as_ref()
+                .map_or("its calendar", |h| h.name())
+        ),
     };
     e.reason = Reason::WaitingForSendWindow;
     e.reason_detail = format!(
