@@ -112,7 +112,7 @@ fn statement_bytes(settings: &Settings) -> usize {
         .map(|invoice| mail::statement::Line {
             invoice,
             step: stages
-                .due_step((today - invoice.due_date).num_days())
+                .due_step(invoice.due_date, today)
                 .expect("owes a step"),
         })
         .collect();

@@ -266,7 +266,7 @@ fn compose(
 ) -> mail::OutgoingMail {
     let stages = &settings.reminders.stages;
     let step = stages
-        .due_step((today - invoice.due_date).num_days())
+        .due_step(invoice.due_date, today)
         .expect("the invoice owes a step");
     mail::compose(
         templates,

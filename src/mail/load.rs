@@ -165,6 +165,7 @@ impl Templates {
                     stage: 0,
                     occurrence: 1,
                     offset: 0,
+                    business: false,
                 });
             let stage = Stage {
                 template: template.clone(),

@@ -55,11 +55,14 @@ impl Desk {
                     i32::try_from((w.due_to - from).num_days())
                         .unwrap_or(i32::MAX)
                         .saturating_add(1)
+                        .max(0)
                 }),
             })
             .collect();
-        let first = stages.steps().first().map_or(0, |s| s.offset);
-        let not_due_after = today + chrono::TimeDelta::days(-first);
+        let not_due_after = stages
+            .steps()
+            .first()
+            .map_or(today, |s| stages.latest_due(s, today));
         let owed = (u64::from(demo.invoices) * u64::from(demo.overdue_pct) + 50) / 100;
         let seeded = db::seed::seed(
             self.db(),

@@ -186,8 +186,7 @@ impl Desk {
                 )
             })?,
             None => {
-                let age = (today - invoice.due_date).num_days();
-                stages.due_step(age).ok_or_else(|| {
+                stages.due_step(invoice.due_date, today).ok_or_else(|| {
                     anyhow!(
                         "invoice {id} (due {}) owes no reminder on {today}: its first step is later; pass --step to see one",
                         invoice.due_date

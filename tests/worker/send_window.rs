@@ -16,6 +16,11 @@ use crate::common::{self, World, cli, clock_at, stdout};
 /// `count` customers, each with one invoice due 1 January 2027 (in its
 /// `overdue` step from 4 January to 21 January).
 async fn invoices(world: &World, count: i64) -> Vec<i64> {
+    invoices_due(world, count, "2027-01-01").await
+}
+
+/// `count` customers, each with one invoice due on `due`.
+async fn invoices_due(world: &World, count: i64, due: &str) -> Vec<i64> {
     sqlx::query_scalar(
         "WITH c AS (
              INSERT INTO customers (name, email)
@@ -23,9 +28,10 @@ async fn invoices(world: &World, count: i64) -> Vec<i64> {
                FROM generate_series(1, $1::bigint) g
              RETURNING id)
          INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
-         SELECT id, 'INV-' || id, 12345, 'EUR', date '2027-01-01' FROM c RETURNING id",
+         SELECT id, 'INV-' || id, 12345, 'EUR', $2::date FROM c RETURNING id",
     )
     .bind(count)
+    .bind(due)
     .fetch_all(world.pool())
     .await
     .unwrap()
@@ -325,4 +331,39 @@ async fn easter_closes_good_friday_and_easter_monday_and_the_window_opens_on_tue
     clock_at(&world, "2027-03-30T07:00:00Z").await;
     assert!(matches!(tick(&world).await, TickOutcome::Done(_)));
     assert_eq!(world.sink.count(), 1);
+}
+
+#[tokio::test]
+async fn business_day_stages_count_open_days_over_easter_and_the_weekend() {
+    let mut world = World::new().await;
+    world
+        .set("send_window.days", "Mon-Fri")
+        .set("send_window.timezone", "Europe/Berlin")
+        .set("send_window.calendar", "DE")
+        .set(
+            "reminders.stages",
+            "[{name=overdue,days=1,template=overdue,business_days=true},\
+              {name=final,days=3,template=final,business_days=true}]",
+        );
+    // Due Thursday 25 March 2027: Good Friday and Easter Monday are closed,
+    // so 1 business day is Tuesday 30 March and 3 is Thursday 1 April.
+    invoices_due(&world, 1, "2027-03-25").await;
+    let mut mailed = Vec::new();
+    for day in [
+        "03-26", "03-27", "03-28", "03-29", "03-30", "03-31", "04-01", "04-02",
+    ] {
+        clock_at(&world, &format!("2027-{day}T10:00:00Z")).await;
+        let before = world.sink.count();
+        tick(&world).await;
+        for m in world.sink.received().iter().skip(before) {
+            mailed.push((day, m.period().unwrap_or_default()));
+        }
+    }
+    assert_eq!(
+        mailed,
+        [
+            ("03-30", "overdue".to_owned()),
+            ("04-01", "final".to_owned())
+        ]
+    );
 }

@@ -244,7 +244,7 @@ pub fn generate(rng: &mut Rng, today: NaiveDate, settings: &Settings, by_custome
         }
         let key = row.invoice_id.clone().expect("a valid row has a key");
         let step = stages
-            .due_step(age)
+            .due_step(invoice_reminder::stages::shift(today, -age), today)
             .unwrap_or_else(|| panic!("age {age} owes no step"))
             .key
             .to_string();

@@ -71,12 +71,13 @@ impl Day<'_> {
 
     /// The date range of step `j` (its last day: None for the last step).
     fn range(&self, j: usize) -> Option<(&Step, NaiveDate, Option<NaiveDate>)> {
-        let steps = self.rules.stages.steps();
+        let stages = &self.rules.stages;
+        let steps = stages.steps();
         let step = steps.get(j)?;
         let last = steps
             .get(j.saturating_add(1))
-            .map(|next| shift(self.due_date, next.offset.saturating_sub(1)));
-        Some((step, shift(self.due_date, step.offset), last))
+            .map(|next| shift(stages.date_of(next, self.due_date), -1));
+        Some((step, stages.date_of(step, self.due_date), last))
     }
 
     pub(super) fn decision(&self, due: Option<&Step>) -> Decision {
@@ -335,8 +336,11 @@ impl Day<'_> {
         }
         let waits = [self.pause_ends(), self.gap_ends(None).map(|(_, ends)| ends)];
         let common = waits.into_iter().flatten().fold(self.today, NaiveDate::max);
-        let age = self.today.signed_duration_since(self.due_date).num_days();
-        let due_today = self.rules.stages.due_step(age).is_some();
+        let due_today = self
+            .rules
+            .stages
+            .due_step(self.due_date, self.today)
+            .is_some();
         for j in 0..self.rules.stages.steps().len() {
             let Some((step, first, last)) = self.range(j) else {
                 break;

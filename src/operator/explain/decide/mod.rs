@@ -19,7 +19,7 @@ use super::report::{
 };
 use crate::db::explain::{ReminderFacts, SourceFacts};
 use crate::domain::{InvoiceId, Problem, SkipReason};
-use crate::stages::{Stages, shift};
+use crate::stages::Stages;
 
 /// What the configuration says about reminders, as the tick uses it.
 #[derive(Debug, Clone, Copy)]
@@ -102,11 +102,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
     let copies = sources.first().map_or(0, |s| s.copies);
     let one = sources.first().filter(|_| copies == 1);
     let due_date = one.and_then(|s| s.row.due_date);
-    let due_step = due_date.and_then(|d| {
-        rules
-            .stages
-            .due_step(today.signed_duration_since(d).num_days())
-    });
+    let due_step = due_date.and_then(|d| rules.stages.due_step(d, today));
     let mut explained = Explained {
         invoice_id,
         today,
@@ -271,7 +267,7 @@ fn occurrences(stages: &Stages, due_date: NaiveDate) -> Vec<Occurrence> {
         .map(|step| Occurrence {
             name: step.key.clone(),
             stage: stages.stage(step).name.clone(),
-            date: shift(due_date, step.offset),
+            date: stages.date_of(step, due_date),
         })
         .collect()
 }

@@ -17,6 +17,7 @@ fn stage(name: &str, days: i32, repeat: Option<(u32, u32)>) -> Stage {
         max_repeats: repeat.map(|r| r.1),
         late_payment: false,
         letter: false,
+        business_days: false,
     }
 }
 

@@ -9,9 +9,19 @@
 //! `period` of the claim: UNIQUE (invoice_id, period) means "each step at
 //! most once per invoice".
 //!
+//! A stage with `business_days = true` counts its days (and its repeats)
+//! in open days ([`OpenDays`]: `send_window.days` that are not holidays
+//! of `send_window.calendar`): due on Friday 15 January 2027 with days
+//! Mon-Fri, 1 business day is Monday 18 and 3 is Wednesday 20. The due
+//! step is then the last step in list order whose day has come.
+//!
 //! Pure code, no I/O: the due step of every invoice is found from its
 //! due date, and [`Stages::windows`] turns "today" into due-date ranges, one
 //! per step, that the database scans with its index.
+
+mod open_days;
+
+pub use open_days::OpenDays;
 
 use chrono::{Days, NaiveDate};
 use serde::Deserialize;
@@ -37,6 +47,10 @@ pub struct Stage {
     /// Its mail attaches the claim as a PDF letter (needs `late_payment`).
     #[serde(default)]
     pub letter: bool,
+    /// `days` (and `repeat_every_days`) count open days ([`OpenDays`]),
+    /// not calendar days.
+    #[serde(default)]
+    pub business_days: bool,
 }
 
 /// One occurrence of a stage: what a claim is for.
@@ -49,8 +63,12 @@ pub struct Step {
     pub stage: usize,
     /// 1 for the stage's first occurrence, 2 for its first repeat, ...
     pub occurrence: u32,
-    /// Days after the due date this occurrence falls on.
+    /// Days after the due date this occurrence falls on: open days when
+    /// `business`.
     pub offset: i64,
+    /// Its stage counts business days.
+    #[serde(skip)]
+    pub business: bool,
 }
 
 /// The due-date range whose invoices owe `step` today (both ends included;
@@ -67,8 +85,10 @@ pub struct Window {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stages {
     stages: Vec<Stage>,
-    /// Every occurrence, by offset.
+    /// Every occurrence, in list order.
     steps: Vec<Step>,
+    /// The days business-day stages count.
+    open: OpenDays,
 }
 
 impl Stages {
@@ -82,6 +102,7 @@ impl Stages {
                 stage: i,
                 occurrence: 1,
                 offset: first,
+                business: stage.business_days,
             });
             if let (Some(every), Some(max)) = (stage.repeat_every_days, stage.max_repeats) {
                 for k in 1..=max {
@@ -90,11 +111,40 @@ impl Stages {
                         stage: i,
                         occurrence: k + 1,
                         offset: first + i64::from(k) * i64::from(every),
+                        business: stage.business_days,
                     });
                 }
             }
         }
-        Self { stages, steps }
+        Self {
+            stages,
+            steps,
+            open: OpenDays::default(),
+        }
+    }
+
+    /// The same stages, business-day ones counting `open`.
+    pub fn counting(mut self, open: OpenDays) -> Self {
+        self.open = open;
+        self
+    }
+
+    /// The day `step` falls on for an invoice due on `due`.
+    pub fn date_of(&self, step: &Step, due: NaiveDate) -> NaiveDate {
+        if step.business {
+            self.open.add(due, step.offset)
+        } else {
+            shift(due, step.offset)
+        }
+    }
+
+    /// The latest due date whose `step` has come by `today`.
+    pub fn latest_due(&self, step: &Step, today: NaiveDate) -> NaiveDate {
+        if step.business {
+            self.open.latest_due(today, step.offset)
+        } else {
+            shift(today, -step.offset)
+        }
     }
 
     pub fn stages(&self) -> &[Stage] {
@@ -119,10 +169,13 @@ impl Stages {
         &self.steps
     }
 
-    /// The step an invoice `age` days past its due date owes (negative:
-    /// before it): its latest occurrence on or before today.
-    pub fn due_step(&self, age: i64) -> Option<&Step> {
-        self.steps.iter().rev().find(|s| s.offset <= age)
+    /// The step an invoice due on `due` owes on `today`: the last step,
+    /// in list order, whose day has come.
+    pub fn due_step(&self, due: NaiveDate, today: NaiveDate) -> Option<&Step> {
+        self.steps
+            .iter()
+            .rev()
+            .find(|s| self.date_of(s, due) <= today)
     }
 
     /// The step with this key, if it is one of ours.
@@ -134,15 +187,24 @@ impl Stages {
     /// latest steps) first, so that scanning them in order walks the
     /// `(due_date, id)` index once from low to high.
     pub fn windows(&self, today: NaiveDate) -> Vec<Window> {
-        let shift = |offset: i64| shift(today, -offset);
+        // Step j is due for the due dates up to its latest and after every
+        // later step's latest: one range, as counting is monotone.
+        let latest: Vec<NaiveDate> = self
+            .steps
+            .iter()
+            .map(|s| self.latest_due(s, today))
+            .collect();
         let mut windows: Vec<Window> = self
             .steps
             .iter()
             .enumerate()
             .map(|(j, step)| Window {
                 step: step.clone(),
-                due_from: self.steps.get(j + 1).map(|next| shift(next.offset - 1)),
-                due_to: shift(step.offset),
+                due_from: latest
+                    .get(j + 1..)
+                    .and_then(|later| later.iter().max())
+                    .map(|d| shift(*d, 1)),
+                due_to: latest.get(j).copied().unwrap_or(today),
             })
             .collect();
         windows.reverse();
@@ -262,107 +324,4 @@ pub fn check(stages: &[Stage]) -> Result<(), (Option<usize>, &'static str, Strin
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stage(name: &str, days: i32, repeat: Option<(u32, u32)>) -> Stage {
-        Stage {
-            name: name.into(),
-            days,
-            template: name.into(),
-            repeat_every_days: repeat.map(|r| r.0),
-            max_repeats: repeat.map(|r| r.1),
-            late_payment: false,
-            letter: false,
-        }
-    }
-
-    fn defaults() -> Stages {
-        Stages::new(vec![
-            stage("upcoming", -3, None),
-            stage("overdue", 3, None),
-            stage("final", 21, Some((14, 2))),
-        ])
-    }
-
-    fn key(stages: &Stages, age: i64) -> Option<String> {
-        stages.due_step(age).map(|s| s.key.to_string())
-    }
-
-    #[test]
-    fn the_due_step_is_the_latest_occurrence_on_or_before_today() {
-        let s = defaults();
-        assert_eq!(key(&s, -4), None);
-        assert_eq!(key(&s, -3).as_deref(), Some("upcoming"));
-        assert_eq!(key(&s, 2).as_deref(), Some("upcoming"));
-        assert_eq!(key(&s, 3).as_deref(), Some("overdue"));
-        assert_eq!(key(&s, 20).as_deref(), Some("overdue"));
-        assert_eq!(key(&s, 21).as_deref(), Some("final"));
-        assert_eq!(key(&s, 34).as_deref(), Some("final"));
-        assert_eq!(key(&s, 35).as_deref(), Some("final-2"));
-        assert_eq!(key(&s, 40).as_deref(), Some("final-2"));
-        assert_eq!(key(&s, 49).as_deref(), Some("final-3"));
-        assert_eq!(key(&s, 5000).as_deref(), Some("final-3"));
-    }
-
-    #[test]
-    fn repeats_are_numbered_from_two() {
-        let s = defaults();
-        let step = s.step("final-3").cloned();
-        assert_eq!(
-            step.map(|s| (s.stage, s.occurrence, s.offset)),
-            Some((2, 3, 49))
-        );
-        assert_eq!(s.step("final-4"), None);
-    }
-
-    #[test]
-    fn windows_cover_every_due_date_once_and_agree_with_the_due_step() {
-        let s = defaults();
-        let today = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default();
-        let windows = s.windows(today);
-        assert_eq!(windows.first().map(|w| w.due_from), Some(None));
-        for age in -10..80 {
-            let due = shift(today, -age);
-            let inside: Vec<&str> = windows
-                .iter()
-                .filter(|w| w.due_from.is_none_or(|f| f <= due) && due <= w.due_to)
-                .map(|w| w.step.key.as_str())
-                .collect();
-            let expected: Vec<String> = key(&s, age).into_iter().collect();
-            assert_eq!(inside, expected, "age {age}");
-        }
-        // Oldest due dates first.
-        assert!(windows.windows(2).all(|p| p[0].due_to < p[1].due_to));
-    }
-
-    #[test]
-    fn bad_stage_lists_are_refused_with_the_field() {
-        let refused = |list: Vec<Stage>| check(&list).err().map(|(i, f, _)| (i, f));
-        assert_eq!(refused(vec![]), Some((None, "")));
-        assert_eq!(
-            refused(vec![stage("a", 1, None), stage("a", 2, None)]),
-            Some((Some(1), "name"))
-        );
-        assert_eq!(
-            refused(vec![stage("final-2", 1, None)]),
-            Some((Some(0), "name"))
-        );
-        assert_eq!(
-            refused(vec![stage("a b", 1, None)]),
-            Some((Some(0), "name"))
-        );
-        assert_eq!(
-            refused(vec![stage("a", 5, None), stage("b", 5, None)]),
-            Some((Some(1), "days"))
-        );
-        assert_eq!(
-            refused(vec![stage("a", 1, Some((7, 2))), stage("b", 9, None)]),
-            Some((Some(0), "repeat_every_days"))
-        );
-        let mut half = stage("a", 1, None);
-        half.max_repeats = Some(2);
-        assert_eq!(refused(vec![half]), Some((Some(0), "repeat_every_days")));
-        assert_eq!(check(&[stage("x-y", 1, Some((1, 1)))]), Ok(()));
-    }
-}
+mod tests;

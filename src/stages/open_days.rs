@@ -1,0 +1,87 @@
+//! Open days: the days a business-day stage counts (`business_days =
+//! true`), those of `send_window.days` that are not holidays of its
+//! calendar. Guarantees: counting is monotone (a later due date never
+//! gives an earlier step date), so every step's due dates today are one
+//! range; a count that runs off chrono's calendar saturates, never panics.
+
+use std::sync::Arc;
+
+use chrono::{Datelike, NaiveDate};
+
+use crate::domain::{Days, Holidays};
+
+/// The days a business-day stage counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenDays {
+    days: Days,
+    holidays: Option<Arc<Holidays>>,
+}
+
+impl Default for OpenDays {
+    fn default() -> Self {
+        Self {
+            days: Days::ALL,
+            holidays: None,
+        }
+    }
+}
+
+impl OpenDays {
+    pub fn new(days: Days, holidays: Option<Arc<Holidays>>) -> Self {
+        Self { days, holidays }
+    }
+
+    pub fn is_open(&self, date: NaiveDate) -> bool {
+        self.days.contains(date.weekday())
+            && !self.holidays.as_ref().is_some_and(|h| h.contains(date))
+    }
+
+    /// The `n`-th open day after `date` (before it for a negative `n`);
+    /// `date` itself for 0, open or not.
+    pub fn add(&self, date: NaiveDate, n: i64) -> NaiveDate {
+        match n {
+            0 => date,
+            n => self.nth_open(date, n.unsigned_abs(), n > 0),
+        }
+    }
+
+    /// The latest due date `d` whose `add(d, n)` is on or before `today`:
+    /// for `n` > 0, the day before the `n`-th latest open day up to and
+    /// including today; for `n` < 0, the `-n`-th open day after today.
+    pub fn latest_due(&self, today: NaiveDate, n: i64) -> NaiveDate {
+        match n {
+            0 => today,
+            n if n > 0 => {
+                let from = today.succ_opt().unwrap_or(today);
+                let nth = self.nth_open(from, n.unsigned_abs(), false);
+                nth.pred_opt().unwrap_or(nth)
+            }
+            n => self.nth_open(today, n.unsigned_abs(), true),
+        }
+    }
+
+    /// The `n`-th open day strictly after `from` (`forward`) or before it;
+    /// the end of chrono's calendar if it comes first.
+    fn nth_open(&self, from: NaiveDate, n: u64, forward: bool) -> NaiveDate {
+        let mut left = n;
+        let mut at = from;
+        while left > 0 {
+            let Some(next) = step(at, forward) else {
+                return at;
+            };
+            at = next;
+            if self.is_open(at) {
+                left -= 1;
+            }
+        }
+        at
+    }
+}
+
+fn step(date: NaiveDate, forward: bool) -> Option<NaiveDate> {
+    if forward {
+        date.succ_opt()
+    } else {
+        date.pred_opt()
+    }
+}
