@@ -150,10 +150,7 @@ impl Settings {
             .map_err(|e| error::from_figment(e, file.as_deref()))?;
         settings.late_payment.read_rates()?;
         // Business-day stages count the send window's open days.
-        let open = crate::stages::OpenDays::new(
-            settings.send_window.days,
-            settings.send_window.calendar.clone(),
-        );
+        let open = settings.send_window().open;
         settings.reminders.stages = settings.reminders.stages.clone().counting(open);
         validate::check(&settings)?;
         Ok(settings)

@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Deserializer, de::Error as _};
 
 use super::types::string_like;
-use crate::domain::{Days, Holidays, Hours, SendWindow};
+use crate::domain::{Days, Holidays, Hours, OpenDays, SendWindow};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,10 +34,9 @@ impl SendWindowSettings {
     /// The window, its zone resolved against `schedule`'s.
     pub fn window(&self, schedule: Tz) -> SendWindow {
         SendWindow {
-            days: self.days,
+            open: OpenDays::new(self.days, self.calendar.clone()),
             hours: self.hours,
             timezone: self.timezone.unwrap_or(schedule),
-            holidays: self.calendar.clone(),
         }
     }
 }

@@ -7,14 +7,10 @@
 //! closes the whole local day. Pure: the instant is given (the database
 //! clock's), never read here.
 
-use std::sync::Arc;
-
-use chrono::{
-    DateTime, Datelike, LocalResult, NaiveDate, NaiveTime, TimeZone, Timelike, Utc, Weekday,
-};
+use chrono::{DateTime, LocalResult, NaiveDate, NaiveTime, TimeZone, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 
-use super::holidays::Holidays;
+use super::open_days::OpenDays;
 
 /// Minutes in a day: the end of an all-day window.
 const DAY_MINUTES: u16 = 1440;
@@ -167,14 +163,13 @@ pub enum WindowState {
     },
 }
 
-/// The days and hours mail may go, on the clock of `timezone`, but not
-/// on the holidays of `holidays`.
+/// The days mail may go (its days, not its calendar's holidays) and the
+/// hours, on the clock of `timezone`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWindow {
-    pub days: Days,
+    pub open: OpenDays,
     pub hours: Hours,
     pub timezone: Tz,
-    pub holidays: Option<Arc<Holidays>>,
 }
 
 /// How many days ahead an opening is looked for: a week of closed days
@@ -184,16 +179,7 @@ const LOOK_AHEAD_DAYS: u64 = 31;
 impl SendWindow {
     /// Open every day, all day, with no holidays: no window at all.
     pub fn always_open(&self) -> bool {
-        self.days == Days::ALL && self.hours == Hours::ALL_DAY && self.holidays.is_none()
-    }
-
-    /// Mail may go on local day `date` (at the right hours).
-    fn opens_on(&self, date: NaiveDate) -> bool {
-        self.days.contains(date.weekday()) && !self.is_holiday(date)
-    }
-
-    fn is_holiday(&self, date: NaiveDate) -> bool {
-        self.holidays.as_ref().is_some_and(|h| h.contains(date))
+        self.open.every_day() && self.hours == Hours::ALL_DAY
     }
 
     /// Whether the window is open at `now`, and until or from when.
@@ -201,11 +187,8 @@ impl SendWindow {
         let local = now.with_timezone(&self.timezone);
         let date = local.date_naive();
         let minute = u16::try_from(local.hour() * 60 + local.minute()).unwrap_or(DAY_MINUTES);
-        if !self.days.contains(date.weekday()) {
-            return self.closed(ClosedBecause::Day, now, date);
-        }
-        if self.is_holiday(date) {
-            return self.closed(ClosedBecause::Holiday, now, date);
+        if let Some(because) = self.open.closed_because(date) {
+            return self.closed(because, now, date);
         }
         if minute < self.hours.start || minute >= self.hours.end {
             return self.closed(ClosedBecause::Hours, now, date);
@@ -221,7 +204,7 @@ impl SendWindow {
         // resort is never met.
         let opens = (0..=LOOK_AHEAD_DAYS)
             .filter_map(|k| date.checked_add_days(chrono::Days::new(k)))
-            .filter(|d| self.opens_on(*d))
+            .filter(|d| self.open.is_open(*d))
             .filter_map(|d| self.instant(d, self.hours.start))
             .find(|at| at.with_timezone(&Utc) > now)
             .unwrap_or_else(|| now.with_timezone(&self.timezone));
@@ -240,7 +223,7 @@ impl SendWindow {
                     .map(|t| t.with_timezone(&Utc));
             }
             let next = day.succ_opt()?;
-            if self.hours.start > 0 || !self.opens_on(next) {
+            if self.hours.start > 0 || !self.open.is_open(next) {
                 return self.instant(next, 0).map(|t| t.with_timezone(&Utc));
             }
             day = next;

@@ -1,6 +1,7 @@
 use chrono::{DateTime, Utc};
 
 use super::*;
+use crate::domain::{Holidays, OpenDays};
 
 fn at(rfc3339: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(rfc3339)
@@ -9,11 +10,19 @@ fn at(rfc3339: &str) -> DateTime<Utc> {
 }
 
 fn window(days: &str, hours: &str, tz: &str) -> SendWindow {
+    with_calendar(days, hours, tz, None)
+}
+
+fn with_calendar(days: &str, hours: &str, tz: &str, calendar: Option<&str>) -> SendWindow {
     SendWindow {
-        days: Days::parse(days).unwrap(),
+        open: OpenDays::new(
+            Days::parse(days).unwrap(),
+            calendar
+                .and_then(Holidays::built_in)
+                .map(std::sync::Arc::new),
+        ),
         hours: Hours::parse(hours).unwrap(),
         timezone: tz.parse().unwrap(),
-        holidays: None,
     }
 }
 
@@ -175,8 +184,7 @@ fn far_zones_decide_on_their_own_wall_clock() {
 
 #[test]
 fn a_holiday_closes_the_whole_local_day_and_the_window_opens_on_the_next_open_day() {
-    let mut w = window("Mon-Fri", "09:00-17:00", "Europe/Berlin");
-    w.holidays = Holidays::built_in("DE-BY").map(std::sync::Arc::new);
+    let w = with_calendar("Mon-Fri", "09:00-17:00", "Europe/Berlin", Some("DE-BY"));
     assert!(!w.always_open());
     // Wednesday 6 January 2027, Epiphany in Bavaria, at 10:00.
     assert_eq!(
@@ -191,8 +199,7 @@ fn a_holiday_closes_the_whole_local_day_and_the_window_opens_on_the_next_open_da
     );
     // All day on weekdays: open on Thursday 24 December until the
     // holidays begin.
-    let mut all_day = window("Mon-Fri", "00:00-24:00", "Europe/Berlin");
-    all_day.holidays = w.holidays.clone();
+    let all_day = with_calendar("Mon-Fri", "00:00-24:00", "Europe/Berlin", Some("DE-BY"));
     assert_eq!(
         closes(&all_day, "2027-12-23T12:00:00Z"),
         Some("2027-12-24T23:00:00+00:00".into())

@@ -19,9 +19,7 @@
 //! due date, and [`Stages::windows`] turns "today" into due-date ranges, one
 //! per step, that the database scans with its index.
 
-mod open_days;
-
-pub use open_days::OpenDays;
+pub use crate::domain::OpenDays;
 
 use chrono::{Days, NaiveDate};
 use serde::Deserialize;

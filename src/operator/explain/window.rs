@@ -26,10 +26,7 @@ pub(super) fn apply(e: &mut Explained, window: &SendWindow, now: DateTime<Utc>) 
         ClosedBecause::Hours => format!("outside {}", window.hours),
         ClosedBecause::Holiday => format!(
             "a holiday in {}",
-            window
-                .holidays
-                .as_ref()
-                .map_or("its calendar", |h| h.name())
+            window.open.holidays().map_or("its calendar", |h| h.name())
         ),
     };
     e.reason = Reason::WaitingForSendWindow;

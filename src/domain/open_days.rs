@@ -1,6 +1,6 @@
-//! Open days: the days a business-day stage counts (`business_days =
-//! true`), those of `send_window.days` that are not holidays of its
-//! calendar. Guarantees: counting is monotone (a later due date never
+//! Open days: the days of `send_window.days` that are not holidays of its
+//! calendar, on which the send window opens and which a business-day
+//! stage (`business_days = true`) counts. Guarantees: counting is monotone (a later due date never
 //! gives an earlier step date), so every step's due dates today are one
 //! range; a count that runs off chrono's calendar saturates, never panics.
 
@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use chrono::{Datelike, NaiveDate};
 
-use crate::domain::{Days, Holidays};
+use super::holidays::Holidays;
+use super::send_window::Days;
 
-/// The days a business-day stage counts.
+/// The days mail may go on, and business-day stages count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenDays {
     days: Days,
@@ -29,6 +30,28 @@ impl Default for OpenDays {
 impl OpenDays {
     pub fn new(days: Days, holidays: Option<Arc<Holidays>>) -> Self {
         Self { days, holidays }
+    }
+
+    /// Every day of the week, with no holidays.
+    pub fn every_day(&self) -> bool {
+        self.days == Days::ALL && self.holidays.is_none()
+    }
+
+    /// Whether `date` is closed, and why: not one of the days, or a
+    /// holiday.
+    pub fn closed_because(&self, date: NaiveDate) -> Option<super::ClosedBecause> {
+        if !self.days.contains(date.weekday()) {
+            Some(super::ClosedBecause::Day)
+        } else if self.holidays.as_ref().is_some_and(|h| h.contains(date)) {
+            Some(super::ClosedBecause::Holiday)
+        } else {
+            None
+        }
+    }
+
+    /// The holiday calendar, if any.
+    pub fn holidays(&self) -> Option<&Holidays> {
+        self.holidays.as_deref()
     }
 
     pub fn is_open(&self, date: NaiveDate) -> bool {
