@@ -24,12 +24,12 @@ pub use address::{MAX_RECIPIENTS, Recipients, lowercase_addresses};
 pub use delivery::{Attempted, Delivery, MessageBytes, Proof, SkipReason};
 pub use holidays::Holidays;
 pub use money::{Currency, Money};
-pub use open_days::OpenDays;
+pub use open_days::{ClosedBecause, Days, OpenDays};
 pub use payment::{LinkTo, PaymentLink, PaymentSignal, Recorded, Signal, SignalOutcome};
 pub use problem::{Problem, SourceProblem};
 pub use regime::Regime;
 pub use relay_rate::LearnedRate;
-pub use send_window::{ClosedBecause, Days, Hours, SendWindow, WindowState};
+pub use send_window::{Hours, SendWindow, WindowState};
 pub use step_key::StepKey;
 pub use text::sanitize;
 

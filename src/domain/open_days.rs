@@ -8,8 +8,91 @@ use std::sync::Arc;
 
 use chrono::{Datelike, NaiveDate};
 
+use chrono::Weekday;
+
 use super::holidays::Holidays;
-use super::send_window::Days;
+
+/// The weekdays a window opens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Days(u8);
+
+const NAMES: [(&str, Weekday); 7] = [
+    ("Mon", Weekday::Mon),
+    ("Tue", Weekday::Tue),
+    ("Wed", Weekday::Wed),
+    ("Thu", Weekday::Thu),
+    ("Fri", Weekday::Fri),
+    ("Sat", Weekday::Sat),
+    ("Sun", Weekday::Sun),
+];
+
+impl Days {
+    /// Every day of the week.
+    pub const ALL: Self = Self(0x7f);
+
+    /// `"Mon-Fri"`, `"Mon,Wed,Fri"`, `"Fri-Mon"` (a range may wrap past
+    /// Sunday), `"Mon-Wed,Sat"`: English three-letter names, any case.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let day = |name: &str| {
+            let name = name.trim();
+            NAMES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, d)| *d)
+                .ok_or_else(|| {
+                    format!("{name:?} is not a day (use Mon, Tue, Wed, Thu, Fri, Sat or Sun)")
+                })
+        };
+        let mut bits = 0u8;
+        for part in text.split(',') {
+            match part.split_once('-') {
+                Some((from, to)) => {
+                    let (mut at, to) = (day(from)?, day(to)?);
+                    bits |= bit(at);
+                    while at != to {
+                        at = at.succ();
+                        bits |= bit(at);
+                    }
+                }
+                None => bits |= bit(day(part)?),
+            }
+        }
+        if bits == 0 {
+            return Err("no day given".into());
+        }
+        Ok(Self(bits))
+    }
+
+    pub fn contains(self, day: Weekday) -> bool {
+        self.0 & bit(day) != 0
+    }
+}
+
+fn bit(day: Weekday) -> u8 {
+    1u8 << day.num_days_from_monday()
+}
+
+/// Why a window is closed at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClosedBecause {
+    /// The local day is not one of the window's days.
+    Day,
+    /// The local time is outside the window's hours.
+    Hours,
+    /// The local day is a holiday of the window's calendar.
+    Holiday,
+}
+
+impl ClosedBecause {
+    /// The JSON `window_closed_because`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Day => "day",
+            Self::Hours => "hours",
+            Self::Holiday => "holiday",
+        }
+    }
+}
 
 /// The days mail may go on, and business-day stages count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +122,11 @@ impl OpenDays {
 
     /// Whether `date` is closed, and why: not one of the days, or a
     /// holiday.
-    pub fn closed_because(&self, date: NaiveDate) -> Option<super::ClosedBecause> {
+    pub fn closed_because(&self, date: NaiveDate) -> Option<ClosedBecause> {
         if !self.days.contains(date.weekday()) {
-            Some(super::ClosedBecause::Day)
+            Some(ClosedBecause::Day)
         } else if self.holidays.as_ref().is_some_and(|h| h.contains(date)) {
-            Some(super::ClosedBecause::Holiday)
+            Some(ClosedBecause::Holiday)
         } else {
             None
         }

@@ -1,7 +1,7 @@
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Utc, Weekday};
 
 use super::*;
-use crate::domain::{Holidays, OpenDays};
+use crate::domain::{Days, Holidays, OpenDays};
 
 fn at(rfc3339: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(rfc3339)
