@@ -22,6 +22,7 @@
 mod bounds;
 mod claim;
 mod clock;
+mod compose;
 pub mod context;
 pub mod deferred;
 mod error;

@@ -18,22 +18,27 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use super::compose::Composer;
 use super::last_check::LastCheck;
 use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use crate::config::ArchiveStore;
 use crate::db;
-use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, LetterKind, count_of};
+use crate::domain::{Attempted, Claimed, Counts, Delivery, Letter, count_of};
 use crate::mail::{self, SendError};
 
 /// The send phase of one tick.
 pub(super) struct Sender {
     p: Arc<Pipeline>,
+    composer: Composer,
 }
 
 impl Sender {
     pub fn new(p: Arc<Pipeline>) -> Self {
-        Self { p }
+        Self {
+            composer: Composer::new(Arc::clone(&p)),
+            p,
+        }
     }
 
     /// Sends marked rows until the marker is done; hands each result on.
@@ -132,7 +137,7 @@ impl Sender {
                     .collect(),
             ))
         };
-        let mail = match self.composed(letter).await {
+        let mail = match self.composer.composed(letter).await {
             Ok(mail) => mail,
             Err(e) => {
                 tracing::warn!(%invoice_id, error = %e, "reminder discarded");
@@ -202,30 +207,6 @@ impl Sender {
         }
     }
 
-    /// The message for `letter` ([`compose`]): on a blocking thread when it
-    /// carries a late-payment letter (a PDF is a tenth of a millisecond of CPU or more,
-    /// which would hold up every other send of the tick's thread), inline
-    /// otherwise.
-    async fn composed(&self, letter: &Letter) -> Result<mail::OutgoingMail, mail::MessageError> {
-        if !carries_letter(&self.p.ctx().settings, letter) {
-            return compose(&self.p, letter);
-        }
-        let (p, owned) = (Arc::clone(&self.p), letter.clone());
-        let invoice_id = letter
-            .rows
-            .first()
-            .map(|r| r.invoice.id.clone())
-            .unwrap_or_default();
-        tokio::task::spawn_blocking(move || compose(&p, &owned))
-            .await
-            .unwrap_or_else(|e| {
-                Err(mail::MessageError::Render {
-                    invoice_id,
-                    reason: format!("composing the letter stopped: {e}"),
-                })
-            })
-    }
-
     /// The relay rejected `address` for good: it goes on the suppression
     /// list (source `relay`, the relay's reply as the reason), so the
     /// customer's later steps are recorded `skipped` as after a hard
@@ -257,94 +238,6 @@ impl Sender {
         self.p.not_sent(letter);
         None
     }
-}
-
-/// A statement's thread: the Message-IDs its rows' earlier mail carried,
-/// each once, in the order the claim read them (its first row reads the
-/// customer's statements, oldest first; the others their invoice's own).
-/// The message for `letter`, as `preview` would build it: the stage's
-/// template for one invoice, or the customer's statement; under the
-/// letter's Message-ID, stored on its rows by the mark.
-fn compose(p: &Pipeline, letter: &Letter) -> Result<mail::OutgoingMail, mail::MessageError> {
-    let settings = &p.ctx().settings;
-    let stages = &settings.reminders.stages;
-    let mut lines = Vec::with_capacity(letter.rows.len());
-    for row in &letter.rows {
-        lines.push(mail::statement::Line {
-            invoice: &row.invoice,
-            step: step_of(stages, row)?,
-        });
-    }
-    let (Some(first), Some(line)) = (letter.rows.first(), lines.first()) else {
-        return Err(mail::MessageError::Render {
-            invoice_id: Default::default(),
-            reason: "a message without reminders".into(),
-        });
-    };
-    match letter.kind {
-        LetterKind::Reminder => mail::compose(
-            &p.ctx().templates,
-            stages,
-            &settings.smtp,
-            &first.invoice,
-            &first.customer,
-            line.step,
-            letter.message_id.clone(),
-            &first.thread,
-            p.today(),
-        ),
-        LetterKind::Statement => mail::compose_statement(
-            &p.ctx().templates,
-            stages,
-            &settings.smtp,
-            &lines,
-            &first.customer,
-            letter.message_id.clone(),
-            &customer_thread(letter),
-            p.today(),
-        ),
-    }
-}
-
-/// Whether `letter` carries a late-payment letter: a row whose stage has
-/// `letter = true`, under a regime other than `none`.
-fn carries_letter(settings: &crate::config::Settings, letter: &Letter) -> bool {
-    let stages = &settings.reminders.stages;
-    letter.rows.iter().any(|row| {
-        let regime = row
-            .invoice
-            .late_payment_regime
-            .unwrap_or(settings.late_payment.regime);
-        regime != crate::domain::Regime::None
-            && step_of(stages, row).is_ok_and(|step| stages.stage(step).letter)
-    })
-}
-
-fn customer_thread(letter: &Letter) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
-    letter
-        .rows
-        .iter()
-        .flat_map(|r| &r.thread)
-        .filter(|id| seen.insert(id.as_str()))
-        .cloned()
-        .collect()
-}
-
-/// The configured step a claimed row is for.
-fn step_of<'s>(
-    stages: &'s crate::stages::Stages,
-    row: &Claimed,
-) -> Result<&'s crate::stages::Step, mail::MessageError> {
-    stages
-        .step(row.step.as_str())
-        .ok_or_else(|| mail::MessageError::Render {
-            invoice_id: row.invoice.id.clone(),
-            reason: format!(
-                "step {:?} is not one of reminders.stages (was the configuration changed?)",
-                row.step
-            ),
-        })
 }
 
 /// How one send of a letter ended.
