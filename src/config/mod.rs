@@ -13,9 +13,11 @@
 //! rest of the crate never reads a raw string again. Secrets (the SMTP
 //! password, passwords inside URLs) are never printed.
 
+mod calendars;
 mod console;
 mod env;
 mod error;
+mod ics;
 mod late_payment;
 mod names;
 mod payments;
@@ -149,6 +151,7 @@ impl Settings {
             .extract()
             .map_err(|e| error::from_figment(e, file.as_deref()))?;
         settings.late_payment.read_rates()?;
+        settings.send_window.read_calendars()?;
         // Business-day stages count the send window's open days.
         let open = settings.send_window().open;
         settings.reminders.stages = settings.reminders.stages.clone().counting(open);

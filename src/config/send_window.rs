@@ -1,13 +1,18 @@
 //! `[send_window]`: the local days and hours in which mail may go to the
 //! relay, the zone of the customers' day and the holidays that stay closed
-//! (docs/send-window.md). A bad `days`, `hours`, `timezone` or `calendar`
-//! stops the start-up naming the key.
+//! (docs/send-window.md), from a built-in calendar or an `.ics` file of
+//! `calendars_dir` (`calendars.rs`). A bad `days`, `hours`, `timezone`,
+//! `calendar` or `calendars_dir` stops the start-up naming the key (and a
+//! bad file, its line).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono_tz::Tz;
 use serde::{Deserialize, Deserializer, de::Error as _};
 
+use super::ConfigError;
+use super::calendars::Calendars;
 use super::types::string_like;
 use crate::domain::{Days, Holidays, Hours, OpenDays, SendWindow};
 
@@ -24,20 +29,60 @@ pub struct SendWindowSettings {
     /// `schedule.timezone`.
     #[serde(deserialize_with = "optional_timezone")]
     pub timezone: Option<Tz>,
-    /// The built-in holiday calendar (`DE-BY`) whose days stay closed;
-    /// None (`""`): no holidays.
-    #[serde(deserialize_with = "calendar")]
-    pub calendar: Option<Arc<Holidays>>,
+    /// The holiday calendar (`DE-BY`, or an `.ics` file's name) whose
+    /// days stay closed; `""`: no holidays. Resolved by
+    /// [`SendWindowSettings::read_calendars`] into `holidays`.
+    #[serde(deserialize_with = "super::types::string_like")]
+    pub calendar: String,
+    /// A folder of `<name>.ics` calendars; None (`""`): none.
+    #[serde(deserialize_with = "super::types::optional_path")]
+    pub calendars_dir: Option<PathBuf>,
+    /// The calendars of `calendars_dir` (and the built-in ones).
+    #[serde(skip)]
+    pub calendars: Arc<Calendars>,
+    /// `calendar`'s holidays.
+    #[serde(skip)]
+    pub holidays: Option<Arc<Holidays>>,
 }
 
 impl SendWindowSettings {
     /// The window, its zone resolved against `schedule`'s.
     pub fn window(&self, schedule: Tz) -> SendWindow {
         SendWindow {
-            open: OpenDays::new(self.days, self.calendar.clone()),
+            open: OpenDays::new(self.days, self.holidays.clone()),
             hours: self.hours,
             timezone: self.timezone.unwrap_or(schedule),
         }
+    }
+}
+
+impl SendWindowSettings {
+    /// Reads `calendars_dir` and resolves `calendar` against it and the
+    /// built-in calendars.
+    pub(super) fn read_calendars(&mut self) -> Result<(), ConfigError> {
+        if let Some(dir) = &self.calendars_dir {
+            self.calendars = Arc::new(Calendars::read(dir)?);
+        }
+        let name = self.calendar.trim();
+        if name.is_empty() {
+            self.holidays = None;
+            return Ok(());
+        }
+        self.holidays = Some(self.calendars.get(name).ok_or_else(|| {
+            let files = self.calendars.file_names();
+            let also = if files.is_empty() {
+                String::new()
+            } else {
+                format!(", or a file of send_window.calendars_dir: {}", files.join(", "))
+            };
+            ConfigError::new(
+                "send_window.calendar",
+                format!(
+                    "unknown calendar {name:?} (a built-in calendar: an ISO 3166 code such as \"DE\", or with its subdivision, \"DE-BY\", \"GB-SCT\"; the list: docs/send-window.md{also})"
+                ),
+            )
+        })?);
+        Ok(())
     }
 }
 
@@ -47,18 +92,6 @@ fn days<'de, D: Deserializer<'de>>(de: D) -> Result<Days, D::Error> {
 
 fn hours<'de, D: Deserializer<'de>>(de: D) -> Result<Hours, D::Error> {
     Hours::parse(&string_like(de)?).map_err(D::Error::custom)
-}
-
-fn calendar<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Arc<Holidays>>, D::Error> {
-    let name = string_like(de)?;
-    if name.trim().is_empty() {
-        return Ok(None);
-    }
-    Holidays::built_in(&name).map(|h| Some(Arc::new(h))).ok_or_else(|| {
-        D::Error::custom(format!(
-            "unknown calendar {name:?} (a built-in calendar: an ISO 3166 code such as \"DE\", or with its subdivision, \"DE-BY\", \"GB-SCT\"; the list: docs/send-window.md)"
-        ))
-    })
 }
 
 fn optional_timezone<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Tz>, D::Error> {

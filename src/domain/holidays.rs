@@ -4,7 +4,8 @@
 //! which `scripts/holiday_calendars.py` writes from python-holidays (its
 //! release is named in the file's header); they are compiled in, never
 //! fetched. A calendar knows the years that file covers; outside them it
-//! has no holidays.
+//! has no holidays. A calendar can also be made of given days (an `.ics`
+//! file's, `config::calendars`), or a built-in one given more.
 
 use std::collections::BTreeSet;
 
@@ -43,6 +44,20 @@ impl Holidays {
             }));
         }
         found.then_some(Self { name: wanted, days })
+    }
+
+    /// A calendar of its own: `name` and its `days` (an `.ics` file's).
+    pub fn of_days(name: impl Into<String>, days: impl IntoIterator<Item = NaiveDate>) -> Self {
+        Self {
+            name: name.into(),
+            days: days.into_iter().collect(),
+        }
+    }
+
+    /// This calendar with `days` added to its own.
+    pub fn with_days(mut self, days: impl IntoIterator<Item = NaiveDate>) -> Self {
+        self.days.extend(days);
+        self
     }
 
     pub fn name(&self) -> &str {

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod calendars;
 mod claims;
 mod cli;
 mod config;
