@@ -15,7 +15,7 @@ use super::messages;
 use super::pages::{self, render};
 use super::session::Signed;
 use crate::config::GroupBy;
-use crate::domain::InvoiceId;
+use crate::domain::{Hours, InvoiceId};
 use crate::operator::archive::Archived;
 use crate::operator::desk::Desk;
 use crate::operator::explain::{
@@ -195,12 +195,19 @@ pub(super) async fn customer_page(
             reason_detail: e.reason_detail,
         })
         .collect();
+    // The customer's send window: the zone its day and hours are read in,
+    // and the calendar whose holidays stay closed.
+    let window = app.settings.send_window();
     Ok(render(
         app,
         Some(signed),
         status,
         "customer.html",
         context! {
+            timezone => window.timezone.name(),
+            calendar => window.open.holidays().map(|h| h.name().to_owned()),
+            window_days => window.open.days().to_string(),
+            window_hours => if window.hours == Hours::ALL_DAY { "all day".to_owned() } else { window.hours.to_string() },
             title => format!("Customer {id}"),
             id,
             notice,

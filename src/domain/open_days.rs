@@ -68,6 +68,21 @@ impl Days {
     }
 }
 
+/// `"Mon,Tue,Wed,Thu,Fri"`, or `"every day"`.
+impl std::fmt::Display for Days {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if *self == Self::ALL {
+            return f.write_str("every day");
+        }
+        let names: Vec<&str> = NAMES
+            .iter()
+            .filter(|(_, d)| self.contains(*d))
+            .map(|(n, _)| *n)
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
 fn bit(day: Weekday) -> u8 {
     1u8 << day.num_days_from_monday()
 }
@@ -130,6 +145,11 @@ impl OpenDays {
         } else {
             None
         }
+    }
+
+    /// The days of the week it may open on.
+    pub fn days(&self) -> Days {
+        self.days
     }
 
     /// The holiday calendar, if any.

@@ -357,6 +357,42 @@ async fn a_paused_customer_gets_no_statement_until_unpaused() {
     browser.close().await;
 }
 
+#[tokio::test]
+async fn the_customer_page_shows_the_zone_the_calendar_and_why_the_window_is_closed() {
+    let mut world = customer_mode_world().await;
+    world
+        .set("send_window.days", "Mon-Fri")
+        .set("send_window.hours", "09:00-17:00")
+        .set("send_window.timezone", "Pacific/Honolulu")
+        .set("send_window.calendar", "US");
+    let (customer, _) = one_customer_owing(&world, 2).await;
+    // Saturday 9 January 2027, 10:00 in Honolulu.
+    common::clock_at(&world, "2027-01-09T20:00:00Z").await;
+    let console = browser::start(&world).await;
+    let browser = Browser::open().await;
+    browser.sign_in(&console, OPERATOR).await;
+
+    browser
+        .goto(&format!("{}/customers/{customer}", console.url))
+        .await;
+
+    assert_eq!(browser.text("#timezone").await, "Pacific/Honolulu");
+    assert_eq!(browser.text("#calendar").await, "US");
+    let window = browser.text("#window").await;
+    assert!(
+        window.contains("Mon,Tue,Wed,Thu,Fri, 09:00-17:00"),
+        "{window}"
+    );
+    let invoices = browser.text("table.invoices").await;
+    assert!(
+        invoices.contains(
+            "waiting for the send window: opens Mon 2027-01-11 09:00 Pacific/Honolulu (weekend)"
+        ),
+        "{invoices}"
+    );
+    browser.close().await;
+}
+
 /// Counts the statements sqlx runs (its `sqlx::query` events) on this
 /// thread, where the test's runtime also serves the console.
 struct Statements(std::sync::Arc<std::sync::atomic::AtomicUsize>);
