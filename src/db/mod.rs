@@ -83,18 +83,20 @@ fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
 }
 
 /// A connection of their own (a pool of one, connected on first use) for
-/// the tick's two busiest phases: the claimer, and the marker (which also
-/// writes the results). Their statements are then prepared once per
-/// process, not once per pooled connection (each first use of a statement
-/// on a connection is a transaction of its own), and a mark never queues
-/// behind the other phases for a connection. No ping before each use (it
+/// the tick's two busiest phases, the claimer and the marker (which also
+/// writes the results), and for the reads of the holds before a letter
+/// that waited goes (`checks`: opened only when a letter waits). Their
+/// statements are then prepared once per process, not once per pooled
+/// connection (each first use of a statement on a connection is a
+/// transaction of its own), and a mark never queues behind the other
+/// phases for a connection. No ping before each use (it
 /// was a round trip per mark): a connection that breaks is closed by the
 /// call that found it broken (`conn::Db::settle`), and the next call opens
 /// a new one.
 ///
-/// The marker's connection runs nothing but writes that find their rows by
-/// primary key (`deliveries`), so on a direct connection it is opened with
-/// `enable_seqscan = off`: on a small table PostgreSQL would rather read
+/// The marker's and the checks' connections run nothing but statements
+/// that find their rows by primary key (`deliveries`), so on a direct
+/// connection each is opened with `enable_seqscan = off`: on a small table PostgreSQL would rather read
 /// the whole of `reminders` than probe its key a few hundred times, a cost
 /// per reminder that depends on how many reminders the table already
 /// holds (BENCHMARKS.md, "Lookups that read a bounded number of rows").
@@ -103,10 +105,11 @@ fn connect_options(settings: &Settings) -> sqlx::postgres::PgConnectOptions {
 pub struct PhaseDbs {
     pub claims: Db,
     pub marks: Db,
+    pub checks: Db,
 }
 
 impl PhaseDbs {
-    /// Two pools of one connection each, beside `db`: to the same server
+    /// Three pools of one connection each, beside `db`: to the same server
     /// with the same options as its pool, sharing its names and source
     /// shape.
     pub fn new(settings: &Settings, db: &Db) -> Self {
@@ -128,13 +131,14 @@ impl PhaseDbs {
         };
         Self {
             claims: one(options),
-            marks: one(by_key),
+            marks: one(by_key.clone()),
+            checks: one(by_key),
         }
     }
 
-    /// Closes the two connections.
+    /// Closes the three connections.
     pub async fn close(&self) {
-        for db in [&self.claims, &self.marks] {
+        for db in [&self.claims, &self.marks, &self.checks] {
             db.pool().close().await;
         }
     }

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::time::Instant;
 
@@ -17,6 +18,8 @@ pub(super) struct HoldChecks {
     /// Rows waiting for a read.
     asking: Mutex<HashSet<ReminderId>>,
     last: tokio::sync::Mutex<Checked>,
+    /// Reads run so far.
+    reads: AtomicU64,
 }
 
 /// The latest read: when it began, what it covered and found held.
@@ -28,6 +31,13 @@ struct Checked {
 }
 
 impl HoldChecks {
+    /// The reads run so far: one statement each, as many as the letters
+    /// that waited need (none at full speed), so a count that depends on
+    /// the pace, never on the backlog.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
     /// Of `ids`, those held now, by a read that began after this call.
     pub async fn held(
         &self,
@@ -51,6 +61,7 @@ impl HoldChecks {
                 .collect();
             batch.extend(ids.iter().copied());
             let began = Instant::now();
+            self.reads.fetch_add(1, Ordering::Relaxed);
             let held = db::deliveries::withheld(db, &batch).await?;
             *last = Checked {
                 began: Some(began),

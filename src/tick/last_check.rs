@@ -79,7 +79,12 @@ impl<'a> LastCheck<'a> {
             return true;
         }
         let reading = Instant::now();
-        match self.p.hold_checks().held(&self.p.ctx().db, &self.ids).await {
+        match self
+            .p
+            .hold_checks()
+            .held(&self.p.ctx().phases.checks, &self.ids)
+            .await
+        {
             Ok(held) if held.is_empty() => {
                 *self.checked_at() = reading;
                 self.p.stop_reason().is_none()

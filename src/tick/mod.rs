@@ -300,6 +300,7 @@ async fn finish(
         counts,
         duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
         waits: p.timings().waits(),
+        hold_reads: p.hold_checks().reads(),
     };
     ctx.metrics.send_waits(&summary.waits);
     let waits = &summary.waits;
@@ -318,6 +319,7 @@ async fn finish(
         superseded = counts.superseded,
         withheld = counts.withheld,
         duration_ms = summary.duration_ms,
+        hold_reads = summary.hold_reads,
         waited_on_marks_ms = waits.marks,
         waited_on_results_ms = waits.results,
         waited_on_claims_ms = waits.claims,

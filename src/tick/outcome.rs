@@ -76,4 +76,8 @@ pub struct Summary {
     pub duration_ms: u64,
     /// What the senders waited on, in milliseconds.
     pub waits: crate::domain::Waits,
+    /// Reads of the payment holds and pauses for letters that waited
+    /// before going (`last_check`): statements of their own, as many as
+    /// the pace made letters wait, not as the backlog grows.
+    pub hold_reads: u64,
 }
