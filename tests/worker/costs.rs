@@ -187,6 +187,25 @@ async fn insert_backlog(world: &World, invoices: i64, per_customer: i64) {
     .unwrap();
 }
 
+/// One tick on `world` after `VACUUM ANALYZE`, once the test's own
+/// sessions have ended: its summary, and the counters before and after.
+async fn counted_tick(world: &World) -> (invoice_reminder::tick::Summary, DbStats, DbStats) {
+    sqlx::query("VACUUM ANALYZE")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    world.pool().close().await;
+    let before = db_stats(world).await;
+    let ctx = world.context().await;
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    ctx.close_database().await;
+    let after = db_stats(world).await;
+    let TickOutcome::Done(summary) = outcome else {
+        panic!("expected Done, got {outcome:?}");
+    };
+    (summary, before, after)
+}
+
 /// One tick over `invoices` owed invoices (`per_customer` to a customer)
 /// with the default settings but `overrides`, and what it cost. The tick
 /// starts on an empty `reminders` table whose statistics say so, with
@@ -215,22 +234,7 @@ async fn tick_cost(invoices: i64, per_customer: i64, overrides: &[(&str, &str)])
     .execute(world.pool())
     .await
     .unwrap();
-    sqlx::query("VACUUM ANALYZE")
-        .execute(world.pool())
-        .await
-        .unwrap();
-    // The test's own sessions end before counting starts.
-    world.pool().close().await;
-    let before = db_stats(&world).await;
-
-    let ctx = world.context().await;
-    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-    ctx.close_database().await;
-    let after = db_stats(&world).await;
-
-    let TickOutcome::Done(summary) = outcome else {
-        panic!("expected Done, got {outcome:?}");
-    };
+    let (summary, before, after) = counted_tick(&world).await;
     let reminders = f64::from(summary.counts.sent);
     assert_eq!(
         i64::from(summary.counts.sent),
@@ -365,21 +369,7 @@ async fn holds_read_again_for_letters_that_waited_find_their_rows_by_key_not_by_
     let mut world = World::new().await;
     world.set("smtp.port", relay.port);
     common::insert_overdue(world.pool(), 300).await;
-    sqlx::query("VACUUM ANALYZE")
-        .execute(world.pool())
-        .await
-        .unwrap();
-    world.pool().close().await;
-    let before = db_stats(&world).await;
-
-    let ctx = world.context().await;
-    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
-    ctx.close_database().await;
-    let after = db_stats(&world).await;
-
-    let TickOutcome::Done(summary) = outcome else {
-        panic!("expected Done, got {outcome:?}");
-    };
+    let (summary, before, after) = counted_tick(&world).await;
     assert_eq!(summary.counts.sent, 300);
     assert!(summary.hold_reads > 0, "{summary:?}");
     let scanned = |s: &DbStats| s.rows_read.get("reminders (scans)").copied().unwrap_or(0);
