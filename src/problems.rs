@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 
+use crate::config::Calendars;
 use crate::db::source_row::SourceRow;
 use crate::domain::{InvoiceId, Problem, SourceProblem, count_of};
 
@@ -43,6 +44,12 @@ pub fn rule(problem: Problem) -> &'static str {
         }
         Problem::UnknownLatePaymentRegime => {
             "late_payment_regime is empty, NULL or a regime: none, eu, de-b2b, de-b2c, fr, uk or custom"
+        }
+        Problem::BadTimezone => {
+            "timezone is empty, NULL or an IANA zone name such as Europe/Berlin (the row is skipped)"
+        }
+        Problem::UnknownCalendar => {
+            "holiday_calendar is empty, NULL, a built-in calendar (DE-BY) or a file of send_window.calendars_dir (the row is sent by the window's days and hours alone)"
         }
     }
 }
@@ -145,6 +152,7 @@ impl Tally {
 pub fn list(
     rows: impl IntoIterator<Item = (SourceRow, i64)>,
     by_customer: bool,
+    calendars: &Calendars,
 ) -> Vec<SourceProblem> {
     let mut seen = HashSet::new();
     let mut found = Vec::new();
@@ -165,6 +173,9 @@ pub fn list(
         if by_customer && row.customer_id.is_none() {
             found.push(without_customer(&row));
             continue;
+        }
+        if let Some(problem) = row.calendar_problem(calendars) {
+            found.push(problem);
         }
         if let Err(problem) = row.into_parts() {
             found.push(problem);
@@ -239,6 +250,7 @@ mod tests {
                 (row(Some("8")), 1),
             ],
             false,
+            &Calendars::default(),
         );
         let kinds: Vec<Problem> = found.iter().map(|p| p.problem).collect();
         assert_eq!(kinds, [Problem::RepeatedKey, Problem::NullKey]);
@@ -248,7 +260,11 @@ mod tests {
     fn in_customer_mode_a_listing_names_a_row_without_a_customer() {
         let mut with = row(Some("9"));
         with.customer_id = Some("c".into());
-        let found = list([(row(Some("8")), 1), (with, 1)], true);
+        let found = list(
+            [(row(Some("8")), 1), (with, 1)],
+            true,
+            &Calendars::default(),
+        );
         let details: Vec<&str> = found.iter().map(|p| p.detail.as_str()).collect();
         assert_eq!(
             details,

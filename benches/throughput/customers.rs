@@ -121,6 +121,8 @@ fn statement_bytes(settings: &Settings) -> usize {
         email: Recipients::parse("customer7@example.test").expect("an address"),
         locale: None,
         id: Some("7".into()),
+        timezone: None,
+        holiday_calendar: None,
     };
     let message_id = mail::statement_message_id("7", 1, 1, &settings.smtp.message_id_domain);
     mail::compose_statement(

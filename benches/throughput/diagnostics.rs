@@ -96,6 +96,8 @@ async fn overdue_rows(pool: &PgPool, today: NaiveDate) -> Vec<(Invoice, Customer
                         email: Recipients::parse(&email).expect("an address"),
                         locale: None,
                         id: None,
+                        timezone: None,
+                        holiday_calendar: None,
                     },
                 )
             },
@@ -300,6 +302,8 @@ pub fn rendering_cost(settings: &Settings, n: usize) -> MessageCost {
         email: Recipients::parse("customer7@example.test").expect("an address"),
         locale: None,
         id: None,
+        timezone: None,
+        holiday_calendar: None,
     };
     let mut bytes = 0usize;
     let started = Instant::now();

@@ -70,6 +70,8 @@ fn composed(rates: &std::path::Path) -> (usize, f64) {
         email: Recipients::parse("customer7@example.test").expect("an address"),
         locale: None,
         id: None,
+        timezone: None,
+        holiday_calendar: None,
     };
     let invoice = |i: usize| Invoice {
         id: InvoiceId::from(i as i64),

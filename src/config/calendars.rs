@@ -70,7 +70,18 @@ impl Calendars {
         self.files
             .get(&wanted)
             .cloned()
-            .or_else(|| Holidays::built_in(&wanted).map(Arc::new))
+            .or_else(|| Holidays::all_built_in().get(&wanted).cloned())
+    }
+
+    /// Every calendar a name can refer to, by upper-cased name: the
+    /// built-in ones and the files' (a file wins over a built-in one of its
+    /// name).
+    pub fn all(&self) -> impl Iterator<Item = (&str, &Arc<Holidays>)> {
+        Holidays::all_built_in()
+            .iter()
+            .filter(|(name, _)| !self.files.contains_key(*name))
+            .chain(self.files.iter())
+            .map(|(name, h)| (name.as_str(), h))
     }
 
     /// The files' calendar names, sorted.

@@ -33,6 +33,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::Deserialize;
 
+pub use calendars::Calendars;
 pub use console::{ConsoleSettings, ConsoleUser, Role};
 pub use error::ConfigError;
 pub use late_payment::{CustomSection, LatePaymentSettings};
@@ -137,6 +138,25 @@ impl Settings {
     /// gap are counted in it (the send window's zone).
     pub fn customer_timezone(&self) -> chrono_tz::Tz {
         self.send_window().timezone
+    }
+
+    /// These settings as a customer sees them: the send window (and with it
+    /// the customer's "today") in their own zone, and their holiday
+    /// calendar closing its days and counting business days. None when
+    /// the customer names neither (or only a calendar no one knows: that
+    /// customer goes by the window's days and hours alone).
+    pub fn for_customer(&self, customer: &crate::domain::Customer) -> Option<Self> {
+        let calendar = customer.holiday_calendar.as_deref().map(str::trim);
+        if customer.timezone.is_none() && calendar.is_none_or(str::is_empty) {
+            return None;
+        }
+        let window = self.send_window.window_of(self.schedule.timezone, customer);
+        let mut mine = self.clone();
+        mine.send_window.timezone = Some(window.timezone);
+        mine.send_window.holidays = window.open.holidays().cloned().map(std::sync::Arc::new);
+        let open = window.open;
+        mine.reminders.stages = mine.reminders.stages.clone().counting(open);
+        Some(mine)
     }
 
     /// Loads and validates; the first problem found is returned.

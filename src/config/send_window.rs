@@ -54,6 +54,28 @@ impl SendWindowSettings {
             timezone: self.timezone.unwrap_or(schedule),
         }
     }
+
+    /// `customer`'s window: on their own zone's clock, closed on their own
+    /// calendar's holidays (a calendar no one knows: none), else the
+    /// window's.
+    pub fn window_of(&self, schedule: Tz, customer: &crate::domain::Customer) -> SendWindow {
+        let calendar = customer
+            .holiday_calendar
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty());
+        let holidays = match calendar {
+            Some(name) => self.calendars.get(name),
+            None => self.holidays.clone(),
+        };
+        SendWindow {
+            open: OpenDays::new(self.days, holidays),
+            hours: self.hours,
+            timezone: customer
+                .timezone
+                .unwrap_or_else(|| self.timezone.unwrap_or(schedule)),
+        }
+    }
 }
 
 impl SendWindowSettings {

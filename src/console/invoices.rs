@@ -184,6 +184,19 @@ pub(super) async fn customer_page(
         return Err(Failure::NotFound(format!("Customer {id}")));
     }
     let pause = explained.pause;
+    // The customer's send window: the zone its day and hours are read in
+    // (its own, else the window's), and the calendar whose holidays stay
+    // closed.
+    let window = app.settings.send_window();
+    let (timezone, calendar) = explained.invoices.first().map_or_else(
+        || {
+            (
+                window.timezone.name().to_owned(),
+                window.open.holidays().map(|h| h.name().to_owned()),
+            )
+        },
+        |e| (e.timezone.clone(), e.calendar.clone()),
+    );
     let invoices: Vec<CustomerInvoice> = explained
         .invoices
         .into_iter()
@@ -195,17 +208,14 @@ pub(super) async fn customer_page(
             reason_detail: e.reason_detail,
         })
         .collect();
-    // The customer's send window: the zone its day and hours are read in,
-    // and the calendar whose holidays stay closed.
-    let window = app.settings.send_window();
     Ok(render(
         app,
         Some(signed),
         status,
         "customer.html",
         context! {
-            timezone => window.timezone.name(),
-            calendar => window.open.holidays().map(|h| h.name().to_owned()),
+            timezone,
+            calendar,
             window_days => window.open.days().to_string(),
             window_hours => if window.hours == Hours::ALL_DAY { "all day".to_owned() } else { window.hours.to_string() },
             title => format!("Customer {id}"),

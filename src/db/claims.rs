@@ -9,8 +9,8 @@ use super::customers::Retries;
 use super::invoices::{OverdueKey, OwedPage, owed_page_on};
 use super::locks::Fence;
 use super::owing::{
-    OwingDay, backoff_over, complete, customer_gap_clear, in_window, invoice_gap_clear, owes_flags,
-    priced, windows,
+    OwingDay, backoff_over, claimable, complete, customer_gap_clear, in_window, invoice_gap_clear,
+    owes_flags, priced, windows,
 };
 use super::reminders::{
     Claim, ClaimError, ClaimResult, ClaimedRow, ask_suppressed, check_fence, claim_results, keyed,
@@ -39,6 +39,8 @@ macro_rules! owed_of_keyed {
             owes_flags!("s"),
             " AND ",
             priced!("w.key"),
+            " AND ",
+            claimable!(),
             " AND ",
             invoice_gap_clear!(probe)
         )
@@ -280,6 +282,8 @@ pub async fn reclaim_failed(
         owes_flags!("s"),
         " AND ",
         priced!("w.key"),
+        " AND ",
+        claimable!(),
         " AND ",
         invoice_gap_clear!(probe),
         " ORDER BY r.id LIMIT $limit FOR UPDATE OF r SKIP LOCKED),",

@@ -101,7 +101,7 @@ impl Db {
     /// `template`, whose parameters are named (`params`), with our schema
     /// and the source put in: ready to bind by name.
     pub(crate) fn statement(&self, template: &str) -> Prepared {
-        let numbered = super::params::Numbered::new(template);
+        let numbered = super::params::Numbered::new(&self.names.local(template));
         let sqlx::AssertSqlSafe(text) = self.names.sql(numbered.text());
         Prepared {
             text,
@@ -259,8 +259,13 @@ impl Prepared {
     }
 
     /// The arguments of one call (an error if a name has no value).
+    /// `$zones` is the zones both the database and the worker know
+    /// (`db::zones`), unless the call gives its own.
     pub fn args(&self, params: &Params<'_>) -> Result<sqlx::postgres::PgArguments, sqlx::Error> {
-        self.numbered.bind(params).map_err(sqlx::Error::Encode)
+        let zones = super::zones::json();
+        self.numbered
+            .bind(&params.or("zones", zones))
+            .map_err(sqlx::Error::Encode)
     }
 }
 

@@ -167,6 +167,8 @@ macro_rules! customer_read {
             owes_flags!("s"),
             " AND ",
             priced!("w.key"),
+            " AND ",
+            $crate::db::owing::window_open!(),
             ") THEN NULL",
             " WHEN r.status = 'sending' AND r.started_at IS NULL AND r.run_id IS DISTINCT FROM $run_id",
             " THEN 'waiting'",

@@ -15,6 +15,7 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
+use super::owing::OwingDay;
 use super::owing::{backoff_over, backoff_wait, date_value, owes_flags};
 use super::params::Params;
 use super::reminders::Backoff;
@@ -124,12 +125,9 @@ macro_rules! source_facts_of {
 pub async fn source_rows(
     db: &Db,
     keys: &[InvoiceId],
-    today: NaiveDate,
+    today: &OwingDay,
 ) -> Result<Vec<SourceFacts>, sqlx::Error> {
-    let params = Params::new()
-        .with("today", &today)
-        .with("keys", &keys)
-        .with("rows", &ROWS_READ);
+    let params = today.params().with("keys", &keys).with("rows", &ROWS_READ);
     source_facts(
         db,
         source_facts_of!("SELECT unnest($keys::text[])"),
@@ -145,11 +143,11 @@ pub async fn customer_source_rows(
     db: &Db,
     customer: &str,
     limit: u32,
-    today: NaiveDate,
+    today: &OwingDay,
 ) -> Result<Vec<SourceFacts>, sqlx::Error> {
     let limit = i64::from(limit);
-    let params = Params::new()
-        .with("today", &today)
+    let params = today
+        .params()
         .with("customer", &customer)
         .with("limit", &limit)
         .with("rows", &ROWS_READ);

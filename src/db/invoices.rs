@@ -28,7 +28,9 @@ use sqlx::FromRow;
 
 use super::Db;
 use super::conn::on_db;
-use super::owing::{OwingDay, gap_until, invoice_gap_clear, owes_flags, priced};
+use super::owing::{
+    OwingDay, gap_until, in_window, invoice_gap_clear, owes_flags, priced, window_open, windows,
+};
 use super::params::Params;
 use super::source_row::{SourceRow, source_columns};
 use crate::domain::InvoiceId;
@@ -75,10 +77,16 @@ const PAGE: &str = concat!(
     " > (COALESCE($after_date, '-infinity'::date), COALESCE($after_key, ''))",
     " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
     " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) s",
-    " CROSS JOIN LATERAL (SELECT CASE WHEN ",
+    " CROSS JOIN LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM ",
+    windows!(),
+    " WHERE w.key = $step AND ",
+    in_window!("s"),
+    ") AND ",
     owes_flags!("s"),
     " AND ",
     priced!("$step"),
+    " AND ",
+    window_open!(),
     " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
     " WHERE r.invoice_id = s.invoice_id::text AND r.period = $step OFFSET 0)",
     " THEN ",

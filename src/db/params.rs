@@ -56,6 +56,14 @@ impl<'a> Params<'a> {
         self
     }
 
+    /// These values, and `value` under `name` unless they have one.
+    pub fn or(&self, name: &'static str, value: &'a dyn Param) -> Params<'a> {
+        let mut named = Vec::with_capacity(self.named.len().saturating_add(1));
+        named.push((name, value));
+        named.extend(self.named.iter().copied());
+        Params { named }
+    }
+
     fn get(&self, name: &str) -> Option<&'a dyn Param> {
         self.named
             .iter()

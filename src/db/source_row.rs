@@ -5,8 +5,10 @@
 //! [`source_columns!`].
 
 use chrono::NaiveDate;
+use chrono_tz::Tz;
 use sqlx::FromRow;
 
+use crate::config::Calendars;
 use crate::domain::{
     Currency, Customer, Invoice, InvoiceId, Money, Problem, Recipients, Regime, SourceProblem,
 };
@@ -32,7 +34,9 @@ macro_rules! source_columns {
             " s.email::text AS customer_email,",
             " NULLIF(s.locale::text, '') AS customer_locale,",
             " {customer} AS customer_id,",
-            " {regime} AS late_payment_regime"
+            " {regime} AS late_payment_regime,",
+            " {timezone} AS timezone,",
+            " {holiday_calendar} AS holiday_calendar"
         )
     };
 }
@@ -59,9 +63,27 @@ pub struct SourceRow {
     pub customer_id: Option<String>,
     /// The source's `late_payment_regime`, when it has the column.
     pub late_payment_regime: Option<String>,
+    /// The source's `timezone` (None: NULL, empty, or no such column).
+    pub timezone: Option<String>,
+    /// The source's `holiday_calendar` (None: NULL, empty, or no such
+    /// column).
+    pub holiday_calendar: Option<String>,
 }
 
 impl SourceRow {
+    /// The row names a holiday calendar that is neither built in nor a
+    /// file of `send_window.calendars_dir`: reported, and the row is still
+    /// reminded, by the window's days and hours alone.
+    pub fn calendar_problem(&self, calendars: &Calendars) -> Option<SourceProblem> {
+        let name = self.holiday_calendar.as_deref()?.trim();
+        (!name.is_empty() && calendars.get(name).is_none()).then(|| {
+            self.problem(
+                Problem::UnknownCalendar,
+                format!("holiday_calendar {name:?} is neither a built-in calendar nor a file of send_window.calendars_dir"),
+            )
+        })
+    }
+
     /// The problem `problem` of this row, with `detail`.
     pub fn problem(&self, problem: Problem, detail: impl Into<String>) -> SourceProblem {
         SourceProblem {
@@ -119,6 +141,18 @@ impl SourceRow {
                     .map_err(|e| self.problem(Problem::UnknownLatePaymentRegime, e))?,
             ),
         };
+        let timezone = match self.timezone.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(name) => match name.parse::<Tz>() {
+                Ok(zone) if crate::db::zones::knows(name) => Some(zone),
+                _ => {
+                    return Err(self.problem(
+                        Problem::BadTimezone,
+                        format!("timezone {name:?} is not a zone both the database and the worker know (an IANA name such as \"Europe/Berlin\")"),
+                    ));
+                }
+            },
+        };
         Ok((
             Invoice {
                 id,
@@ -133,6 +167,8 @@ impl SourceRow {
                 email,
                 locale: self.customer_locale,
                 id: self.customer_id,
+                timezone,
+                holiday_calendar: self.holiday_calendar,
             },
         ))
     }

@@ -53,6 +53,10 @@ pub struct Names {
     /// Whether the source has the optional `late_payment_regime` column
     /// (set with the amount; the demo view has it).
     regime_column: OnceLock<bool>,
+    /// Whether the source has the optional `timezone` and
+    /// `holiday_calendar` columns (set with the amount).
+    zone_column: OnceLock<bool>,
+    calendar_column: OnceLock<bool>,
     /// Statements read the source's `customer_id` (customer mode);
     /// otherwise `{customer}` is NULL, and the source need not have the
     /// column.
@@ -68,6 +72,8 @@ impl Names {
             source_sql: source.qualified(schema),
             amount: OnceLock::new(),
             regime_column: OnceLock::new(),
+            zone_column: OnceLock::new(),
+            calendar_column: OnceLock::new(),
             reads_customer: false,
         }
     }
@@ -98,6 +104,7 @@ impl Names {
         );
         names.set_amount(AmountColumn::Minor);
         names.set_regime_column(true);
+        names.set_local_columns(true, true);
         names
     }
 
@@ -124,6 +131,85 @@ impl Names {
     /// are ignored.
     pub fn set_regime_column(&self, present: bool) {
         let _ = self.regime_column.set(present);
+    }
+
+    /// Records whether the source has `timezone` and `holiday_calendar`;
+    /// later calls are ignored.
+    pub fn set_local_columns(&self, timezone: bool, calendar: bool) {
+        let _ = self.zone_column.set(timezone);
+        let _ = self.calendar_column.set(calendar);
+    }
+
+    /// Whether rows may name their own zone or calendar: then the send
+    /// window is decided per row, never once for all.
+    pub fn local_columns(&self) -> bool {
+        self.has_zone() || self.has_calendar()
+    }
+
+    fn has_zone(&self) -> bool {
+        self.zone_column.get().copied().unwrap_or(false)
+    }
+
+    fn has_calendar(&self) -> bool {
+        self.calendar_column.get().copied().unwrap_or(false)
+    }
+
+    /// `template` with the conditions of a row's own day put in, before
+    /// its parameters are numbered (their text holds named parameters):
+    /// `{zone}` (the row's zone when both the database and the worker know
+    /// it, `$zones`: `db::zones`, else `$tz`),
+    /// `{today}` (the row's date at `$now` in that zone), `{zone_ok}` (the
+    /// row names no zone, or one the database knows), `{calendar}` (the
+    /// row's calendar, upper case, else `$calendar`), `{group}` (its
+    /// calendar group, `$groups`) and `{open}` (its send window is open at
+    /// `$now`). Without the source's `timezone` column every row is in
+    /// `$tz` and its date is `$today`; without `holiday_calendar`, in
+    /// `$calendar`.
+    pub fn local<'t>(&self, template: &'t str) -> std::borrow::Cow<'t, str> {
+        if !template.contains("{zone")
+            && !template.contains("{today}")
+            && !template.contains("{calendar}")
+            && !template.contains("{group}")
+            && !template.contains("{open}")
+        {
+            return std::borrow::Cow::Borrowed(template);
+        }
+        let (zone, today, zone_ok) = if self.has_zone() {
+            (
+                "COALESCE(CASE WHEN $zones::jsonb ? btrim(s.timezone::text) THEN btrim(s.timezone::text) END, $tz::text)",
+                "(($now::timestamptz AT TIME ZONE {zone})::date)",
+                "(NULLIF(btrim(s.timezone::text), '') IS NULL OR $zones::jsonb ? btrim(s.timezone::text))",
+            )
+        } else {
+            ("$tz::text", "$today::date", "TRUE")
+        };
+        let calendar = if self.has_calendar() {
+            "COALESCE(upper(NULLIF(btrim(s.holiday_calendar::text), '')), $calendar::text)"
+        } else {
+            "$calendar::text"
+        };
+        let minute = "(date_part('hour', {local})::int * 60 + date_part('minute', {local})::int)";
+        let open = concat!(
+            "(date_part('isodow', {local})::int = ANY($open_days::int[])",
+            " AND {minute} >= $open_from::int AND {minute} < $open_to::int",
+            " AND NOT ($closed::jsonb ? ({calendar} || ' ' || to_char({local}, 'YYYY-MM-DD'))))"
+        );
+        // Without either column every row is in the window's zone and
+        // calendar, and the tick checks the window once for all
+        // (`tick::clock`): nothing is asked per row.
+        let open = match self.local_columns() {
+            true => open.replace("{minute}", minute),
+            false => "TRUE".to_owned(),
+        };
+        template
+            .replace("{open}", &open)
+            .replace("{local}", "($now::timestamptz AT TIME ZONE {zone})")
+            .replace("{today}", today)
+            .replace("{group}", "COALESCE($groups::jsonb ->> {calendar}, '')")
+            .replace("{zone_ok}", zone_ok)
+            .replace("{zone}", zone)
+            .replace("{calendar}", calendar)
+            .into()
     }
 
     /// Whether the start-up check has run.
@@ -155,6 +241,22 @@ impl Names {
                         "NULL::text"
                     },
                     "{regime}".len(),
+                ),
+                a if a.starts_with("{timezone}") => (
+                    if self.has_zone() {
+                        "NULLIF(btrim(s.timezone::text), '')"
+                    } else {
+                        "NULL::text"
+                    },
+                    "{timezone}".len(),
+                ),
+                a if a.starts_with("{holiday_calendar}") => (
+                    if self.has_calendar() {
+                        "NULLIF(btrim(s.holiday_calendar::text), '')"
+                    } else {
+                        "NULL::text"
+                    },
+                    "{holiday_calendar}".len(),
                 ),
                 a if a.starts_with("{customer}") => (
                     if self.reads_customer {

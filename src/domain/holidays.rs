@@ -7,7 +7,8 @@
 //! has no holidays. A calendar can also be made of given days (an `.ics`
 //! file's, `config::calendars`), or a built-in one given more.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock};
 
 use chrono::NaiveDate;
 
@@ -26,24 +27,14 @@ impl Holidays {
     /// The built-in calendar `name` (`DE-BY`; any case), or None when
     /// there is none of that name.
     pub fn built_in(name: &str) -> Option<Self> {
-        let wanted = name.trim().to_ascii_uppercase();
-        let mut days = BTreeSet::new();
-        let mut found = false;
-        for line in BUILT_IN.lines().filter(|l| !l.starts_with('#')) {
-            let mut fields = line.split_ascii_whitespace();
-            if fields.next() != Some(wanted.as_str()) {
-                continue;
-            }
-            found = true;
-            let Some(year) = fields.next().and_then(|y| y.parse::<i32>().ok()) else {
-                continue;
-            };
-            days.extend(fields.filter_map(|md| {
-                let (month, day) = (md.get(..2)?.parse().ok()?, md.get(2..)?.parse().ok()?);
-                NaiveDate::from_ymd_opt(year, month, day)
-            }));
-        }
-        found.then_some(Self { name: wanted, days })
+        BUILT_IN_CALENDARS
+            .get(&name.trim().to_ascii_uppercase())
+            .map(|h| Self::clone(h))
+    }
+
+    /// Every built-in calendar, by name (upper case), read once.
+    pub fn all_built_in() -> &'static BTreeMap<String, Arc<Holidays>> {
+        &BUILT_IN_CALENDARS
     }
 
     /// A calendar of its own: `name` and its `days` (an `.ics` file's).
@@ -69,6 +60,28 @@ impl Holidays {
         self.days.contains(&date)
     }
 }
+
+/// The built-in calendars, parsed from [`BUILT_IN`] on first use.
+static BUILT_IN_CALENDARS: LazyLock<BTreeMap<String, Arc<Holidays>>> = LazyLock::new(|| {
+    let mut all: BTreeMap<String, BTreeSet<NaiveDate>> = BTreeMap::new();
+    for line in BUILT_IN.lines().filter(|l| !l.starts_with('#')) {
+        let mut fields = line.split_ascii_whitespace();
+        let Some(name) = fields.next() else {
+            continue;
+        };
+        let days = all.entry(name.to_owned()).or_default();
+        let Some(year) = fields.next().and_then(|y| y.parse::<i32>().ok()) else {
+            continue;
+        };
+        days.extend(fields.filter_map(|md| {
+            let (month, day) = (md.get(..2)?.parse().ok()?, md.get(2..)?.parse().ok()?);
+            NaiveDate::from_ymd_opt(year, month, day)
+        }));
+    }
+    all.into_iter()
+        .map(|(name, days)| (name.clone(), Arc::new(Holidays { name, days })))
+        .collect()
+});
 
 #[cfg(test)]
 mod tests {

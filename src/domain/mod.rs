@@ -91,6 +91,10 @@ pub struct Customer {
     pub locale: Option<String>,
     /// The source's `customer_id` (customer mode only).
     pub id: Option<String>,
+    /// The source's `timezone` (None: the send window's).
+    pub timezone: Option<chrono_tz::Tz>,
+    /// The source's `holiday_calendar` (None: the send window's).
+    pub holiday_calendar: Option<String>,
 }
 
 /// What a reminder is about.

@@ -66,6 +66,16 @@ impl Days {
     pub fn contains(self, day: Weekday) -> bool {
         self.0 & bit(day) != 0
     }
+
+    /// The days as ISO numbers (1 Monday to 7 Sunday), as PostgreSQL's
+    /// `extract(isodow ...)` gives them.
+    pub fn iso_weekdays(self) -> Vec<i32> {
+        NAMES
+            .iter()
+            .filter(|(_, d)| self.contains(*d))
+            .map(|(_, d)| i32::try_from(d.number_from_monday()).unwrap_or_default())
+            .collect()
+    }
 }
 
 /// `"Mon,Tue,Wed,Thu,Fri"`, or `"every day"`.

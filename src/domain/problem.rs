@@ -8,7 +8,8 @@ use super::InvoiceId;
 
 /// Why a source row cannot make a reminder. Such a row is skipped (never
 /// claimed, never mailed) and reported under its [`Problem::label`]; the
-/// other rows go on.
+/// other rows go on. One problem is reported and not skipped:
+/// [`Problem::UnknownCalendar`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Problem {
@@ -30,10 +31,16 @@ pub enum Problem {
     BadDueDate,
     /// `late_payment_regime` names no regime (docs/late-payment.md).
     UnknownLatePaymentRegime,
+    /// `timezone` names a zone the database or the worker does not know.
+    BadTimezone,
+    /// `holiday_calendar` names neither a built-in calendar nor a file of
+    /// `send_window.calendars_dir`: the row is still reminded, by the send
+    /// window's days and hours alone.
+    UnknownCalendar,
 }
 
 impl Problem {
-    pub const ALL: [Problem; 8] = [
+    pub const ALL: [Problem; 10] = [
         Self::RepeatedKey,
         Self::NullKey,
         Self::MissingField,
@@ -42,6 +49,8 @@ impl Problem {
         Self::BadAmount,
         Self::BadDueDate,
         Self::UnknownLatePaymentRegime,
+        Self::BadTimezone,
+        Self::UnknownCalendar,
     ];
 
     /// The `problem` label of `invoice_reminder_source_problems_total`, as
@@ -56,6 +65,8 @@ impl Problem {
             Self::BadAmount => "bad_amount",
             Self::BadDueDate => "bad_due_date",
             Self::UnknownLatePaymentRegime => "unknown_late_payment_regime",
+            Self::BadTimezone => "bad_timezone",
+            Self::UnknownCalendar => "unknown_calendar",
         }
     }
 }

@@ -44,6 +44,12 @@ impl Hours {
         }
         Ok(Self { start, end })
     }
+
+    /// The start (inside) and the end (outside), in minutes after local
+    /// midnight; an all-day window ends at 1440.
+    pub fn minutes(self) -> (u16, u16) {
+        (self.start, self.end)
+    }
 }
 
 impl std::fmt::Display for Hours {

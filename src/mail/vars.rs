@@ -127,6 +127,8 @@ pub fn sample(today: NaiveDate) -> Result<(Invoice, Customer), String> {
             email: Recipients::parse("ada@example.com")?,
             locale: None,
             id: None,
+            timezone: None,
+            holiday_calendar: None,
         },
     ))
 }

@@ -103,6 +103,7 @@ impl Desk {
 
     /// Today with the rules that decide what is owed on it.
     pub async fn owing_day(&self) -> Result<OwingDay, sqlx::Error> {
-        Ok(OwingDay::from_settings(&self.settings, self.today().await?))
+        let (now, today) = self.clock().await?;
+        Ok(OwingDay::from_settings(&self.settings, now, today))
     }
 }

@@ -104,7 +104,7 @@ pub async fn change(
 async fn known(desk: &Desk, what: &Paused<'_>) -> Result<bool, sqlx::Error> {
     match what {
         Paused::Invoice(id) => {
-            db::explain::source_rows(desk.db(), &[InvoiceId::from(*id)], desk.today().await?)
+            db::explain::source_rows(desk.db(), &[InvoiceId::from(*id)], &desk.owing_day().await?)
                 .await
                 .map(|rows| !rows.is_empty())
         }

@@ -229,8 +229,12 @@ impl Desk {
             .today()
             .await
             .map_err(db_failed("failed to read the database clock"))?;
+        let now = self
+            .now()
+            .await
+            .map_err(db_failed("failed to read the database clock"))?;
         let (chosen, rows) =
-            customer_statements(self.db(), settings, today, customer, left_out).await?;
+            customer_statements(self.db(), settings, (now, today), customer, left_out).await?;
         let by_key: std::collections::HashMap<Option<InvoiceId>, db::customers::CustomerRow> = rows
             .iter()
             .map(|r| (r.row.invoice_id.clone(), r.clone()))

@@ -11,8 +11,6 @@
 //! most [`UNUSABLE_CHECKED`]). Problems among owed rows past the first
 //! [`ROWS_CHECKED`] are not seen (the headline says so).
 
-use chrono::NaiveDate;
-
 use super::desk::Desk;
 use crate::config::Settings;
 pub use crate::db::owed::{OwedListing, OwedStep};
@@ -84,14 +82,14 @@ pub struct Survey {
 }
 
 /// Surveys today's owed rows (new and retries).
-async fn survey_on(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Survey, sqlx::Error> {
+async fn survey_on(db: &Db, settings: &Settings, owing: OwingDay) -> Result<Survey, sqlx::Error> {
     let reminders = &settings.reminders;
-    let owing = OwingDay::from_settings(settings, today);
     let listing = db::owed::owed_listing(db, &owing, reminders.max_attempts, ROWS_CHECKED).await?;
     let rows_checked = listing.rows.len();
     let mut found = problems::list(
         listing.rows.iter().map(|r| (r.row.clone(), r.copies)),
         db.names().reads_customer(),
+        &settings.send_window.calendars,
     );
     if let Some(due_by) = owing.due_by() {
         let unusable = db::owed::unusable_rows(db, due_by, UNUSABLE_CHECKED).await?;
@@ -116,7 +114,7 @@ async fn survey_on(db: &Db, settings: &Settings, today: NaiveDate) -> Result<Sur
 impl Desk {
     /// Surveys today's owed rows (new and retries) and their problems.
     pub async fn survey(&self) -> Result<Survey, sqlx::Error> {
-        survey_on(self.db(), self.settings(), self.today().await?).await
+        survey_on(self.db(), self.settings(), self.owing_day().await?).await
     }
 
     /// Today's owed reminders by step, counted in full (the survey's

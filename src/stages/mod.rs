@@ -21,6 +21,9 @@
 
 pub use crate::domain::OpenDays;
 
+mod local;
+pub use local::{LocalWindow, LocalWindows, local_days};
+
 use chrono::{Days, NaiveDate};
 use serde::Deserialize;
 

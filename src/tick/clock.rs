@@ -49,6 +49,18 @@ pub(super) fn window_closes(
     }
 }
 
+/// When the send window of rows without a zone of their own, closed at
+/// `now`, opens (None: it is open, or there is none).
+pub(super) fn closed_opening(
+    settings: &crate::config::Settings,
+    now: DateTime<Utc>,
+) -> Option<String> {
+    match settings.send_window().state_at(now) {
+        WindowState::Closed { opens, .. } => Some(opens.to_rfc3339()),
+        WindowState::Open { .. } => None,
+    }
+}
+
 /// The database's clock and date, read once that clock has reached `slot`
 /// (waiting at most [`SLOT_WAIT_MAX`]).
 pub(super) async fn today_at(

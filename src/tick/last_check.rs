@@ -1,7 +1,7 @@
 //! The last moment decides: a letter's rows are checked for a console
-//! pause or a payment hold once a connection is the letter's own, just
-//! before its message goes to the relay ([`LastCheck`], the mailer's
-//! `Gate`).
+//! pause or a payment hold, and its customer's own send window for its
+//! close, once a connection is the letter's own, just before its message
+//! goes to the relay ([`LastCheck`], the mailer's `Gate`).
 //!
 //! The mark already read the holds (`owing::not_withheld!`), so a letter
 //! sent right after its mark needs no second read. One that waited (for
@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::pipeline::{Pipeline, Stop};
-use crate::domain::ReminderId;
+use crate::domain::{ReminderId, SendWindow};
 use crate::mail::smtp::Gate;
 
 /// How long a read of the holds stands for a letter about to go.
@@ -37,15 +37,23 @@ pub(super) struct LastCheck<'a> {
     checked_at: Mutex<Instant>,
     /// The rows found held, once a check found any.
     held: Mutex<Vec<ReminderId>>,
+    /// The customer's own send window, when it is theirs to close.
+    window: Option<SendWindow>,
 }
 
 impl<'a> LastCheck<'a> {
-    pub fn new(p: &'a Pipeline, ids: Vec<ReminderId>, checked_at: Instant) -> Self {
+    pub fn new(
+        p: &'a Pipeline,
+        ids: Vec<ReminderId>,
+        checked_at: Instant,
+        window: Option<SendWindow>,
+    ) -> Self {
         Self {
             p,
             ids,
             checked_at: Mutex::new(checked_at),
             held: Mutex::default(),
+            window,
         }
     }
 
@@ -73,6 +81,17 @@ impl<'a> LastCheck<'a> {
 
     async fn check(&self) -> bool {
         if self.p.stop_reason().is_some() {
+            return false;
+        }
+        // The customer's window closed while the letter waited: it goes
+        // back unattempted, for the window's next opening.
+        if let Some(window) = &self.window
+            && self.p.window_closed(window)
+        {
+            tracing::info!(
+                timezone = window.timezone.name(),
+                "the customer's send window closed before the mail went; handed back unattempted"
+            );
             return false;
         }
         if self.checked_at().elapsed() < FRESH_FOR {

@@ -57,7 +57,7 @@ pub use outcome::{Summary, TickOutcome};
 use pipeline::{Pipeline, Stop};
 
 pub use clock::SLOT_WAIT_MAX;
-use clock::{today_at, window_closes};
+use clock::{closed_opening, today_at, window_closes};
 
 /// The lock a tick works under: its token is recorded in `job_runs`, its
 /// fence presented with every claim.
@@ -194,10 +194,15 @@ async fn work(
     let settings = &ctx.settings;
     let (now, today) = today_at(ctx, slot).await?;
     // Outside the send window nothing is claimed; inside it, the tick stops
-    // handing mail to the relay when the window closes.
-    let closes = match window_closes(settings, now) {
-        Ok(closes) => closes,
-        Err(opens) => return Ok(TickOutcome::OutsideWindow { opens }),
+    // handing mail to the relay when the window closes. When rows name
+    // their own zone or calendar, each row's window decides, at the claim
+    // and before its mail.
+    let (closes, closed_for_most) = match ctx.db.names().local_columns() {
+        true => (None, closed_opening(settings, now)),
+        false => match window_closes(settings, now) {
+            Ok(closes) => (closes, None),
+            Err(opens) => return Ok(TickOutcome::OutsideWindow { opens }),
+        },
     };
     // job_runs.run_date is the tick's "today"; each claim's period is its step.
     let run_date = today.to_string();
@@ -221,7 +226,7 @@ async fn work(
             fence,
             guard,
             shutdown,
-            today,
+            (now, today),
             run_id,
             grouping.rows_per_letter(),
         )
@@ -229,7 +234,15 @@ async fn work(
     );
     async {
         let result = phases::claim_send_record(&pipeline, grouping).await;
-        finish(&pipeline, result, started).await
+        let outcome = finish(&pipeline, result, started).await;
+        // The window of rows without a zone of their own was closed and no
+        // one else's was open: as outside the window.
+        match (outcome, closed_for_most) {
+            (Ok(TickOutcome::Done(s)), Some(opens)) if s.counts.claimed == 0 => {
+                Ok(TickOutcome::OutsideWindow { opens })
+            }
+            (outcome, _) => outcome,
+        }
     }
     .instrument(tracing::info_span!("tick", run_id, run_date = %run_date))
     .await
@@ -249,7 +262,11 @@ async fn finish(
         Err(_) => ctx.deferred.hand_back(run_id, unsent),
     }
     report_problems(p);
-    let stop = p.stop_reason();
+    // Letters handed back because their customer's window closed end the
+    // run as a closing window would.
+    let stop = p
+        .stop_reason()
+        .or_else(|| p.closed_windows().then_some(Stop::WindowClosed));
     let (outcome, error) = match (&result, stop) {
         (_, Some(Stop::RecordFailed)) => (
             RunOutcome::RecordFailed,

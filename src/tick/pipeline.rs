@@ -18,7 +18,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
+
+use crate::domain::{SendWindow, WindowState};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -81,6 +83,11 @@ pub(super) struct Pipeline {
     halted: CancellationToken,
     /// The database's date: the due steps and "days overdue" follow it.
     today: NaiveDate,
+    /// The database clock when the tick began: each customer's own date
+    /// and send window are decided at it.
+    now: DateTime<Utc>,
+    /// This process's clock at that instant.
+    began: Instant,
     run_id: i64,
     /// `job_runs.run_date`: `today` as text.
     run_date: String,
@@ -96,6 +103,8 @@ pub(super) struct Pipeline {
     hold_checks: HoldChecks,
     /// When the send window closes; None: not this tick.
     closes: Option<Instant>,
+    /// A letter went back because its customer's own window closed.
+    window_handed_back: std::sync::atomic::AtomicBool,
 }
 
 impl Pipeline {
@@ -104,7 +113,7 @@ impl Pipeline {
         fence: Option<Fence<'_>>,
         guard: &LeaseGuard,
         shutdown: &CancellationToken,
-        today: NaiveDate,
+        (now, today): (DateTime<Utc>, NaiveDate),
         run_id: i64,
         rows_per_letter: usize,
     ) -> Self {
@@ -119,6 +128,8 @@ impl Pipeline {
             shutdown: shutdown.clone(),
             halted: CancellationToken::new(),
             today,
+            now,
+            began: Instant::now(),
             run_id,
             run_date: today.to_string(),
             stopped: AtomicU8::new(NO_STOP),
@@ -129,6 +140,7 @@ impl Pipeline {
             unsent: Unsent::default(),
             hold_checks: HoldChecks::default(),
             closes: None,
+            window_handed_back: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -152,6 +164,48 @@ impl Pipeline {
 
     pub fn today(&self) -> NaiveDate {
         self.today
+    }
+
+    /// `customer`'s own send window, when rows name their own zone or
+    /// calendar and it is not open always (otherwise the tick stops at the
+    /// window's close, [`Stop::WindowClosed`]).
+    pub fn window_of(&self, customer: &crate::domain::Customer) -> Option<SendWindow> {
+        if !self.ctx.db.names().local_columns() {
+            return None;
+        }
+        let settings = &self.ctx.settings;
+        let window = settings
+            .send_window
+            .window_of(settings.schedule.timezone, customer);
+        (!window.always_open()).then_some(window)
+    }
+
+    /// Whether `window` is closed now; a letter found so goes back.
+    pub fn window_closed(&self, window: &SendWindow) -> bool {
+        let closed = matches!(window.state_at(self.clock()), WindowState::Closed { .. });
+        if closed {
+            self.window_handed_back.store(true, Ordering::SeqCst);
+        }
+        closed
+    }
+
+    /// Whether a letter went back because its customer's window closed.
+    pub fn closed_windows(&self) -> bool {
+        self.window_handed_back.load(Ordering::SeqCst)
+    }
+
+    /// The database clock when the tick began.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// The database clock now, as the tick's start and this process's
+    /// elapsed time give it.
+    pub fn clock(&self) -> DateTime<Utc> {
+        chrono::TimeDelta::from_std(self.began.elapsed())
+            .ok()
+            .and_then(|d| self.now.checked_add_signed(d))
+            .unwrap_or(self.now)
     }
 
     pub fn run_id(&self) -> i64 {

@@ -78,7 +78,11 @@ impl Sender {
             tracing::debug!(%invoice_id, ?stop, "not sending");
             return self.not_sent(&letter);
         }
-        let mut gate = LastCheck::new(&self.p, letter.ids().collect(), checked_at);
+        let own_window = letter
+            .rows
+            .first()
+            .and_then(|r| self.p.window_of(&r.customer));
+        let mut gate = LastCheck::new(&self.p, letter.ids().collect(), checked_at, own_window);
         loop {
             match self.send(&letter, &gate, &window).await {
                 Sent::Done(attempted) => return attempted,

@@ -113,6 +113,8 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{e}")),
                 locale: None,
                 id: None,
+                timezone: None,
+                holiday_calendar: None,
             },
             thread: Vec::new(),
             stored_message_id: None,

@@ -151,10 +151,10 @@ async fn owed_by_step_counts_the_rows_the_listing_counts() {
     }
     let settings = world.settings();
     let db = world.database();
-    let today = invoice_reminder::db::today(&db, settings.schedule.timezone)
+    let (now, today) = invoice_reminder::db::clock(&db, settings.schedule.timezone)
         .await
         .unwrap();
-    let owing = OwingDay::from_settings(&settings, today);
+    let owing = OwingDay::from_settings(&settings, now, today);
     let max_attempts = settings.reminders.max_attempts;
     let steps = owed_by_step(&db, &owing, max_attempts).await.unwrap();
     let listing = owed_listing(&db, &owing, max_attempts, 1).await.unwrap();

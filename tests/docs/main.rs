@@ -479,6 +479,8 @@ fn every_payment_url_example_links_to_the_invoice_with_its_number_percent_encode
             email: invoice_reminder::domain::Recipients::parse("ada@example.com").unwrap(),
             locale: None,
             id: None,
+            timezone: None,
+            holiday_calendar: None,
         };
         let rendered = templates
             .render(stages.stage(step), step, &invoice, &customer, today)

@@ -154,7 +154,7 @@ async fn one_claim_takes_invoices_owing_different_steps_each_for_its_own_step() 
     let last = common::insert_invoice(world.pool(), "B", "b@example.test", 25, false).await;
     let run = common::start_unlocked_run(&world.database()).await;
     let (_, owed) = common::window(world.pool(), "overdue").await;
-    let owed = db::owing::OwingDay::from_settings(&world.settings(), owed.date);
+    let owed = db::owing::OwingDay::from_settings(&world.settings(), owed.now, owed.date);
 
     let ids = [InvoiceId::from(overdue), InvoiceId::from(last)];
     let claim = db::claims::claim_steps(&world.database(), &ids, &owed, run, None)

@@ -206,12 +206,74 @@ async fn counted_tick(world: &World) -> (invoice_reminder::tick::Summary, DbStat
     (summary, before, after)
 }
 
+/// Twenty zones from UTC-10 to UTC+14, the customers' by turns.
+const ZONES: [&str; 20] = [
+    "Pacific/Honolulu",
+    "America/Anchorage",
+    "America/Los_Angeles",
+    "America/Denver",
+    "America/Chicago",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Atlantic/Azores",
+    "Europe/London",
+    "Europe/Berlin",
+    "Europe/Helsinki",
+    "Europe/Moscow",
+    "Asia/Dubai",
+    "Asia/Kolkata",
+    "Asia/Bangkok",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+    "Pacific/Kiritimati",
+];
+
+/// Spreads the customers over [`ZONES`] and two holiday calendars, and
+/// moves the database clock to noon UTC of the first day from today on
+/// that is no holiday of either on any of the dates it is somewhere.
+async fn spread_over_zones(world: &World) {
+    sqlx::query(
+        "UPDATE customers SET timezone = ($1::text[])[1 + id % 20],
+                holiday_calendar = CASE WHEN id % 2 = 0 THEN 'DE-BY' ELSE 'US' END",
+    )
+    .bind(ZONES)
+    .execute(world.pool())
+    .await
+    .unwrap();
+    let calendars =
+        ["DE-BY", "US"].map(|c| invoice_reminder::domain::Holidays::built_in(c).unwrap());
+    let today = chrono::Utc::now().date_naive();
+    let day = today
+        .iter_days()
+        .find(|d| {
+            [d.pred_opt(), Some(*d), d.succ_opt()]
+                .into_iter()
+                .flatten()
+                .all(|x| calendars.iter().all(|c| !c.contains(x)))
+        })
+        .unwrap();
+    common::clock_at(world, &format!("{day}T12:00:00Z")).await;
+}
+
 /// One tick over `invoices` owed invoices (`per_customer` to a customer)
 /// with the default settings but `overrides`, and what it cost. The tick
 /// starts on an empty `reminders` table whose statistics say so, with
 /// autovacuum off (its work is counted in the same place, and an analyze
 /// half-way would hide what stale statistics do).
 async fn tick_cost(invoices: i64, per_customer: i64, overrides: &[(&str, &str)]) -> TickCost {
+    tick_cost_in(invoices, per_customer, overrides, false).await
+}
+
+/// [`tick_cost`], the customers spread over [`ZONES`] and two calendars
+/// when `zones`.
+async fn tick_cost_in(
+    invoices: i64,
+    per_customer: i64,
+    overrides: &[(&str, &str)],
+    zones: bool,
+) -> TickCost {
     let mut world = World::new().await;
     // The default lease timing (the tests' 500 ms renewals would add a
     // lease extension per half second: a count that grows with a slow
@@ -221,6 +283,9 @@ async fn tick_cost(invoices: i64, per_customer: i64, overrides: &[(&str, &str)])
         world.set(key, value);
     }
     insert_backlog(&world, invoices, per_customer).await;
+    if zones {
+        spread_over_zones(&world).await;
+    }
     sqlx::raw_sql(BAIT_INDEXES)
         .execute(world.pool())
         .await
@@ -321,6 +386,17 @@ async fn in_customer_mode_a_ticks_cost_per_reminder_does_not_grow_with_the_backl
     let large = tick_cost(LARGE, 5, &mode).await;
     // edab793 read 14.5 rows per reminder at 20,000.
     assert_linear(small, large, 14.5, 10.0);
+}
+
+#[tokio::test]
+async fn with_customers_in_twenty_zones_and_two_calendars_a_ticks_cost_per_reminder_does_not_grow_with_the_backlog()
+ {
+    // Weekdays 09:00-17:00 would leave most zones closed at noon UTC: the
+    // window is every day, all day, and each row's date and calendar are
+    // still its own.
+    let small = tick_cost_in(SMALL, 1, &[], true).await;
+    let large = tick_cost_in(LARGE, 1, &[], true).await;
+    assert_linear(small, large, 12.0, 25.0);
 }
 
 /// `reltuples` of the reminders table: what the planner believes it holds

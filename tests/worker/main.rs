@@ -30,3 +30,4 @@ mod suppression;
 mod templates;
 mod throttling;
 mod upgrade;
+mod zones;

@@ -3,27 +3,67 @@
 //! late-payment pricing ([`OwingDay::params`]), built once per tick or
 //! command.
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::db::params::Params;
-use crate::stages::Window;
+use crate::stages::{LocalWindow, LocalWindows, Window, local_days};
 
 /// What decides, besides each row's own columns, whether an invoice owes a
-/// step today: the date, the zone, the gap and the steps' windows. Built
-/// once per tick (or command) and bound by name into every statement that
-/// composes the conditions above.
+/// step today: the instant, the zone of rows without one, the gap, the
+/// steps' windows in every local date and calendar group, and the send
+/// window. Built once per tick (or command) and bound by name into every
+/// statement that composes the conditions above.
 #[derive(Debug, Clone)]
 pub struct OwingDay {
-    /// The database's date in the customers' zone.
+    /// The database's date in the zone of rows without one.
     pub date: NaiveDate,
-    /// The customers' zone, for "claimed on which day".
+    /// The instant the day is judged at (the database clock's): each row's
+    /// date is this instant's in its own zone.
+    pub now: DateTime<Utc>,
+    /// The zone of rows without one (`send_window.timezone`, else
+    /// `schedule.timezone`).
     pub timezone: String,
     /// `reminders.min_days_between`.
     pub gap_days: i64,
     keys: Vec<String>,
     froms: Vec<Option<NaiveDate>>,
     tos: Vec<NaiveDate>,
+    days: Vec<NaiveDate>,
+    groups: Vec<String>,
+    /// Each step's due dates on any local date, for the scans.
+    scans: Vec<Window>,
+    local: Local,
     pricing: Pricing,
+}
+
+/// What [`in_send_window!`] and the calendar groups bind.
+#[derive(Debug, Clone)]
+struct Local {
+    /// The calendar of rows without one (upper case; `""`: none).
+    calendar: String,
+    /// `{"DE-BY": "DE-BY", "AT": "DE-BY"}`: calendars whose business days
+    /// differ from none's, by group.
+    groups: serde_json::Value,
+    /// `{"DE-BY 2027-01-06": true}`: the holidays among the local dates.
+    closed: serde_json::Value,
+    /// ISO days of the week (1 Monday) the window is open.
+    open_days: Vec<i32>,
+    /// Minutes after local midnight: open from (inside) to (outside).
+    open_from: i32,
+    open_to: i32,
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Self {
+            calendar: String::new(),
+            groups: serde_json::json!({}),
+            closed: serde_json::json!({}),
+            open_days: (1..=7).collect(),
+            open_from: 0,
+            open_to: 1440,
+        }
+    }
 }
 
 /// What [`priced!`] binds: the late-payment steps, the regime of a row
@@ -57,14 +97,55 @@ impl Pricing {
 }
 
 impl OwingDay {
+    /// One zone, one calendar-free window set, for a day whose instant is
+    /// its noon in UTC: what a test or a tool claiming given `windows`
+    /// needs.
     pub fn new(date: NaiveDate, timezone: &str, min_days_between: u32, windows: &[Window]) -> Self {
+        let now = date
+            .and_hms_opt(12, 0, 0)
+            .map(|t| t.and_utc())
+            .unwrap_or_default();
+        let local = windows
+            .iter()
+            .map(|w| LocalWindow {
+                day: date,
+                group: String::new(),
+                window: w.clone(),
+            })
+            .collect::<Vec<_>>();
+        Self::of(
+            date,
+            now,
+            timezone,
+            min_days_between,
+            &local,
+            windows.to_vec(),
+        )
+    }
+
+    fn of(
+        date: NaiveDate,
+        now: DateTime<Utc>,
+        timezone: &str,
+        min_days_between: u32,
+        windows: &[LocalWindow],
+        scans: Vec<Window>,
+    ) -> Self {
         Self {
             date,
+            now,
             timezone: timezone.to_owned(),
             gap_days: i64::from(min_days_between),
-            keys: windows.iter().map(|w| w.step.key.to_string()).collect(),
-            froms: windows.iter().map(|w| w.due_from).collect(),
-            tos: windows.iter().map(|w| w.due_to).collect(),
+            keys: windows
+                .iter()
+                .map(|w| w.window.step.key.to_string())
+                .collect(),
+            froms: windows.iter().map(|w| w.window.due_from).collect(),
+            tos: windows.iter().map(|w| w.window.due_to).collect(),
+            days: windows.iter().map(|w| w.day).collect(),
+            groups: windows.iter().map(|w| w.group.clone()).collect(),
+            scans,
+            local: Local::default(),
             pricing: Pricing::default(),
         }
     }
@@ -80,16 +161,51 @@ impl OwingDay {
         &self.pricing.waiting
     }
 
-    /// The conditions of `settings` on `date`.
-    pub fn from_settings(settings: &crate::config::Settings, date: NaiveDate) -> Self {
+    /// The conditions of `settings` at `now`, whose date in the zone of
+    /// rows without one is `date`.
+    pub fn from_settings(
+        settings: &crate::config::Settings,
+        now: DateTime<Utc>,
+        date: NaiveDate,
+    ) -> Self {
         let r = &settings.reminders;
-        Self::new(
+        let w = &settings.send_window;
+        let local = LocalWindows::new(&r.stages, w.days, w.calendars.all(), now);
+        let mut day = Self::of(
             date,
+            now,
             settings.customer_timezone().name(),
             r.min_days_between,
-            &r.stages.windows(date),
+            &local.windows,
+            local.scans,
         )
-        .pricing(Pricing::of(settings, date))
+        .pricing(Pricing::of(settings, date));
+        let closed: serde_json::Map<String, serde_json::Value> = w
+            .calendars
+            .all()
+            .flat_map(|(name, h)| {
+                local_days(now)
+                    .into_iter()
+                    .filter(|d| h.contains(*d))
+                    .map(move |d| (format!("{name} {d}"), serde_json::Value::Bool(true)))
+            })
+            .collect();
+        let (open_from, open_to) = w.hours.minutes();
+        day.local = Local {
+            calendar: w.calendar.trim().to_ascii_uppercase(),
+            groups: serde_json::json!(local.groups),
+            closed: serde_json::Value::Object(closed),
+            open_days: w.days.iso_weekdays(),
+            open_from: i32::from(open_from),
+            open_to: i32::from(open_to),
+        };
+        day
+    }
+
+    /// Each step's due dates on any local date today, oldest first: the
+    /// ranges the scans walk.
+    pub fn scans(&self) -> &[Window] {
+        &self.scans
     }
 
     /// The latest due date any step owes today; None without steps.
@@ -97,13 +213,24 @@ impl OwingDay {
         self.tos.iter().max().copied()
     }
 
-    /// `$today`, `$tz`, `$gap_days`, the windows (`$step_keys`,
-    /// `$due_froms`, `$due_tos`) and the pricing (`$late_steps`, `$regime`,
-    /// `$waiting_regimes`).
+    /// `$today`, `$now`, `$tz`, `$gap_days`, the windows (`$step_keys`,
+    /// `$due_froms`, `$due_tos`, `$step_days`, `$step_groups`), the
+    /// calendars (`$calendar`, `$groups`, `$closed`), the send window
+    /// (`$open_days`, `$open_from`, `$open_to`) and the pricing
+    /// (`$late_steps`, `$regime`, `$waiting_regimes`).
     pub fn params(&self) -> Params<'_> {
         Params::new()
             .with("today", &self.date)
+            .with("now", &self.now)
             .with("tz", &self.timezone)
+            .with("step_days", &self.days)
+            .with("step_groups", &self.groups)
+            .with("calendar", &self.local.calendar)
+            .with("groups", &self.local.groups)
+            .with("closed", &self.local.closed)
+            .with("open_days", &self.local.open_days)
+            .with("open_from", &self.local.open_from)
+            .with("open_to", &self.local.open_to)
             .with("gap_days", &self.gap_days)
             .with("step_keys", &self.keys)
             .with("due_froms", &self.froms)

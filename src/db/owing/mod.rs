@@ -5,12 +5,16 @@
 //! `explain` compose these and nothing else, so a condition fixed here is
 //! fixed in every statement.
 //!
+//! "Today" is each row's own: its customer's local date at the database
+//! clock's instant (`$now`), in the row's `timezone` when the source has
+//! one the database knows, else in `$tz` (`sql::Names::local` writes it).
+//!
 //! An invoice owes its **due step** (`crate::stages`) when
-//! - its due date is in that step's window today ([`in_window!`], over the
-//!   rows of [`windows!`]);
+//! - its due date is in that step's window on its own today, counted by
+//!   its own calendar ([`in_window!`], over the rows of [`windows!`]);
 //! - it is unpaid (`is_paid` false; NULL counts as paid: no reminder when
 //!   in doubt) and not paused (`paused` not true, `paused_until` before
-//!   today, "today" in the customers' zone; neither it nor, in customer
+//!   its today; neither it nor, in customer
 //!   mode, its customer paused in the console; no payment signal holding
 //!   it, [`hold_active!`]) ([`owes_flags!`]);
 //! - it has every column a reminder needs ([`complete!`]);
@@ -23,8 +27,9 @@
 //!   retry is due.
 //!
 //! The gap counts from a reminder's `claimed_at` (a retry's claim is its
-//! mail), in the zone's days: a reminder claimed on day D blocks days D to
-//! D + min_days_between - 1.
+//! mail), in the row's own days: a reminder claimed on day D blocks days D
+//! to D + min_days_between - 1. Whether the row may be claimed now, its
+//! customer's send window open, is asked apart ([`claimable!`]).
 //!
 //! Per-row lookups ([`reminders_of!`]: one invoice's or one customer's
 //! reminders, through the index meant and no other) serve the pages and
@@ -64,19 +69,27 @@ macro_rules! date_value {
 }
 pub(crate) use date_value;
 
-/// SQL: today's step windows as rows `w(key, due_from, due_to)`.
+/// SQL: today's step windows as rows `w(key, due_from, due_to, day,
+/// grp)`: one set per local date that is today somewhere and per calendar
+/// group (`crate::stages::LocalWindows`).
 macro_rules! windows {
     () => {
-        "unnest($step_keys::text[], $due_froms::date[], $due_tos::date[]) AS w(key, due_from, due_to)"
+        concat!(
+            "unnest($step_keys::text[], $due_froms::date[], $due_tos::date[],",
+            " $step_days::date[], $step_groups::text[]) AS w(key, due_from, due_to, day, grp)"
+        )
     };
 }
 pub(crate) use windows;
 
-/// SQL: the due date of row `$s` is in window `w` (its step is due today);
-/// never a date [`sane_date!`] refuses.
+/// SQL: the due date of row `$s` is in window `w` of its own date and
+/// calendar group (its step is due on its customer's today, `{today}`,
+/// counted by its calendar, `{group}`: `sql::Names::local`); never a date
+/// [`sane_date!`] refuses.
 macro_rules! in_window {
     ($s:literal) => {
         concat!(
+            "w.day = {today} AND w.grp = {group} AND ",
             $s,
             ".due_date >= COALESCE(w.due_from, '4713-01-01 BC'::date) AND ",
             $s,
@@ -102,7 +115,7 @@ macro_rules! owes_flags {
             $s,
             ".paused_until IS NULL OR ",
             $s,
-            ".paused_until < $today)",
+            ".paused_until < {today})",
             " AND ",
             $crate::db::owing::not_withheld!(concat!($s, ".invoice_id::text"), "{customer}")
         )
@@ -170,6 +183,28 @@ macro_rules! priced {
 }
 pub(crate) use priced;
 
+/// SQL: row `s`'s customer's send window is open at `$now` on their own
+/// clock, by their own calendar (`{open}`: `sql::Names::local`). The scans
+/// that feed the claims ask it (a row outside its window is not owed yet);
+/// what is owed is decided without it.
+macro_rules! window_open {
+    () => {
+        "{open}"
+    };
+}
+pub(crate) use window_open;
+
+/// SQL: row `s` may be claimed now: its customer's window is open
+/// ([`window_open!`]) and its zone, if it names one, is one the database
+/// knows (`{zone_ok}`; a scan returns such a row as owed, in the window's
+/// zone, so that it is reported `bad_timezone`, and the claim refuses it).
+macro_rules! claimable {
+    () => {
+        concat!("{zone_ok} AND ", $crate::db::owing::window_open!())
+    };
+}
+pub(crate) use claimable;
+
 /// SQL: row `s` has every column a reminder needs (its values are checked
 /// by `crate::problems`).
 macro_rules! complete {
@@ -182,7 +217,7 @@ pub(crate) use complete;
 /// SQL: the first instant the `min_days_between` gap still covers.
 macro_rules! gap_start {
     () => {
-        "(($today::date - $gap_days::int + 1)::timestamp AT TIME ZONE $tz)"
+        "(({today} - $gap_days::int + 1)::timestamp AT TIME ZONE {zone})"
     };
 }
 pub(crate) use gap_start;
@@ -288,7 +323,7 @@ macro_rules! gap_until {
         concat!(
             "((",
             $crate::db::owing::gap_until!(@latest invoice),
-            ") AT TIME ZONE $tz)::date + $gap_days::int"
+            ") AT TIME ZONE {zone})::date + $gap_days::int"
         )
     };
     (customer) => {
@@ -299,7 +334,7 @@ macro_rules! gap_until {
             $crate::db::owing::reminders_of!(customer "s.customer_id::text" in gap),
             " g WHERE ",
             $crate::db::owing::blocks_gap!(),
-            " AND NOT g.continued))) AT TIME ZONE $tz)::date + $gap_days::int"
+            " AND NOT g.continued))) AT TIME ZONE {zone})::date + $gap_days::int"
         )
     };
     (@latest invoice) => {

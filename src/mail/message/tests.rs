@@ -34,6 +34,8 @@ fn customer(name: &str, email: &str) -> Customer {
         email: crate::domain::Recipients::parse(email).unwrap_or_else(|e| panic!("{e}")),
         locale: None,
         id: None,
+        timezone: None,
+        holiday_calendar: None,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 
 use super::{CustomerPlace, Explained, Facts, decide, rules};
 use crate::config::Settings;
@@ -23,7 +23,7 @@ use crate::operator::db_failed;
 pub(super) async fn explain_keys(
     db: &Db,
     settings: &Settings,
-    today: NaiveDate,
+    (now, today): (DateTime<Utc>, NaiveDate),
     keys: &[InvoiceId],
     sources: Vec<db::explain::SourceFacts>,
     customer: Option<String>,
@@ -84,7 +84,7 @@ pub(super) async fn explain_keys(
                 .await
                 .map_err(db_failed("failed to read the customer's reminders"))?,
             Some(
-                customer_statements(db, settings, today, customer, &mut |_| {})
+                customer_statements(db, settings, (now, today), customer, &mut |_| {})
                     .await?
                     .0,
             ),
@@ -165,13 +165,13 @@ pub(super) async fn explain_keys(
 pub(crate) async fn customer_statements(
     db: &Db,
     settings: &Settings,
-    today: NaiveDate,
+    (now, today): (DateTime<Utc>, NaiveDate),
     customer: &str,
     left_out: &mut (dyn FnMut(crate::domain::SourceProblem) + Send),
 ) -> anyhow::Result<(crate::tick::Chosen, Vec<db::customers::CustomerRow>)> {
     let (rows, suppressed) = db::customers::fetch_whole_customer(
         db,
-        &OwingDay::from_settings(settings, today),
+        &OwingDay::from_settings(settings, now, today),
         &Retries::from_settings(&settings.reminders, 0),
         customer,
         settings.reminders.batch_size,

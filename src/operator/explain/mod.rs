@@ -20,6 +20,7 @@ use chrono::NaiveDate;
 use super::desk::Desk;
 use super::{UsageError, db_failed};
 use crate::config::Settings;
+use crate::db::owing::OwingDay;
 use crate::db::{self, Db};
 use crate::domain::InvoiceId;
 
@@ -45,18 +46,27 @@ pub fn rules(settings: &Settings) -> Rules<'_> {
 /// and reminder rows and decides. Reads only.
 pub async fn explain_invoice(desk: &Desk, id: &InvoiceId) -> anyhow::Result<Explained> {
     let (db, settings, today) = parts(desk).await?;
+    let now = now(desk).await?;
     let keys = std::slice::from_ref(id);
-    let sources = read_sources(db, keys, today).await?;
-    // Its customer, when its one source row names one.
+    let sources = read_sources(db, keys, &OwingDay::from_settings(settings, now, today)).await?;
+    // Its customer, when its one source row names one, in their own day.
     let customer = match sources.as_slice() {
         [one] => one.row.customer_id.clone(),
         _ => None,
     };
-    let (mut explained, _) = explain_keys(db, settings, today, keys, sources, customer).await?;
+    let mine = customers_own(settings, &sources);
+    let settings = mine.as_ref().unwrap_or(settings);
+    let today = local_today(settings, now);
+    let sources = match mine {
+        Some(_) => read_sources(db, keys, &OwingDay::from_settings(settings, now, today)).await?,
+        None => sources,
+    };
+    let (mut explained, _) =
+        explain_keys(db, settings, (now, today), keys, sources, customer).await?;
     let mut explained = explained
         .pop()
         .ok_or_else(|| anyhow::anyhow!("explain read no answer for invoice {id}"))?;
-    window::apply(&mut explained, &settings.send_window(), now(desk).await?);
+    window::apply(&mut explained, &settings.send_window(), now);
     Ok(explained)
 }
 
@@ -69,9 +79,20 @@ pub async fn explain_customer(
     limit: u32,
 ) -> anyhow::Result<CustomerExplained> {
     let (db, settings, today) = parts(desk).await?;
-    let sources = db::explain::customer_source_rows(db, customer, limit, today)
+    let now = now(desk).await?;
+    let owing = OwingDay::from_settings(settings, now, today);
+    let mut sources = db::explain::customer_source_rows(db, customer, limit, &owing)
         .await
         .map_err(db_failed("failed to read the customer's invoices"))?;
+    let mine = customers_own(settings, &sources);
+    let settings = mine.as_ref().unwrap_or(settings);
+    let today = local_today(settings, now);
+    if mine.is_some() {
+        let owing = OwingDay::from_settings(settings, now, today);
+        sources = db::explain::customer_source_rows(db, customer, limit, &owing)
+            .await
+            .map_err(db_failed("failed to read the customer's invoices"))?;
+    }
     let mut keys: Vec<InvoiceId> = sources
         .iter()
         .filter_map(|s| s.row.invoice_id.clone())
@@ -81,13 +102,13 @@ pub async fn explain_customer(
     let (mut invoices, pauses) = explain_keys(
         db,
         settings,
-        today,
+        (now, today),
         &keys,
         sources,
         Some(customer.to_owned()),
     )
     .await?;
-    let (window, now) = (settings.send_window(), now(desk).await?);
+    let window = settings.send_window();
     for e in &mut invoices {
         window::apply(e, &window, now);
     }
@@ -109,11 +130,26 @@ pub struct CustomerExplained {
 async fn read_sources(
     db: &Db,
     keys: &[InvoiceId],
-    today: NaiveDate,
+    today: &OwingDay,
 ) -> anyhow::Result<Vec<db::explain::SourceFacts>> {
     db::explain::source_rows(db, keys, today)
         .await
         .map_err(db_failed("failed to read the invoice from source.relation"))
+}
+
+/// The settings as the customer of `sources` sees them (their zone and
+/// calendar, from the first row that names them), if they differ.
+fn customers_own(settings: &Settings, sources: &[db::explain::SourceFacts]) -> Option<Settings> {
+    sources
+        .iter()
+        .find_map(|s| s.row.clone().into_parts().ok())
+        .and_then(|(_, customer)| settings.for_customer(&customer))
+}
+
+/// The date at `now` in the zone of `settings`' customers.
+fn local_today(settings: &Settings, now: chrono::DateTime<chrono::Utc>) -> NaiveDate {
+    now.with_timezone(&settings.customer_timezone())
+        .date_naive()
 }
 
 /// What every explanation reads with: the database, the settings, today.

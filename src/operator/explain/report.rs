@@ -304,9 +304,13 @@ pub struct Explained {
     pub invoice_id: InvoiceId,
     /// The database's date in `timezone`, which everything is decided for.
     pub today: NaiveDate,
-    /// The zone the decision used: the customer's (`send_window.timezone`,
-    /// else `schedule.timezone`).
+    /// The zone the decision used: the customer's own (the source's
+    /// `timezone`), else `send_window.timezone`, else `schedule.timezone`.
     pub timezone: String,
+    /// The holiday calendar the decision used: the customer's own (the
+    /// source's `holiday_calendar`), else `send_window.calendar`; None:
+    /// none.
+    pub calendar: Option<String>,
     pub reason: Reason,
     /// The reason as a sentence.
     pub reason_detail: String,

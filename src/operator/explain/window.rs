@@ -11,6 +11,7 @@ use crate::domain::{ClosedBecause, SendWindow, WindowState};
 /// `e` at `now` (the database clock) under `window`.
 pub(super) fn apply(e: &mut Explained, window: &SendWindow, now: DateTime<Utc>) {
     e.timezone = window.timezone.name().to_owned();
+    e.calendar = window.open.holidays().map(|h| h.name().to_owned());
     if e.reason != Reason::WillSendToday || window.always_open() {
         return;
     }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::db;
 use crate::db::claims::Superseded;
 use crate::db::customers::Retries;
-use crate::db::owing::{OwingDay, Pricing};
+use crate::db::owing::OwingDay;
 use crate::db::reminders::{Claim, ClaimError, ClaimedRow};
 use crate::domain::{Attempted, Counts, count_of};
 use crate::lock::LostReason;
@@ -25,7 +25,7 @@ use crate::tick::{TickError, db_err};
 /// The claim phase's shared state for one tick.
 pub(in crate::tick) struct Claiming {
     p: Arc<Pipeline>,
-    /// Each step's due-date range today, oldest due dates first.
+    /// Each step's due dates on any local date today, oldest first.
     windows: Vec<Window>,
     today: OwingDay,
     retries: Retries,
@@ -38,14 +38,8 @@ impl Claiming {
     pub fn new(p: Arc<Pipeline>, skipped: mpsc::Sender<Vec<Attempted>>) -> Self {
         let settings = &p.ctx().settings;
         let r = &settings.reminders;
-        let windows = r.stages.windows(p.today());
-        let today = OwingDay::new(
-            p.today(),
-            settings.customer_timezone().name(),
-            r.min_days_between,
-            &windows,
-        )
-        .pricing(Pricing::of(settings, p.today()));
+        let today = OwingDay::from_settings(settings, p.now(), p.today());
+        let windows = today.scans().to_vec();
         let waiting = today.waiting_regimes();
         p.ctx().metrics.rates_out_of_date(waiting);
         let regime = settings.late_payment.regime.name();

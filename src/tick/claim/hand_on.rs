@@ -47,6 +47,14 @@ pub(super) async fn screen(
             ))
             .map_err(|p| (p, reported.insert(row.id)))
         } else {
+            // A calendar no one knows is reported, and the row still goes
+            // (by the window's days and hours alone).
+            if let Some(problem) = row
+                .source
+                .calendar_problem(&c.p().ctx().settings.send_window.calendars)
+            {
+                c.p().problem(problem);
+            }
             row.source.into_parts().map_err(|p| (p, true))
         };
         match checked {

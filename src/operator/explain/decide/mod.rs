@@ -107,6 +107,7 @@ pub fn decide(facts: Facts, rules: Rules<'_>) -> Explained {
         invoice_id,
         today,
         timezone,
+        calendar: None,
         reason: Reason::WillSendToday,
         reason_detail: String::new(),
         until: None,
