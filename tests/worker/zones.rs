@@ -289,3 +289,45 @@ async fn a_zone_no_one_knows_is_bad_timezone_and_skipped_and_a_calendar_no_one_k
         "{check}"
     );
 }
+
+#[tokio::test]
+async fn without_the_zone_columns_the_window_is_checked_once_for_the_whole_tick() {
+    let relay = crate::common::relay::Relay::start(crate::common::relay::RelayOptions {
+        hold_greeting: Some(std::time::Duration::from_secs(3)),
+        ..Default::default()
+    })
+    .await;
+    let mut world = World::new().await;
+    office_hours(&mut world);
+    sqlx::raw_sql(
+        "CREATE VIEW no_zones AS SELECT invoice_id, invoice_number, customer_name, email, locale,
+                amount_minor, currency, due_date, is_paid, paused, paused_until, payment_url,
+                customer_id, late_payment_regime FROM reminder_source",
+    )
+    .execute(world.pool())
+    .await
+    .unwrap();
+    world
+        .set("source.relation", "no_zones")
+        .set("smtp.port", relay.port);
+    for i in 0..5 {
+        customer(&world, &format!("Flat{i}"), None, None, "2026-12-20").await;
+    }
+
+    // Saturday in Berlin: the tick ends before it records a run.
+    clock_at(&world, "2027-01-09T11:00:00Z").await;
+    assert!(matches!(
+        tick(&world).await,
+        TickOutcome::OutsideWindow { .. }
+    ));
+    // A minute before Monday's close, with a relay that greets late: the
+    // tick stops at the close and hands everything back.
+    clock_at(&world, "2027-01-11T15:59:59Z").await;
+    let outcome = tick(&world).await;
+    assert!(
+        matches!(outcome, TickOutcome::WindowClosed(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(relay.messages(), 0);
+    assert!(claims(&world).await.is_empty());
+}
