@@ -11,7 +11,7 @@ use super::{UsageError, desk};
 use crate::config::Settings;
 use crate::operator::desk::Desk;
 use crate::operator::source::{
-    AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, ContractColumn, FoundColumn,
+    AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, ContractColumn, FoundColumn, OPTIONAL_COLUMNS,
 };
 
 /// A sequential scan over a table this large is worth a warning.
@@ -38,10 +38,18 @@ pub async fn check_source(settings: &Settings) -> anyhow::Result<ExitCode> {
         true => std::slice::from_ref(&CUSTOMER_COLUMN),
         false => &[],
     };
-    for col in CONTRACT.iter().chain(AMOUNT_COLUMNS).chain(customer) {
+    for col in CONTRACT
+        .iter()
+        .chain(AMOUNT_COLUMNS)
+        .chain(customer)
+        .chain(OPTIONAL_COLUMNS)
+    {
         let has = found.iter().find(|f| f.name == col.name);
         let verdict = match has {
             None if AMOUNT_COLUMNS.iter().any(|a| a.name == col.name) => "-".to_owned(),
+            None if OPTIONAL_COLUMNS.iter().any(|a| a.name == col.name) => {
+                "- (optional)".to_owned()
+            }
             None => "MISSING".to_owned(),
             Some(f) if col.types.contains(&f.data_type.as_str()) => format!("{} ok", f.data_type),
             Some(f) => format!("{} WRONG TYPE", f.data_type),
@@ -74,6 +82,7 @@ fn print_extra(found: &[FoundColumn], customer: &[ContractColumn]) -> std::io::R
                 .iter()
                 .chain(AMOUNT_COLUMNS)
                 .chain(customer)
+                .chain(OPTIONAL_COLUMNS)
                 .any(|c| c.name == f.name)
         })
         .map(|f| f.name.as_str())

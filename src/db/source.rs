@@ -93,7 +93,7 @@ pub const CONTRACT: &[ContractColumn] = &[
         name: "paused_until",
         types: &["date"],
         nullable: true,
-        meaning: "no reminders up to and including this date, compared with the worker's today in the customers' zone (send_window.timezone, else schedule.timezone)",
+        meaning: "no reminders up to and including this date, compared with the customer's today: their timezone's date, else send_window.timezone's, else schedule.timezone's",
     },
     ContractColumn {
         name: "payment_url",
@@ -187,28 +187,46 @@ pub const CUSTOMER_COLUMN: ContractColumn = ContractColumn {
     meaning: "your key for the customer; with reminders.group_by = \"customer\" one mail lists every invoice of one customer_id",
 };
 
-/// The optional column choosing an invoice's late-payment regime: read when
-/// the source has it, NULL otherwise.
-pub const REGIME_COLUMN: ContractColumn = ContractColumn {
-    name: "late_payment_regime",
-    types: TEXT,
-    nullable: true,
-    meaning: "optional: the late-payment regime of this invoice (none, eu, de-b2b, de-b2c, fr, uk, custom); NULL or empty: late_payment.regime",
-};
+/// The optional columns, read when the source has them (NULL otherwise):
+/// the invoice's late-payment regime, its customer's zone and holiday
+/// calendar.
+pub const OPTIONAL_COLUMNS: &[ContractColumn] = &[
+    ContractColumn {
+        name: "late_payment_regime",
+        types: TEXT,
+        nullable: true,
+        meaning: "optional: the late-payment regime of this invoice (none, eu, de-b2b, de-b2c, fr, uk, custom); NULL or empty: late_payment.regime",
+    },
+    ContractColumn {
+        name: "timezone",
+        types: TEXT,
+        nullable: true,
+        meaning: "optional: the customer's IANA zone (Europe/Berlin): their date decides the step, their clock the send window; NULL or empty: send_window.timezone",
+    },
+    ContractColumn {
+        name: "holiday_calendar",
+        types: TEXT,
+        nullable: true,
+        meaning: "optional: the customer's holiday calendar (DE-BY, or a file of send_window.calendars_dir); NULL or empty: send_window.calendar",
+    },
+];
 
 /// Checks `found` against the contract, and (`customer_column`) customer
 /// mode's `customer_id`: the amount column it has, or the first problem,
 /// in one line naming the column.
 pub fn verify_for(found: &[FoundColumn], customer_column: bool) -> Result<AmountColumn, String> {
     let amount = verify(found)?;
-    if let Some(c) = found.iter().find(|c| c.name == REGIME_COLUMN.name)
-        && !REGIME_COLUMN.types.contains(&c.data_type.as_str())
-    {
-        return Err(format!(
-            "column \"late_payment_regime\" has type {}; expected {}",
-            c.data_type,
-            REGIME_COLUMN.types.join(" or ")
-        ));
+    for col in OPTIONAL_COLUMNS {
+        if let Some(c) = found.iter().find(|c| c.name == col.name)
+            && !col.types.contains(&c.data_type.as_str())
+        {
+            return Err(format!(
+                "column {:?} has type {}; expected {}",
+                col.name,
+                c.data_type,
+                col.types.join(" or ")
+            ));
+        }
     }
     if customer_column {
         let col = &CUSTOMER_COLUMN;
@@ -310,8 +328,19 @@ pub async fn check(db: &Db) -> Result<(), SourceError> {
         Err(e) => return Err(e.into()),
         Ok(_) => {}
     }
-    db.names()
-        .set_regime_column(found.iter().any(|c| c.name == REGIME_COLUMN.name));
+    let has = |name: &str| found.iter().any(|c| c.name == name);
+    let names = db.names();
+    names.set_regime_column(has("late_payment_regime"));
+    names.set_local_columns(has("timezone"), has("holiday_calendar"));
+    if has("timezone") && !super::zones::recorded() {
+        let theirs: Vec<String> = on_db!(db, |c| sqlx::query_scalar(
+            "SELECT name FROM pg_timezone_names"
+        )
+        .persistent(db.named())
+        .fetch_all(&mut *c)
+        .await)?;
+        super::zones::record(theirs);
+    }
     db.names().set_amount(amount);
     Ok(())
 }

@@ -1,15 +1,12 @@
 //! The time zones both this PostgreSQL and the worker know: a row's
 //! `timezone` is used only when it is one of them (`AT TIME ZONE` raises on
 //! a name PostgreSQL does not know, and one source row must never fail a
-//! statement); any other is the source problem `bad_timezone`. Read once,
-//! when the source is first checked (`source::check`); until then, the
-//! worker's own names.
+//! statement); any other is the source problem `bad_timezone`. Recorded
+//! once, when the source is first checked (`source::check` reads them);
+//! until then, the worker's own names.
 
 use std::collections::HashSet;
 use std::sync::OnceLock;
-
-use super::Db;
-use super::conn::on_db;
 
 /// The names, as a set and as the jsonb object `$zones` binds
 /// (`{"Europe/Berlin": true, ...}`: `?` finds a name by binary search).
@@ -52,22 +49,18 @@ pub fn json() -> &'static serde_json::Value {
     &known().json
 }
 
-/// Reads the zones the database knows, once per process.
-pub async fn load(db: &Db) -> Result<(), sqlx::Error> {
-    if KNOWN.get().is_some() {
-        return Ok(());
-    }
-    let theirs: Vec<String> = on_db!(db, |c| sqlx::query_scalar(
-        "SELECT name FROM pg_timezone_names"
-    )
-    .persistent(db.named())
-    .fetch_all(&mut *c)
-    .await)?;
+/// Whether the database's zones were recorded ([`record`]).
+pub fn recorded() -> bool {
+    KNOWN.get().is_some()
+}
+
+/// Records the zones the database knows (`pg_timezone_names`), once per
+/// process: from then on only the names both know are used.
+pub fn record(theirs: impl IntoIterator<Item = String>) {
     let theirs: HashSet<String> = theirs.into_iter().collect();
     let both = chrono_tz::TZ_VARIANTS
         .iter()
         .map(|z| z.name().to_owned())
         .filter(|n| theirs.contains(n));
     let _ = KNOWN.set(Known::of(both));
-    Ok(())
 }

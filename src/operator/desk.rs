@@ -56,6 +56,15 @@ impl Desk {
     }
 
     async fn clock(&self) -> Result<(DateTime<Utc>, NaiveDate), sqlx::Error> {
+        // Which optional columns the source has decides what every read of
+        // it selects (a customer's zone and calendar, a regime): learnt
+        // before the first read of the day. A source that fails the check
+        // is reported by the commands that check it; reads go on without.
+        if !self.db.names().source_checked()
+            && let Err(e) = db::source::check(&self.db).await
+        {
+            tracing::debug!(error = %e, "source.relation could not be checked");
+        }
         self.clock
             .get_or_try_init(|| db::clock(&self.db, self.settings.customer_timezone()))
             .await

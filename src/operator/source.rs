@@ -8,7 +8,7 @@ use super::desk::Desk;
 use crate::db;
 use crate::db::customers::Retries;
 pub use crate::db::source::{
-    AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, ContractColumn, FoundColumn,
+    AMOUNT_COLUMNS, CONTRACT, CUSTOMER_COLUMN, ContractColumn, FoundColumn, OPTIONAL_COLUMNS,
 };
 use crate::domain::StepKey;
 

@@ -393,6 +393,44 @@ async fn the_customer_page_shows_the_zone_the_calendar_and_why_the_window_is_clo
     browser.close().await;
 }
 
+#[tokio::test]
+async fn the_customer_page_shows_the_customers_own_zone_and_calendar() {
+    let mut world = customer_mode_world().await;
+    world
+        .set("send_window.days", "Mon-Fri")
+        .set("send_window.hours", "09:00-17:00")
+        .set("send_window.timezone", "Pacific/Honolulu")
+        .set("send_window.calendar", "US");
+    let (customer, _) = one_customer_owing(&world, 2).await;
+    sqlx::query(
+        "UPDATE customers SET timezone = 'Asia/Tokyo', holiday_calendar = 'DE-BY' WHERE id::text = $1",
+    )
+    .bind(customer.to_string())
+    .execute(world.pool())
+    .await
+    .unwrap();
+    // Saturday 9 January 2027, 20:00 UTC: Sunday 05:00 in Tokyo.
+    common::clock_at(&world, "2027-01-09T20:00:00Z").await;
+    let console = browser::start(&world).await;
+    let browser = Browser::open().await;
+    browser.sign_in(&console, OPERATOR).await;
+
+    browser
+        .goto(&format!("{}/customers/{customer}", console.url))
+        .await;
+
+    assert_eq!(browser.text("#timezone").await, "Asia/Tokyo");
+    assert_eq!(browser.text("#calendar").await, "DE-BY");
+    let invoices = browser.text("table.invoices").await;
+    assert!(
+        invoices.contains(
+            "waiting for the send window: opens Mon 2027-01-11 09:00 Asia/Tokyo (weekend)"
+        ),
+        "{invoices}"
+    );
+    browser.close().await;
+}
+
 /// Counts the statements sqlx runs (its `sqlx::query` events) on this
 /// thread, where the test's runtime also serves the console.
 struct Statements(std::sync::Arc<std::sync::atomic::AtomicUsize>);
