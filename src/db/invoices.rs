@@ -77,7 +77,12 @@ const PAGE: &str = concat!(
     " > (COALESCE($after_date, '-infinity'::date), COALESCE($after_key, ''))",
     " AND NOT s.is_paid AND s.invoice_id IS NOT NULL",
     " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\" LIMIT $limit) s",
-    " CROSS JOIN LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM ",
+    // The step's own row first: a row already claimed (by another
+    // replica, mid-tick) is settled by one probe, before its day and
+    // window are worked out.
+    " CROSS JOIN LATERAL (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
+    " WHERE r.invoice_id = s.invoice_id::text AND r.period = $step OFFSET 0)",
+    " AND EXISTS (SELECT 1 FROM ",
     windows!(),
     " WHERE w.key = $step AND ",
     in_window!("s"),
@@ -87,8 +92,6 @@ const PAGE: &str = concat!(
     priced!("$step"),
     " AND ",
     window_open!(),
-    " AND NOT EXISTS (SELECT 1 FROM {ir}.reminders r",
-    " WHERE r.invoice_id = s.invoice_id::text AND r.period = $step OFFSET 0)",
     " THEN ",
     invoice_gap_clear!(probe),
     " END AS clear) o",

@@ -188,11 +188,15 @@ impl Names {
         } else {
             "$calendar::text"
         };
-        let minute = "(date_part('hour', {local})::int * 60 + date_part('minute', {local})::int)";
+        // The row's local clock read once (a subquery kept whole by
+        // `OFFSET 0`): "ISO day, HHMM, date", the day, the minute of the
+        // day and the date cut from it.
+        let minute = "(substr(x.t, 2, 2)::int * 60 + substr(x.t, 4, 2)::int)";
         let open = concat!(
-            "(date_part('isodow', {local})::int = ANY($open_days::int[])",
+            "(SELECT substr(x.t, 1, 1)::int = ANY($open_days::int[])",
             " AND {minute} >= $open_from::int AND {minute} < $open_to::int",
-            " AND NOT ($closed::jsonb ? ({calendar} || ' ' || to_char({local}, 'YYYY-MM-DD'))))"
+            " AND NOT ($closed::jsonb ? ({calendar} || ' ' || substr(x.t, 6)))",
+            " FROM (SELECT to_char({local}, 'IDHH24MIYYYY-MM-DD') AS t OFFSET 0) x)"
         );
         // Without either column every row is in the window's zone and
         // calendar, and the tick checks the window once for all
