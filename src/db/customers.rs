@@ -185,7 +185,10 @@ macro_rules! customer_read {
             " WHEN r.id IS NULL THEN 'new'",
             " WHEN ",
             backoff_over!(),
-            " THEN 'retry' ELSE 'waiting' END AS state) x",
+            // `OFFSET 0`: the state worked out once per row; flattened,
+            // PostgreSQL copies it into the three columns that read it and
+            // runs every probe three times.
+            " THEN 'retry' ELSE 'waiting' END AS state OFFSET 0) x",
             " ORDER BY s.customer_id::text, s.due_date, s.invoice_id::text COLLATE \"C\""
         )
     };

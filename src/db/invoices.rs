@@ -94,7 +94,10 @@ const PAGE: &str = concat!(
     window_open!(),
     " THEN ",
     invoice_gap_clear!(probe),
-    " END AS clear) o",
+    // `OFFSET 0` keeps the verdict a subquery of its own, worked out once
+    // per row: flattened, PostgreSQL copies it into both columns that read
+    // it and runs every probe twice.
+    " END AS clear OFFSET 0) o",
     " ORDER BY s.due_date, s.invoice_id::text COLLATE \"C\""
 );
 

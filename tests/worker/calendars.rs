@@ -158,3 +158,40 @@ async fn a_bad_calendar_file_or_folder_stops_the_start_up_naming_the_key_the_fil
 fn ymd(y: i32, m: u32, d: u32) -> chrono::NaiveDate {
     chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap()
 }
+
+#[tokio::test]
+async fn a_customers_own_calendar_can_be_a_file_and_closes_only_that_customers_day() {
+    let dir = calendars_dir(&[("acme-closures.ics", CLOSING_DAYS)]);
+    let mut world = World::new().await;
+    weekdays_in_munich(&mut world, "", &dir);
+    let customers: Vec<i64> = sqlx::query_scalar(
+        "WITH c AS (
+             INSERT INTO customers (name, email, holiday_calendar)
+             VALUES ('Acme', 'acme@example.test', 'acme-closures'),
+                    ('Other', 'other@example.test', NULL) RETURNING id)
+         INSERT INTO invoices (customer_id, number, amount_cents, currency, due_date)
+         SELECT id, 'INV-' || id, 12345, 'EUR', '2027-03-01' FROM c RETURNING customer_id",
+    )
+    .fetch_all(world.pool())
+    .await
+    .unwrap();
+    assert_eq!(customers.len(), 2);
+    let mailed = |world: &World| {
+        world
+            .sink
+            .received()
+            .into_iter()
+            .flat_map(|m| m.to)
+            .collect::<Vec<_>>()
+    };
+
+    // Monday 15 March 2027, 10:00 in Munich: Acme's founders' day.
+    clock_at(&world, "2027-03-15T09:00:00Z").await;
+    assert!(matches!(tick(&world).await, TickOutcome::Done(_)));
+    assert_eq!(mailed(&world), ["other@example.test"]);
+
+    // Tuesday: Acme's day is open again; Other is not mailed twice.
+    clock_at(&world, "2027-03-16T08:00:00Z").await;
+    assert!(matches!(tick(&world).await, TickOutcome::Done(_)));
+    assert_eq!(mailed(&world), ["other@example.test", "acme@example.test"]);
+}

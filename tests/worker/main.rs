@@ -20,6 +20,7 @@ mod locking;
 mod mail_headers;
 mod operator;
 mod outages;
+mod plans;
 mod proof;
 mod relays;
 mod retries;

@@ -6,10 +6,13 @@
 //! `bad_timezone` (skipped), a calendar no one knows `unknown_calendar`
 //! (sent by the window's days and hours alone).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use invoice_reminder::tick::{TickOutcome, run_tick};
 use tokio_util::sync::CancellationToken;
 
+use crate::common::relay::{Relay, RelayOptions};
 use crate::common::{World, assert_no_duplicate_mail, cli, clock_at, stdout};
 
 /// One customer in `zone` (and `calendar`), with one invoice due on `due`.
@@ -330,4 +333,49 @@ async fn without_the_zone_columns_the_window_is_checked_once_for_the_whole_tick(
     );
     assert_eq!(relay.messages(), 0);
     assert!(claims(&world).await.is_empty());
+}
+
+#[tokio::test]
+async fn two_customers_whose_windows_close_at_different_moments_in_one_tick_each_stop_at_their_own()
+{
+    // The relay greets only after three seconds; Berlin's 17:00 comes one
+    // second after the tick's clock reading, London's an hour later.
+    let relay = Relay::start(RelayOptions {
+        hold_greeting: Some(Duration::from_secs(3)),
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = World::new().await;
+    office_hours(&mut world);
+    world.set("smtp.port", relay.port);
+    let berlin = customer(&world, "Berlin", Some("Europe/Berlin"), None, "2027-01-01").await;
+    let london = customer(&world, "London", Some("Europe/London"), None, "2027-01-01").await;
+    clock_at(&world, "2027-01-11T15:59:59Z").await;
+
+    let outcome = tick(&world).await;
+
+    let TickOutcome::WindowClosed(summary) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(summary.counts.sent, 1, "{summary:?}");
+    assert_eq!(summary.counts.handed_back, 1, "{summary:?}");
+    assert_eq!(relay.messages(), 1);
+    assert_eq!(
+        claims(&world).await,
+        vec![(london, "overdue".to_owned())],
+        "Berlin's claim went back unattempted; London's window was still open"
+    );
+
+    // Tuesday 09:00 in Berlin: Berlin goes once, London not again.
+    clock_at(&world, "2027-01-12T08:00:00Z").await;
+    assert!(matches!(tick(&world).await, TickOutcome::Done(_)));
+    assert_eq!(relay.messages(), 2);
+    let mut claimed = claims(&world).await;
+    claimed.sort();
+    let mut expected = vec![
+        (berlin, "overdue".to_owned()),
+        (london, "overdue".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(claimed, expected);
 }

@@ -4,8 +4,9 @@
 //! one prove the promises it shares with invoice mode: rows that cannot be
 //! mailed hold nothing back (`clean_rows`), the operator is told the
 //! Message-ID that was sent (`message_ids`), what does not fit goes on the
-//! next tick and retries go with new steps (`rounds`), and nothing never
-//! sent is left unknown (`unsent`).
+//! next tick and retries go with new steps (`rounds`), nothing never sent
+//! is left unknown (`unsent`), and a statement goes by its customer's own
+//! date (`zones`).
 
 mod addresses;
 mod clean_rows;
@@ -14,6 +15,7 @@ mod message_ids;
 mod payment_holds;
 mod rounds;
 mod unsent;
+mod zones;
 
 use invoice_reminder::tick::run_tick;
 use sqlx::PgPool;
