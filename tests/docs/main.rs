@@ -18,6 +18,7 @@ use invoice_reminder::metrics::Metrics;
 
 mod layout;
 mod payments;
+mod send_window;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
