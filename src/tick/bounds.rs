@@ -137,6 +137,11 @@ impl Reservation<'_> {
 }
 
 /// Letters marked started whose end has not left us: at most
+/// The letters a mark waits for room for, at most: 48 letters a mark is
+/// 21 commits per 1,000, and a larger group only leaves fewer letters in
+/// flight while it is written (the defaults, 64 and a pool of 8, mark 48).
+pub(super) const MOST_PER_MARK: usize = 48;
+
 /// `send_concurrency`.
 #[derive(Debug, Clone)]
 pub(super) struct InFlight {
@@ -156,8 +161,10 @@ impl InFlight {
     /// round trip and commit take place. Marks then cost one commit per
     /// group (BENCHMARKS.md, "The in-flight limit"). At least half the limit,
     /// so a limit not much larger than the pool still marks in two
-    /// groups; a group takes more letters when more room has freed by the
-    /// time it is marked.
+    /// groups; at most [`MOST_PER_MARK`], so a larger limit keeps the rest
+    /// of it in flight while a mark is written instead of waiting for room
+    /// for a larger group; a group takes more letters when more room has
+    /// freed by the time it is marked.
     pub fn new(send_concurrency: NonZeroUsize, pool_size: u32) -> Self {
         let size = send_concurrency.get().min(Semaphore::MAX_PERMITS);
         Self {
@@ -174,7 +181,10 @@ impl InFlight {
         let busy = usize::try_from(pool_size)
             .unwrap_or(usize::MAX)
             .saturating_mul(2);
-        size.saturating_sub(busy).max(size / 2).max(1)
+        size.saturating_sub(busy)
+            .max(size / 2)
+            .min(MOST_PER_MARK)
+            .max(1)
     }
 
     /// The most letters marked whose end has not left us.
@@ -279,8 +289,10 @@ mod tests {
     }
 
     #[test]
-    fn a_mark_takes_the_limit_less_two_letters_per_connection_and_at_least_half_of_it() {
+    fn a_mark_takes_the_limit_less_two_letters_per_connection_at_least_half_of_it_and_at_most_48() {
         assert_eq!(InFlight::group_for(n(64), 8), 48);
+        assert_eq!(InFlight::group_for(n(128), 8), 48);
+        assert_eq!(InFlight::group_for(n(256), 8), 48);
         assert_eq!(InFlight::group_for(n(64), 30), 32);
         assert_eq!(InFlight::group_for(n(16), 8), 8);
         assert_eq!(InFlight::group_for(n(1), 8), 1);
