@@ -183,8 +183,7 @@ impl InFlight {
             .saturating_mul(2);
         size.saturating_sub(busy)
             .max(size / 2)
-            .min(MOST_PER_MARK)
-            .max(1)
+            .clamp(1, MOST_PER_MARK)
     }
 
     /// The most letters marked whose end has not left us.
