@@ -10,7 +10,8 @@ use sqlx::FromRow;
 use super::Db;
 use super::conn::on_db;
 use super::owing::{
-    OwingDay, in_window, invoice_gap_clear, owes_flags, priced, sane_date, windows,
+    OwingDay, in_range, in_window, invoice_gap_clear, owes_flags, priced, sane_date, scan_ranges,
+    windows,
 };
 use super::source_row::{SourceRow, source_columns};
 use crate::domain::InvoiceId;
@@ -73,15 +74,31 @@ pub struct OwedListing {
 /// today, each with its reminder row `r` for the step (NULL: a new claim;
 /// else a `failed` row with attempts left, a retry). Binds `$max_attempts`
 /// and [`OwingDay::params`].
+///
+/// The source is walked once per step, over the union of its windows on
+/// every local date (`v`). A row due where every date agrees owes the
+/// step as it is; only the others are matched to the window of their own
+/// date and calendar (at most one: a step's windows on one date and group
+/// are one range), worked out once per row (`w`, kept whole by `OFFSET
+/// 0`). Joined to every window instead, a row would be read once per date
+/// it could be in and its own date worked out for each (BENCHMARKS.md,
+/// "The survey of what is owed").
 macro_rules! owed_today {
     () => {
         concat!(
             " FROM ",
-            windows!(),
+            scan_ranges!(),
             " JOIN {src} s ON ",
+            in_range!("s", "v"),
+            " CROSS JOIN LATERAL (SELECT CASE WHEN ",
+            in_range!("s", "v.sure_from", "v.sure_to"),
+            " THEN v.key ELSE (SELECT w.key FROM ",
+            windows!(),
+            " WHERE w.key = v.key AND ",
             in_window!("s"),
+            " LIMIT 1) END AS key OFFSET 0) w",
             " LEFT JOIN {ir}.reminders r ON r.invoice_id = s.invoice_id::text AND r.period = w.key",
-            " WHERE (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
+            " WHERE w.key IS NOT NULL AND (r.id IS NULL OR (r.status = 'failed' AND r.attempts < $max_attempts)) AND ",
             owes_flags!("s"),
             " AND ",
             priced!("w.key"),

@@ -104,6 +104,46 @@ impl LocalWindows {
     }
 }
 
+impl LocalWindows {
+    /// Per scan (in [`LocalWindows::scans`]' order), the due dates that owe
+    /// its step on every local date and in every group: a row due in it
+    /// owes that step whatever its own date and calendar, so a listing
+    /// need not work them out. None when the step's windows have no date
+    /// in common, or some date or group has no window of the step.
+    pub fn sure(&self) -> Vec<Option<Window>> {
+        let sets: std::collections::BTreeSet<(NaiveDate, &str)> = self
+            .windows
+            .iter()
+            .map(|l| (l.day, l.group.as_str()))
+            .collect();
+        self.scans
+            .iter()
+            .map(|scan| {
+                let mine: Vec<&Window> = self
+                    .windows
+                    .iter()
+                    .filter(|l| l.window.step.key == scan.step.key)
+                    .map(|l| &l.window)
+                    .collect();
+                if mine.len() != sets.len() {
+                    return None;
+                }
+                // The latest start (no start: open before), the earliest end.
+                let due_from = mine.iter().filter_map(|w| w.due_from).max();
+                let due_to = mine.iter().map(|w| w.due_to).min()?;
+                if due_from.is_some_and(|f| f > due_to) {
+                    return None;
+                }
+                Some(Window {
+                    step: scan.step.clone(),
+                    due_from,
+                    due_to,
+                })
+            })
+            .collect()
+    }
+}
+
 /// Per step (in `base`'s order: oldest due dates first), the union of its
 /// windows.
 fn scans(base: &[Vec<Window>], all: &[LocalWindow]) -> Vec<Window> {

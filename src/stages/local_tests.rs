@@ -104,3 +104,67 @@ fn calendars_that_count_business_days_alike_share_a_group() {
     assert_eq!(w.groups.get("ALSO").map(String::as_str), Some("FIRST"));
     assert_eq!(w.groups.get("FAR"), None);
 }
+
+/// Every due date of every scan, against every date and group: in the
+/// step's sure range exactly when it owes that step in all of them.
+fn assert_sure_is_what_every_set_agrees_on(w: &LocalWindows) {
+    let sets: std::collections::BTreeSet<(NaiveDate, String)> =
+        w.windows.iter().map(|l| (l.day, l.group.clone())).collect();
+    let sure = w.sure();
+    assert_eq!(sure.len(), w.scans.len());
+    for (scan, sure) in w.scans.iter().zip(&sure) {
+        let mut due = scan.due_from.unwrap_or(scan.due_to - chrono::Days::new(60));
+        while due <= scan.due_to {
+            let everywhere = sets.iter().all(|(day, group)| {
+                owed(w, &day.to_string(), group, &due.to_string()).as_deref()
+                    == Some(scan.step.key.as_str())
+            });
+            let in_sure = sure
+                .as_ref()
+                .is_some_and(|s| s.due_from.is_none_or(|f| f <= due) && due <= s.due_to);
+            assert_eq!(in_sure, everywhere, "{} due {due}", scan.step.key);
+            due = due + chrono::Days::new(1);
+        }
+    }
+}
+
+#[test]
+fn a_due_date_is_sure_of_its_step_only_where_every_date_and_group_agree() {
+    let repeating = {
+        let mut s = stages(true).stages().to_vec();
+        if let Some(last) = s.last_mut() {
+            last.repeat_every_days = Some(2);
+            last.max_repeats = Some(3);
+        }
+        Stages::new(s)
+    };
+    let bavaria = Holidays::of_days("BY", [date("2027-01-06")]);
+    let calendars = [(bavaria.name().to_owned(), Arc::new(bavaria))];
+    for (stages, days) in [
+        (stages(false), Days::ALL),
+        (stages(true), Days::parse("Mon-Fri").unwrap_or(Days::ALL)),
+        (repeating, Days::parse("Mon-Fri").unwrap_or(Days::ALL)),
+    ] {
+        for now in [
+            "2027-01-06T11:30:00Z",
+            "2027-01-08T23:00:00Z",
+            "2027-01-11T01:00:00Z",
+        ] {
+            let w = LocalWindows::new(
+                &stages,
+                days,
+                calendars.iter().map(|(n, h)| (n.as_str(), h)),
+                at(now),
+            );
+            assert_sure_is_what_every_set_agrees_on(&w);
+        }
+    }
+    // One date, one group: the sure range is the scan.
+    let w = LocalWindows::new(
+        &stages(false),
+        Days::ALL,
+        std::iter::empty(),
+        at("2027-01-16T12:00:00Z"),
+    );
+    assert!(w.sure().iter().any(Option::is_some));
+}

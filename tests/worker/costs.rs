@@ -456,3 +456,70 @@ async fn holds_read_again_for_letters_that_waited_find_their_rows_by_key_not_by_
         summary.hold_reads
     );
 }
+
+/// `audit` over `owed` owed invoices (five to a customer, the customers
+/// spread over [`ZONES`] and two calendars), none reminded yet: rows read
+/// per owed invoice, by relation.
+async fn audit_cost(owed: i64) -> (f64, String) {
+    let world = World::new().await;
+    insert_backlog(&world, owed, 5).await;
+    spread_over_zones(&world).await;
+    sqlx::query("VACUUM ANALYZE")
+        .execute(world.pool())
+        .await
+        .unwrap();
+    world.pool().close().await;
+    let before = db_stats(&world).await;
+    let out = common::cli(&world, &["audit", "--json"]).await;
+    let after = db_stats(&world).await;
+    let json: serde_json::Value = serde_json::from_str(&common::stdout(&out)).unwrap();
+    assert_eq!(
+        json["missing_count"].as_i64(),
+        Some(owed),
+        "{}",
+        common::stdout(&out)
+    );
+    let mut by_relation: Vec<(String, i64)> = after
+        .rows_read
+        .iter()
+        .map(|(name, n)| {
+            (
+                name.clone(),
+                n - before.rows_read.get(name).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    by_relation.sort_by(|a, b| b.1.cmp(&a.1));
+    let read = (after.rows_read() - before.rows_read()) as f64 / owed as f64;
+    let described = by_relation
+        .iter()
+        .take(6)
+        .map(|(name, n)| format!("{name} {:.1}", *n as f64 / owed as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("audit over {owed} owed: {read:.1} rows read per owed invoice ({described})");
+    (read, described)
+}
+
+/// The survey of what is owed (`audit`, `check-source`, `run-once
+/// --dry-run`, the console's overview) walks the source once per step,
+/// however many local dates are today somewhere: about one row read per
+/// owed invoice, plus two for each one listed (its count of source rows,
+/// at most 10,000). Joined to each date's windows it read 6.2 per owed
+/// invoice at 20,000 (the planner drove it from the customers, five
+/// invoices read for each one owed), and worked out each row's own date
+/// once per window.
+#[tokio::test]
+async fn the_survey_of_what_is_owed_reads_each_owed_invoice_once_with_customers_in_twenty_zones() {
+    let (small, small_read) = audit_cost(SMALL).await;
+    let (large, large_read) = audit_cost(LARGE).await;
+    assert!(
+        large <= small * GROWTH,
+        "rows read per owed invoice grew with the backlog: {small:.1} at {SMALL} ({small_read}), {large:.1} at {LARGE} ({large_read})"
+    );
+    assert!(
+        large <= 3.0,
+        "{large:.1} rows read per owed invoice at {LARGE} ({large_read}; bound 3)"
+    );
+}

@@ -52,6 +52,25 @@ async fn claims(world: &World) -> Vec<(i64, String)> {
         .unwrap()
 }
 
+/// The steps `audit --json` lists as owed and not yet claimed, as
+/// (invoice id, step).
+async fn missing(world: &World) -> Vec<(i64, String)> {
+    let out = cli(world, &["audit", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    json["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let id = m["invoice_id"].as_str().unwrap_or_default();
+            (
+                id.parse().unwrap_or_default(),
+                m["step"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
 fn office_hours(world: &mut World) {
     world
         .set("send_window.days", "Mon-Fri")
@@ -136,12 +155,15 @@ async fn kiritimati_owes_a_step_a_day_before_honolulu_and_a_minute_before_local_
     // 11th in Honolulu: both owe `upcoming`.
     clock_at(&world, "2027-01-12T09:59:00Z").await;
     tick(&world).await;
-    // 10:00 UTC: the 13th has begun in Kiritimati (UTC+14) only.
+    // 10:00 UTC: the 13th has begun in Kiritimati (UTC+14) only; the
+    // survey of what is owed (`audit`) says so before the tick does.
     clock_at(&world, "2027-01-12T10:00:00Z").await;
+    assert_eq!(missing(&world).await, [(kiritimati, "overdue".to_owned())]);
     tick(&world).await;
     let after_kiritimati = claims(&world).await;
     // A day later it has begun in Honolulu (UTC-10).
     clock_at(&world, "2027-01-13T09:59:00Z").await;
+    assert_eq!(missing(&world).await, []);
     tick(&world).await;
     let before_honolulu = claims(&world).await;
     clock_at(&world, "2027-01-13T10:00:00Z").await;

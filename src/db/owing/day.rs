@@ -32,6 +32,13 @@ pub struct OwingDay {
     groups: Vec<String>,
     /// Each step's due dates on any local date, for the scans.
     scans: Vec<Window>,
+    scan_keys: Vec<String>,
+    scan_froms: Vec<Option<NaiveDate>>,
+    scan_tos: Vec<NaiveDate>,
+    /// Per scan, the due dates that owe its step on every local date and
+    /// in every group (`LocalWindows::sure`); no end: none.
+    sure_froms: Vec<Option<NaiveDate>>,
+    sure_tos: Vec<Option<NaiveDate>>,
     local: Local,
     pricing: Pricing,
 }
@@ -113,6 +120,7 @@ impl OwingDay {
                 window: w.clone(),
             })
             .collect::<Vec<_>>();
+        let sure: Vec<Option<Window>> = windows.iter().cloned().map(Some).collect();
         Self::of(
             date,
             now,
@@ -120,6 +128,7 @@ impl OwingDay {
             min_days_between,
             &local,
             windows.to_vec(),
+            &sure,
         )
     }
 
@@ -130,6 +139,7 @@ impl OwingDay {
         min_days_between: u32,
         windows: &[LocalWindow],
         scans: Vec<Window>,
+        sure: &[Option<Window>],
     ) -> Self {
         Self {
             date,
@@ -144,6 +154,14 @@ impl OwingDay {
             tos: windows.iter().map(|w| w.window.due_to).collect(),
             days: windows.iter().map(|w| w.day).collect(),
             groups: windows.iter().map(|w| w.group.clone()).collect(),
+            scan_keys: scans.iter().map(|w| w.step.key.to_string()).collect(),
+            scan_froms: scans.iter().map(|w| w.due_from).collect(),
+            scan_tos: scans.iter().map(|w| w.due_to).collect(),
+            sure_froms: sure
+                .iter()
+                .map(|w| w.as_ref().and_then(|w| w.due_from))
+                .collect(),
+            sure_tos: sure.iter().map(|w| w.as_ref().map(|w| w.due_to)).collect(),
             scans,
             local: Local::default(),
             pricing: Pricing::default(),
@@ -177,7 +195,8 @@ impl OwingDay {
             settings.customer_timezone().name(),
             r.min_days_between,
             &local.windows,
-            local.scans,
+            local.scans.clone(),
+            &local.sure(),
         )
         .pricing(Pricing::of(settings, date));
         let closed: serde_json::Map<String, serde_json::Value> = w
@@ -214,7 +233,9 @@ impl OwingDay {
     }
 
     /// `$today`, `$now`, `$tz`, `$gap_days`, the windows (`$step_keys`,
-    /// `$due_froms`, `$due_tos`, `$step_days`, `$step_groups`), the
+    /// `$due_froms`, `$due_tos`, `$step_days`, `$step_groups`) and their
+    /// union per step (`$scan_keys`, `$scan_froms`, `$scan_tos`, and the
+    /// part of it every date agrees on: `$sure_froms`, `$sure_tos`), the
     /// calendars (`$calendar`, `$groups`, `$closed`), the send window
     /// (`$open_days`, `$open_from`, `$open_to`) and the pricing
     /// (`$late_steps`, `$regime`, `$waiting_regimes`).
@@ -235,6 +256,11 @@ impl OwingDay {
             .with("step_keys", &self.keys)
             .with("due_froms", &self.froms)
             .with("due_tos", &self.tos)
+            .with("scan_keys", &self.scan_keys)
+            .with("scan_froms", &self.scan_froms)
+            .with("scan_tos", &self.scan_tos)
+            .with("sure_froms", &self.sure_froms)
+            .with("sure_tos", &self.sure_tos)
             .with("late_steps", &self.pricing.late_steps)
             .with("regime", &self.pricing.regime)
             .with("waiting_regimes", &self.pricing.waiting)
