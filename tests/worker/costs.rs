@@ -490,7 +490,7 @@ async fn audit_cost(owed: i64) -> (f64, String) {
         })
         .filter(|(_, n)| *n > 0)
         .collect();
-    by_relation.sort_by(|a, b| b.1.cmp(&a.1));
+    by_relation.sort_by_key(|r| std::cmp::Reverse(r.1));
     let read = (after.rows_read() - before.rows_read()) as f64 / owed as f64;
     let described = by_relation
         .iter()
