@@ -189,14 +189,15 @@ impl OwingDay {
         let r = &settings.reminders;
         let w = &settings.send_window;
         let local = LocalWindows::new(&r.stages, w.days, w.calendars.all(), now);
+        let sure = local.sure();
         let mut day = Self::of(
             date,
             now,
             settings.customer_timezone().name(),
             r.min_days_between,
             &local.windows,
-            local.scans.clone(),
-            &local.sure(),
+            local.scans,
+            &sure,
         )
         .pricing(Pricing::of(settings, date));
         let closed: serde_json::Map<String, serde_json::Value> = w
