@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
 
 use super::compose::Composer;
 use super::last_check::LastCheck;
@@ -44,13 +46,33 @@ impl Sender {
     /// Sends marked rows until the marker is done; hands each result on.
     pub async fn run(self, marked: mpsc::Receiver<Marked>, results: mpsc::Sender<Vec<Attempted>>) {
         let concurrency = self.p.ctx().settings.reminders.send_concurrency.get();
+        let p = Arc::clone(&self.p);
         let rows = TimedRows {
             marked,
-            timings: self.p.timings(),
+            timings: p.timings(),
             waiting_since: None,
         };
-        let mut outcomes = rows.map(|m| self.attempt(m)).buffer_unordered(concurrency);
-        while let Some(attempt) = outcomes.next().await {
+        // Each send is a task of its own, so the runtime's threads share
+        // them: a letter being composed never holds up another's reply,
+        // nor a connection that came free (BENCHMARKS.md, "Each send a
+        // task"). Dropping the stream aborts them, as it dropped the sends.
+        let sender = Arc::new(self);
+        let mut outcomes = rows
+            .map(|m| {
+                let sender = Arc::clone(&sender);
+                AbortOnDropHandle::new(tokio::spawn(
+                    async move { sender.attempt(m).await }.in_current_span(),
+                ))
+            })
+            .buffer_unordered(concurrency);
+        while let Some(ended) = outcomes.next().await {
+            let attempt = match ended {
+                Ok(attempt) => attempt,
+                // A send that panicked ends the phase as it did inline.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Aborted: only while the tick itself is being dropped.
+                Err(_) => None,
+            };
             if let Some(attempted) = attempt
                 && results.send(attempted).await.is_err()
             {
