@@ -242,9 +242,10 @@ impl Counts {
 /// on (`marks`, `results`, `claims`: a send slot free and no letter to
 /// take while the marker wrote a mark, wrote results, or waited for the
 /// claimer; `pacer`, `pool`, `relay`: a letter waiting for its rate slot,
-/// a connection, the relay's replies, summed over letters in flight), and
-/// what the phases spent in their own statements and in the claimer's wait
-/// for room in the claim bound.
+/// a connection, the relay's replies, summed over letters in flight), how
+/// long the pool's connections stood idle between messages (summed over
+/// connections), and what the phases spent in their own statements and in
+/// the claimer's wait for room in the claim bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Waits {
     pub marks: u64,
@@ -253,6 +254,8 @@ pub struct Waits {
     pub pacer: u64,
     pub pool: u64,
     pub relay: u64,
+    /// Connections of the pool idle between two messages.
+    pub idle_connections: u64,
     /// The claimer's statements.
     pub claim_statements: u64,
     /// The claimer waiting for room (results not yet written).

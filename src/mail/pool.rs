@@ -150,14 +150,15 @@ impl Pool {
         self.conns()
     }
 
-    /// A connection fit for the next message, if one is idle; stale or
-    /// broken idle connections are closed on the way.
-    pub fn take_idle(&self) -> Option<Pooled> {
+    /// A connection fit for the next message, if one is idle, with how
+    /// long it stood idle; stale or broken idle connections are closed on
+    /// the way.
+    pub fn take_idle(&self) -> Option<(Pooled, Duration)> {
         let mut idle = self.idle();
         let mut found = None;
         while let Some((pooled, since)) = idle.pop() {
             if fit(&pooled, since) {
-                found = Some(pooled);
+                found = Some((pooled, since.elapsed()));
                 break;
             }
         }

@@ -59,6 +59,9 @@ pub trait SendWaits: Sync {
     fn pacer(&self, took: Duration);
     fn pool(&self, took: Duration);
     fn relay(&self, took: Duration);
+    /// The connection a letter took had stood idle this long since its
+    /// last message: time the relay could have been taking mail.
+    fn idle(&self, took: Duration);
 }
 
 /// Waits told to no one.
@@ -68,6 +71,7 @@ impl SendWaits for Untold {
     fn pacer(&self, _: Duration) {}
     fn pool(&self, _: Duration) {}
     fn relay(&self, _: Duration) {}
+    fn idle(&self, _: Duration) {}
 }
 
 /// A gate that always opens.
@@ -205,8 +209,9 @@ impl Mailer {
         loop {
             let asked = Instant::now();
             let slot = pool.acquire().await.map_err(|_| SendError::NotStarted)?;
-            if let Some(pooled) = pool.take_idle() {
+            if let Some((pooled, idle)) = pool.take_idle() {
                 waits.pool(asked.elapsed());
+                waits.idle(idle);
                 if !gate.may_start().await {
                     pool.put_idle(pooled);
                     return Err(SendError::NotStarted);

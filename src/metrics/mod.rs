@@ -315,6 +315,7 @@ impl Metrics {
             ("pacer", waits.pacer),
             ("pool", waits.pool),
             ("relay", waits.relay),
+            ("idle_connections", waits.idle_connections),
         ] {
             // Milliseconds as seconds: exact enough for a counter of waits.
             #[allow(clippy::cast_precision_loss)]

@@ -343,6 +343,7 @@ async fn finish(
         waited_on_pacer_ms = waits.pacer,
         waited_on_pool_ms = waits.pool,
         waited_on_relay_ms = waits.relay,
+        idle_connections_ms = waits.idle_connections,
         claim_statements_ms = waits.claim_statements,
         claim_room_ms = waits.claim_room,
         mark_statements_ms = waits.mark_statements,

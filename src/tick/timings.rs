@@ -9,7 +9,10 @@
 //! claimer's next letters (`claims`). With a letter in hand it waits for
 //! the pacer's slot (`pacer`), a connection of the pool (`pool`) and the
 //! relay's replies (`relay`); those are summed over the letters, so with
-//! several in flight they add up to more than the tick's duration.
+//! several in flight they add up to more than the tick's duration. The
+//! other side of it: how long the pool's connections stood idle between
+//! two messages (`idle_connections`, summed over connections), time the
+//! relay could have been taking mail while no letter was ready for it.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
@@ -41,9 +44,11 @@ pub(super) enum Spent {
     WaitingOnPool,
     /// Letters waited for the relay's replies.
     WaitingOnRelay,
+    /// Connections of the pool stood idle between two messages.
+    ConnectionsIdle,
 }
 
-const KINDS: usize = 10;
+const KINDS: usize = 11;
 
 /// What the marker is doing, which an idle sender waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +126,7 @@ impl Timings {
             pacer: self.ms(WaitingOnPacer),
             pool: self.ms(WaitingOnPool),
             relay: self.ms(WaitingOnRelay),
+            idle_connections: self.ms(ConnectionsIdle),
             claim_statements: self.ms(ClaimStatements),
             claim_room: self.ms(ClaimWaitingForRoom),
             mark_statements: self.ms(MarkStatements),
@@ -138,5 +144,8 @@ impl crate::mail::smtp::SendWaits for Timings {
     }
     fn relay(&self, took: Duration) {
         self.add(Spent::WaitingOnRelay, took);
+    }
+    fn idle(&self, took: Duration) {
+        self.add(Spent::ConnectionsIdle, took);
     }
 }

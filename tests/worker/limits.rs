@@ -61,6 +61,29 @@ async fn max_per_second_spaces_the_messages_evenly() {
     );
 }
 
+#[tokio::test]
+async fn a_paced_tick_counts_the_time_its_relay_connection_stood_idle_between_messages() {
+    let mut world = World::new().await;
+    world
+        .set("smtp.max_per_second", 20)
+        .set("smtp.pool_size", 1)
+        .set("reminders.send_concurrency", 8);
+    common::insert_overdue(world.pool(), 6).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(world.sink.received().len(), 6);
+    let waits = outcome.summary().map(|s| s.waits).unwrap_or_default();
+    // One connection, five gaps of at least 50 ms while the pacer held the
+    // next letter: a lower bound only, a slow machine adds to it.
+    assert!(
+        waits.idle_connections >= 150,
+        "the connection stood idle {} ms in all: {waits:?}",
+        waits.idle_connections
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_tick_at_full_speed_stops_soon_after_its_lock_is_stolen() {
     let mut world = World::new().await;
