@@ -136,7 +136,7 @@ impl Pipeline {
             counts: Mutex::default(),
             problems: Mutex::default(),
             bound: ClaimBound::for_settings(&ctx.settings.reminders, rows_per_letter),
-            timings: Timings::default(),
+            timings: Timings::starting_now(),
             unsent: Unsent::default(),
             hold_checks: HoldChecks::default(),
             closes: None,

@@ -62,11 +62,23 @@ pub(super) enum MarkerWork {
     Recording = 2,
 }
 
-/// Accumulated times, one per [`Spent`].
-#[derive(Debug, Default)]
+/// Accumulated times, one per [`Spent`], from when the tick began.
+#[derive(Debug)]
 pub(super) struct Timings {
     nanos: [AtomicU64; KINDS],
     marker: AtomicU8,
+    began: Instant,
+}
+
+impl Timings {
+    /// Times of a tick that begins now.
+    pub fn starting_now() -> Self {
+        Self {
+            nanos: Default::default(),
+            marker: AtomicU8::default(),
+            began: Instant::now(),
+        }
+    }
 }
 
 impl Timings {
@@ -146,6 +158,8 @@ impl crate::mail::smtp::SendWaits for Timings {
         self.add(Spent::WaitingOnRelay, took);
     }
     fn idle(&self, took: Duration) {
-        self.add(Spent::ConnectionsIdle, took);
+        // A connection kept from an earlier tick counts only this tick's
+        // part of its idle time.
+        self.add(Spent::ConnectionsIdle, took.min(self.began.elapsed()));
     }
 }

@@ -84,6 +84,27 @@ async fn a_paced_tick_counts_the_time_its_relay_connection_stood_idle_between_me
     );
 }
 
+#[tokio::test]
+async fn a_connection_kept_from_the_last_tick_counts_only_this_ticks_part_of_its_idle_time() {
+    let mut world = World::new().await;
+    world.set("smtp.pool_size", 1);
+    common::insert_invoice(world.pool(), "Ada", "ada@example.test", 12, false).await;
+    let ctx = world.context().await;
+    run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+    // The connection waits in the pool between the two ticks.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    common::insert_invoice(world.pool(), "Bea", "bea@example.test", 12, false).await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(world.sink.received().len(), 2);
+    let waits = outcome.summary().map(|s| s.waits).unwrap_or_default();
+    assert!(
+        waits.idle_connections < 800,
+        "the second tick counted the pause between the ticks: {waits:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_tick_at_full_speed_stops_soon_after_its_lock_is_stolen() {
     let mut world = World::new().await;
