@@ -117,6 +117,7 @@ impl Pipeline {
         run_id: i64,
         rows_per_letter: usize,
     ) -> Self {
+        let began = Instant::now();
         Self {
             ctx: ctx.clone(),
             fence: fence.map(|f| OwnedFence {
@@ -129,14 +130,14 @@ impl Pipeline {
             halted: CancellationToken::new(),
             today,
             now,
-            began: Instant::now(),
+            began,
             run_id,
             run_date: today.to_string(),
             stopped: AtomicU8::new(NO_STOP),
             counts: Mutex::default(),
             problems: Mutex::default(),
             bound: ClaimBound::for_settings(&ctx.settings.reminders, rows_per_letter),
-            timings: Timings::starting_now(),
+            timings: Timings::since(began),
             unsent: Unsent::default(),
             hold_checks: HoldChecks::default(),
             closes: None,

@@ -71,17 +71,15 @@ pub(super) struct Timings {
 }
 
 impl Timings {
-    /// Times of a tick that begins now.
-    pub fn starting_now() -> Self {
+    /// Times of a tick that began at `began`.
+    pub fn since(began: Instant) -> Self {
         Self {
             nanos: Default::default(),
             marker: AtomicU8::default(),
-            began: Instant::now(),
+            began,
         }
     }
-}
 
-impl Timings {
     pub fn add(&self, spent: Spent, took: Duration) {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         if let Some(slot) = self.nanos.get(spent as usize) {
