@@ -174,45 +174,78 @@ impl Names {
         {
             return std::borrow::Cow::Borrowed(template);
         }
+        // A row whose own column is NULL is in the window's zone or
+        // calendar: its parts are then the statement's parameters alone,
+        // which PostgreSQL works out once per statement (folded into the
+        // plan, or an InitPlan), not once per row and window.
+        let zone_row = "COALESCE(CASE WHEN $zones::jsonb ? btrim(s.timezone::text) THEN btrim(s.timezone::text) END, $tz::text)";
+        let today_in = |zone: &str| format!("(($now::timestamptz AT TIME ZONE {zone})::date)");
         let (zone, today, zone_ok) = if self.has_zone() {
             (
-                "COALESCE(CASE WHEN $zones::jsonb ? btrim(s.timezone::text) THEN btrim(s.timezone::text) END, $tz::text)",
-                "(($now::timestamptz AT TIME ZONE {zone})::date)",
+                format!("(CASE WHEN s.timezone IS NULL THEN $tz::text ELSE {zone_row} END)"),
+                format!(
+                    "(CASE WHEN s.timezone IS NULL THEN {} ELSE {} END)",
+                    today_in("$tz::text"),
+                    today_in(zone_row)
+                ),
                 "(NULLIF(btrim(s.timezone::text), '') IS NULL OR $zones::jsonb ? btrim(s.timezone::text))",
             )
         } else {
-            ("$tz::text", "$today::date", "TRUE")
+            ("$tz::text".to_owned(), "$today::date".to_owned(), "TRUE")
         };
-        let calendar = if self.has_calendar() {
-            "COALESCE(upper(NULLIF(btrim(s.holiday_calendar::text), '')), $calendar::text)"
+        let calendar_row =
+            "COALESCE(upper(NULLIF(btrim(s.holiday_calendar::text), '')), $calendar::text)";
+        let group_of = |calendar: &str| format!("COALESCE($groups::jsonb ->> {calendar}, '')");
+        let (calendar, group) = if self.has_calendar() {
+            (
+                format!(
+                    "(CASE WHEN s.holiday_calendar IS NULL THEN $calendar::text ELSE {calendar_row} END)"
+                ),
+                format!(
+                    "(CASE WHEN s.holiday_calendar IS NULL THEN {} ELSE {} END)",
+                    group_of("$calendar::text"),
+                    group_of(calendar_row)
+                ),
+            )
         } else {
-            "$calendar::text"
+            ("$calendar::text".to_owned(), group_of("$calendar::text"))
         };
-        // The row's local clock read once (a subquery kept whole by
-        // `OFFSET 0`): "ISO day, HHMM, date", the day, the minute of the
-        // day and the date cut from it.
-        let minute = "(substr(x.t, 2, 2)::int * 60 + substr(x.t, 4, 2)::int)";
-        let open = concat!(
-            "(SELECT substr(x.t, 1, 1)::int = ANY($open_days::int[])",
-            " AND {minute} >= $open_from::int AND {minute} < $open_to::int",
-            " AND NOT ($closed::jsonb ? ({calendar} || ' ' || substr(x.t, 6)))",
-            " FROM (SELECT to_char({local}, 'IDHH24MIYYYY-MM-DD') AS t OFFSET 0) x)"
-        );
+        // The local clock read once (a subquery kept whole by `OFFSET 0`):
+        // "ISO day, HHMM, date", the day, the minute of the day and the
+        // date cut from it.
+        let open_in = |zone: &str, calendar: &str| {
+            let minute = "(substr(x.t, 2, 2)::int * 60 + substr(x.t, 4, 2)::int)";
+            format!(
+                "(SELECT substr(x.t, 1, 1)::int = ANY($open_days::int[]) \
+                 AND {minute} >= $open_from::int AND {minute} < $open_to::int \
+                 AND NOT ($closed::jsonb ? ({calendar} || ' ' || substr(x.t, 6))) \
+                 FROM (SELECT to_char(($now::timestamptz AT TIME ZONE {zone}), \
+                 'IDHH24MIYYYY-MM-DD') AS t OFFSET 0) x)"
+            )
+        };
         // Without either column every row is in the window's zone and
         // calendar, and the tick checks the window once for all
         // (`tick::clock`): nothing is asked per row.
         let open = match self.local_columns() {
-            true => open.replace("{minute}", minute),
+            true => format!(
+                "(CASE WHEN {} THEN {} ELSE {} END)",
+                match (self.has_zone(), self.has_calendar()) {
+                    (true, true) => "s.timezone IS NULL AND s.holiday_calendar IS NULL",
+                    (true, false) => "s.timezone IS NULL",
+                    _ => "s.holiday_calendar IS NULL",
+                },
+                open_in("$tz::text", "$calendar::text"),
+                open_in(&zone, &calendar)
+            ),
             false => "TRUE".to_owned(),
         };
         template
             .replace("{open}", &open)
-            .replace("{local}", "($now::timestamptz AT TIME ZONE {zone})")
-            .replace("{today}", today)
-            .replace("{group}", "COALESCE($groups::jsonb ->> {calendar}, '')")
+            .replace("{today}", &today)
+            .replace("{group}", &group)
             .replace("{zone_ok}", zone_ok)
-            .replace("{zone}", zone)
-            .replace("{calendar}", calendar)
+            .replace("{zone}", &zone)
+            .replace("{calendar}", &calendar)
             .into()
     }
 
