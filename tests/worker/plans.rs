@@ -2,7 +2,8 @@
 //! owes is worked out once per row. Flattened into the page, PostgreSQL
 //! copies the verdict into every column that reads it and runs each of its
 //! probes again for each copy (BENCHMARKS.md, "The per-row probe"): a cost
-//! that no row count shows, since the probes find nothing.
+//! that no row count shows, since the probes find nothing. A row without
+//! a zone of its own takes its day from the statement, once.
 
 use crate::common::{World, cli, stdout};
 
@@ -36,4 +37,24 @@ async fn a_customer_page_asks_each_row_about_pauses_once() {
     // The invoice's pause and its customer's, and its payment holds.
     assert_eq!(reads_of(&world, "console_pauses").await, 2);
     assert_eq!(reads_of(&world, "payment_holds").await, 1);
+}
+
+/// A row without a zone of its own is in the window's zone: its day is the
+/// statement's, folded into the plan once, not converted from the clock
+/// for every row and every window it is compared with (BENCHMARKS.md, "A
+/// row's own day, once per statement").
+#[tokio::test]
+async fn a_row_without_its_own_zone_takes_its_day_from_the_plan_not_from_a_conversion_per_row() {
+    let world = World::new().await;
+    let (window, owing) = crate::common::window(world.pool(), "overdue").await;
+    let plan =
+        invoice_reminder::db::invoices::explain_owed_page(&world.database(), &window, &owing, 500)
+            .await
+            .expect("explain a page");
+    let text = plan.to_string();
+    let folded = format!("timezone IS NULL) THEN '{}'::date", owing.date);
+    assert!(
+        text.contains(&folded),
+        "no day folded into the plan for rows without a zone ({folded}):\n{text}"
+    );
 }
