@@ -136,6 +136,11 @@ impl Db {
         sqlx::AssertSqlSafe(self.begin.to_string())
     }
 
+    /// The error of a call that ran into this pool's deadline.
+    pub(crate) fn timed_out(&self) -> sqlx::Error {
+        timed_out(self.deadline, self.deadline_key)
+    }
+
     pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
         self.pool.acquire().await
     }
@@ -156,7 +161,7 @@ impl Db {
             Ok(result) => result,
             Err(_) => {
                 conn.close_on_drop();
-                Err(E::from(timed_out(self.deadline, self.deadline_key)))
+                Err(E::from(self.timed_out()))
             }
         }
     }

@@ -99,6 +99,29 @@ pub async fn write_progress(
     marks: Marks<'_>,
     deliveries: &[Attempted],
 ) -> Result<Progress, sqlx::Error> {
+    if marks.ids.is_empty() && deliveries.is_empty() {
+        return Ok(Progress::default());
+    }
+    on_db!(db, |c| write_on(
+        db,
+        c,
+        run_id,
+        max_attempts,
+        marks,
+        deliveries
+    )
+    .await)
+}
+
+/// [`write_progress`]'s statement on `conn`.
+pub(super) async fn write_on(
+    db: &Db,
+    conn: &mut sqlx::PgConnection,
+    run_id: i64,
+    max_attempts: u32,
+    marks: Marks<'_>,
+    deliveries: &[Attempted],
+) -> Result<Progress, sqlx::Error> {
     // Each row finds its value by its position in id-sorted arrays, by
     // binary search (`width_bucket`), never by a join or a linear search
     // (BENCHMARKS.md, "Fewer writes per reminder"). The rows themselves
@@ -125,8 +148,7 @@ pub async fn write_progress(
         .with("max_attempts", &max_attempts)
         .with("mark_ids", &mark_ids)
         .with("mark_message_ids", &mark_message_ids);
-    let written: Vec<(ReminderId, bool, bool, bool)> =
-        on_db!(db, |c| statement.fetch_all(&mut *c, &params).await)?;
+    let written: Vec<(ReminderId, bool, bool, bool)> = statement.fetch_all(conn, &params).await?;
     let mut progress = Progress::default();
     for (id, recorded, gave_up, held) in written {
         if recorded {

@@ -38,6 +38,7 @@ pub mod source_row;
 pub mod sql;
 pub mod stats;
 pub mod suppressions;
+pub mod uncommitted;
 pub mod zones;
 
 use chrono::{DateTime, NaiveDate, Utc};

@@ -247,6 +247,21 @@ impl InFlight {
     }
 }
 
+/// A wait for room in the in-flight limit (see `InFlight::room`).
+pub(super) type Room = std::pin::Pin<
+    Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>,
+>;
+
+/// The room, once the wait for it ends (never, without one).
+pub(super) async fn wait_for(
+    room: &mut Option<Room>,
+) -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
+    match room {
+        Some(room) => room.await,
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

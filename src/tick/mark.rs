@@ -5,12 +5,16 @@
 //! finished since the last one (`record.rs`).
 //!
 //! At most [`InFlight::size`] letters (`send_concurrency`) are marked and
-//! not yet written to a connection at any moment: that, plus the mail the server took whose
-//! result was not yet written, is all a SIGKILL can leave unknown. A mark
-//! is taken once the limit has room for a group ([`InFlight::group`]):
-//! the limit less the letters that keep the connections busy while the
-//! mark's round trip and commit take place, so marks cost one commit per
-//! group, and results none of their own while mail flows.
+//! not yet written to a connection at any moment: that, plus the mail the
+//! server took whose result was not yet written, is all a SIGKILL can
+//! leave unknown. A mark is written ahead, in a transaction left open
+//! ([`db::uncommitted::begin_progress`]), while the letters before it are
+//! still being sent, and committed only once the limit has room for its
+//! group ([`InFlight::group`]): a row is marked only from its commit on,
+//! so the limit holds at every moment, and the senders wait for the
+//! commit's round trip at most, never for the mark's statement. A mark
+//! that waits too long for room, or has to make way for results due on
+//! their own, is rolled back and written again later.
 //!
 //! A row is sent only if this run's mark on it took effect, so a row that
 //! another run handed back (this run's lease looked over) is never sent here.
@@ -26,7 +30,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::TickError;
-use super::bounds::InFlight;
+use super::bounds::{InFlight, Room, wait_for};
 use super::pipeline::{Pipeline, Stop};
 use super::record::{Finished, RECORD_EVERY};
 use super::timings::{MarkerWork, Spent};
@@ -45,12 +49,27 @@ pub(super) struct Marked {
 /// What the claimer hands the marker: letters to mark.
 pub(super) type Batch = Vec<Letter>;
 
+/// A mark written ahead and not yet committed: its letters, the results
+/// it carries, and its open transaction.
+struct Ahead {
+    letters: Vec<Letter>,
+    results: Vec<Attempted>,
+    written: db::uncommitted::Uncommitted,
+    /// When the mark read its rows' holds (just before its statement).
+    checked_at: tokio::time::Instant,
+    /// Rolled back if the limit has no room for it by then: an open
+    /// transaction must end well within `idle_in_transaction_session_timeout`.
+    expires: tokio::time::Instant,
+}
+
 /// The mark phase of one tick.
 pub(super) struct Marker {
     p: Arc<Pipeline>,
     in_flight: InFlight,
-    /// Claimed letters waiting for room in the limit.
+    /// Claimed letters waiting for their mark.
     buffer: VecDeque<Letter>,
+    /// The next mark, written and waiting for room to commit.
+    ahead: Option<Ahead>,
     /// Results waiting to be written.
     finished: Finished,
 }
@@ -62,6 +81,7 @@ impl Marker {
             p,
             in_flight,
             buffer: VecDeque::new(),
+            ahead: None,
             finished,
         }
     }
@@ -79,32 +99,47 @@ impl Marker {
         let mut to_send = Some(to_send);
         let (mut claiming, mut sending) = (true, true);
         let mut arrived = Vec::new();
-        // The wait for room and the results' deadline live across the
-        // loop's turns: a turn per result must not make a new waiter and a
-        // new timer each time.
+        // The wait for room and the timer live across the loop's turns: a
+        // turn per result must not make a new waiter and a new timer each
+        // time.
         let mut room: Option<Room> = None;
         let timer = tokio::time::sleep(RECORD_EVERY);
         tokio::pin!(timer);
         let mut timer_at = None;
         loop {
             if self.p.stop_reason().is_some() {
+                self.roll_back().await;
                 self.skip_buffered();
             }
             // Nothing more to mark: the senders finish what they have.
-            if !claiming && self.buffer.is_empty() {
+            if !claiming && self.buffer.is_empty() && self.ahead.is_none() {
                 to_send = None;
             }
             if to_send.is_none() && !sending {
+                self.roll_back().await;
                 break;
             }
-            let marking = to_send.is_some() && !self.buffer.is_empty();
-            if !marking {
-                room = None;
-            } else if room.is_none() {
-                let n = self.buffer.len().min(self.in_flight.group());
-                room = Some(Box::pin(self.in_flight.room(n)));
+            // The next mark is written as soon as there are letters for it.
+            if to_send.is_some() && self.ahead.is_none() && !self.buffer.is_empty() {
+                // Every result that came in rides with it.
+                while let Ok(letter) = results.try_recv() {
+                    self.finished.add(letter);
+                }
+                self.write_ahead().await;
+                continue;
             }
-            let deadline = self.finished.deadline();
+            let marking = self.ahead.is_some();
+            match &self.ahead {
+                None => room = None,
+                Some(ahead) if room.is_none() => {
+                    room = Some(Box::pin(self.in_flight.room(ahead.letters.len())));
+                }
+                Some(_) => {}
+            }
+            let deadline = match (self.finished.deadline(), &self.ahead) {
+                (Some(at), Some(ahead)) => Some(at.min(ahead.expires)),
+                (at, ahead) => at.or(ahead.as_ref().map(|a| a.expires)),
+            };
             if deadline != timer_at {
                 if let Some(at) = deadline {
                     timer.as_mut().reset(at);
@@ -120,15 +155,11 @@ impl Marker {
                 permit = wait_for(&mut room) => {
                     room = None;
                     match permit {
-                        Ok(first) => {
-                            // Every result that came in rides with this mark.
-                            while let Ok(letter) = results.try_recv() {
-                                self.finished.add(letter);
-                            }
-                            let permits = self.in_flight.take(first, self.buffer.len());
-                            self.mark_group(permits, to_send.as_ref()).await;
+                        Ok(room) => self.commit(room, to_send.as_ref()).await,
+                        Err(_) => {
+                            self.roll_back().await;
+                            self.skip_buffered();
                         }
-                        Err(_) => self.skip_buffered(),
                     }
                 }
                 got = results.recv_many(&mut arrived, usize::MAX), if sending => {
@@ -142,7 +173,13 @@ impl Marker {
                         self.record().await;
                     }
                 }
-                () = &mut timer, if timer_at.is_some() => self.record().await,
+                () = &mut timer, if timer_at.is_some() => {
+                    if self.ahead.as_ref().is_some_and(|a| a.expires <= tokio::time::Instant::now()) {
+                        self.roll_back().await;
+                    }
+                    self.record().await;
+                }
+                () = self.p.stopped(), if marking => {}
             }
         }
         if !self.finished.is_empty() {
@@ -151,8 +188,13 @@ impl Marker {
         self.finished.outcome()
     }
 
-    /// Writes the results waiting, without a mark.
+    /// Writes the results waiting, without a mark; a mark written ahead
+    /// makes way for them (rolled back, to be written again).
     async fn record(&mut self) {
+        if self.finished.is_empty() {
+            return;
+        }
+        self.roll_back().await;
         let results = self.finished.take(&self.p);
         if results.is_empty() {
             return;
@@ -170,18 +212,14 @@ impl Marker {
         self.finished.written(&self.p, results, written);
     }
 
-    /// Marks the next group, one letter per permit (the limit's room for
-    /// it), with the results waiting, and passes its rows on.
-    async fn mark_group(
-        &mut self,
-        permits: Vec<OwnedSemaphorePermit>,
-        to_send: Option<&mpsc::Sender<Marked>>,
-    ) {
-        // Waiting for room may have outlasted the lease.
+    /// Writes the next group's mark, with the results waiting, in a
+    /// transaction left open until the limit has room for it.
+    async fn write_ahead(&mut self) {
+        // Waiting for claimed letters may have outlasted the lease.
         if self.p.stop_reason().is_some() {
             return self.skip_buffered();
         }
-        let take = permits.len().min(self.buffer.len());
+        let take = self.in_flight.group().min(self.buffer.len());
         let letters: Vec<Letter> = self.buffer.drain(..take).collect();
         let mut ids = Vec::new();
         let mut message_ids = Vec::new();
@@ -191,15 +229,17 @@ impl Marker {
                 message_ids.push(letter.message_id.clone());
             }
         }
-        // Before the statement: a mark whose reply is lost may have taken.
+        // Before the statement: a mark whose commit's reply is lost may
+        // have taken.
         self.p.unsent().add(&letters);
         let results = self.finished.take(&self.p);
         let marks = db::deliveries::Marks {
             ids: &ids,
             message_ids: &message_ids,
         };
-        let writing = db::deliveries::write_progress(
-            &self.p.ctx().phases.marks,
+        let marks_db = &self.p.ctx().phases.marks;
+        let writing = db::uncommitted::begin_progress(
+            marks_db,
             self.p.run_id(),
             self.p.ctx().settings.reminders.max_attempts,
             marks,
@@ -210,7 +250,73 @@ impl Marker {
         timings.marker(MarkerWork::Marking);
         let written = timings.time(Spent::MarkStatements, writing).await;
         timings.marker(MarkerWork::Waiting);
-        let (marked, held): (HashSet<ReminderId>, HashSet<ReminderId>) = match written {
+        match written {
+            Ok(written) => {
+                let expires = tokio::time::Instant::now() + marks_db.deadline() / 2;
+                self.ahead = Some(Ahead {
+                    letters,
+                    results,
+                    written,
+                    checked_at,
+                    expires,
+                });
+            }
+            Err(e) => self.failed(e, results, ids.len()),
+        }
+    }
+
+    /// The mark written ahead, if any, is rolled back: its letters go back
+    /// to the front of the buffer, its results back to those waiting.
+    async fn roll_back(&mut self) {
+        let Some(ahead) = self.ahead.take() else {
+            return;
+        };
+        ahead.written.rollback().await;
+        self.p
+            .unsent()
+            .forget(ahead.letters.iter().flat_map(|l| l.ids()));
+        for letter in ahead.letters.into_iter().rev() {
+            self.buffer.push_front(letter);
+        }
+        self.finished.add(ahead.results);
+    }
+
+    /// A mark's statement or commit failed: no more mail this tick. The
+    /// mark may have committed with its reply lost: its rows were never
+    /// sent, so the end of the run returns them.
+    fn failed(&mut self, e: sqlx::Error, results: Vec<Attempted>, rows: usize) {
+        if self.p.stop(Stop::RecordFailed) {
+            tracing::error!(error = %e, "rows cannot be marked started; no more mail is started this tick");
+        }
+        self.finished.written(&self.p, results, Err(e));
+        self.p.bound().release(rows);
+    }
+
+    /// The limit has room for the mark written ahead: it is committed, one
+    /// letter per permit, and its rows are passed on.
+    async fn commit(&mut self, room: OwnedSemaphorePermit, to_send: Option<&mpsc::Sender<Marked>>) {
+        let Some(ahead) = self.ahead.take() else {
+            return;
+        };
+        // Waiting for room may have outlasted the lease.
+        if self.p.stop_reason().is_some() {
+            self.ahead = Some(ahead);
+            self.roll_back().await;
+            return self.skip_buffered();
+        }
+        let Ahead {
+            letters,
+            results,
+            written,
+            checked_at,
+            ..
+        } = ahead;
+        let permits = self.in_flight.take(room, letters.len());
+        let timings = self.p.timings();
+        timings.marker(MarkerWork::Marking);
+        let committed = timings.time(Spent::MarkStatements, written.commit()).await;
+        timings.marker(MarkerWork::Waiting);
+        let (marked, held): (HashSet<ReminderId>, HashSet<ReminderId>) = match committed {
             Ok(progress) => {
                 self.finished
                     .written(&self.p, results, Ok(progress.recorded));
@@ -220,14 +326,8 @@ impl Marker {
                 )
             }
             Err(e) => {
-                if self.p.stop(Stop::RecordFailed) {
-                    tracing::error!(error = %e, "rows cannot be marked started; no more mail is started this tick");
-                }
-                self.finished.written(&self.p, results, Err(e));
-                // The mark may have committed with its reply lost: these rows
-                // were never sent, so the end of the run returns them.
-                self.p.bound().release(ids.len());
-                return;
+                let rows = letters.iter().map(|l| l.rows.len()).sum();
+                return self.failed(e, results, rows);
             }
         };
         let (mut skipped, mut withheld) = (0usize, 0usize);
@@ -284,20 +384,5 @@ impl Marker {
         let n = self.buffer.iter().map(|l| l.rows.len()).sum();
         self.buffer.clear();
         self.p.bound().release(n);
-    }
-}
-
-/// A wait for room in the in-flight limit (see `InFlight::room`).
-type Room = std::pin::Pin<
-    Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>,
->;
-
-/// The room, once the wait for it ends (never, without one).
-async fn wait_for(
-    room: &mut Option<Room>,
-) -> Result<OwnedSemaphorePermit, tokio::sync::AcquireError> {
-    match room {
-        Some(room) => room.await,
-        None => std::future::pending().await,
     }
 }

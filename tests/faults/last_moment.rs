@@ -17,7 +17,7 @@ use crate::signals::{explain, generic, spawn_signals};
 use crate::webhook::new_secret;
 
 /// `run-once` in the background; its output when it ends.
-fn run_once(world: &World) -> tokio::task::JoinHandle<std::process::Output> {
+pub(crate) fn run_once(world: &World) -> tokio::task::JoinHandle<std::process::Output> {
     let env = world.env();
     tokio::spawn(async move {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_invoice-reminder"))
@@ -34,7 +34,7 @@ fn run_once(world: &World) -> tokio::task::JoinHandle<std::process::Output> {
 }
 
 /// The invoices of every mail received so far.
-fn mailed(world: &World) -> HashSet<i64> {
+pub(crate) fn mailed(world: &World) -> HashSet<i64> {
     world
         .sink
         .received()

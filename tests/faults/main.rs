@@ -9,6 +9,7 @@
 mod common;
 mod harness;
 
+mod ahead;
 mod bad_input;
 mod clock;
 mod customers;
