@@ -56,7 +56,8 @@ const KINDS: usize = 11;
 pub(super) enum MarkerWork {
     /// Waiting for claimed letters (or for room in the in-flight limit).
     Waiting = 0,
-    /// Writing a mark (with the results it carries).
+    /// Writing a mark (with the results it carries), ahead of its room,
+    /// or committing it.
     Marking = 1,
     /// Writing results without a mark.
     Recording = 2,
