@@ -14,7 +14,9 @@ use crate::harness;
 use crate::last_moment::{mailed, run_once};
 
 /// Rows of a mark written and not committed: locked by the worker's open
-/// transaction and, as everyone else sees them, not started.
+/// transaction and, as everyone else sees them, not started. The open
+/// transaction is known by its state and its write, not its text: a mark
+/// carrying results is longer than `track_activity_query_size` shows.
 async fn written_ahead(pool: &sqlx::PgPool) -> i64 {
     sqlx::query_scalar(
         "WITH free AS (SELECT id FROM reminders WHERE status = 'sending' FOR SHARE SKIP LOCKED)
@@ -24,7 +26,7 @@ async fn written_ahead(pool: &sqlx::PgPool) -> i64 {
             AND EXISTS (SELECT 1 FROM pg_stat_activity a
                          WHERE a.datname = current_database()
                            AND a.state = 'idle in transaction'
-                           AND a.query LIKE '%marked AS%')",
+                           AND a.backend_xid IS NOT NULL)",
     )
     .fetch_one(pool)
     .await
