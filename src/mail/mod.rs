@@ -17,6 +17,7 @@ pub mod pace;
 mod pdf;
 mod pool;
 mod replies;
+mod ride;
 pub mod smtp;
 pub mod statement;
 pub mod templates;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lettre::transport::smtp::client::AsyncSmtpConnection;
-use tokio::sync::{AcquireError, Semaphore, SemaphorePermit, watch};
+use tokio::sync::{AcquireError, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, timeout};
 
 /// Idle pooled connections older than this are closed instead of reused.
@@ -39,13 +39,17 @@ pub(super) struct Conns {
 
 type Counts = Arc<watch::Sender<Conns>>;
 
+/// A transaction slot: its permit goes back to the pool when dropped,
+/// wherever that is (a send may hand it over with its connection).
+pub(super) type Slot = OwnedSemaphorePermit;
+
 pub(super) struct Pool {
     /// The size [`Pool::restore`] gives back: `smtp.pool_size`.
     full: std::sync::atomic::AtomicUsize,
     counts: Counts,
     /// One permit per transaction that may run at once: `full`, fewer after
     /// the server refused extra connections.
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     /// How many permits `slots` holds in all now. Changed only together
     /// with the permits themselves, under this lock.
     capacity: Mutex<usize>,
@@ -116,15 +120,20 @@ impl Pool {
         Self {
             full: std::sync::atomic::AtomicUsize::new(size),
             counts: Arc::new(watch::Sender::new(Conns::default())),
-            slots: Semaphore::new(size),
+            slots: Arc::new(Semaphore::new(size)),
             capacity: Mutex::new(size),
             idle: Mutex::new(Vec::new()),
         }
     }
 
     /// Waits for a transaction slot.
-    pub async fn acquire(&self) -> Result<SemaphorePermit<'_>, AcquireError> {
-        self.slots.acquire().await
+    pub async fn acquire(&self) -> Result<Slot, AcquireError> {
+        Arc::clone(&self.slots).acquire_owned().await
+    }
+
+    /// A transaction slot if one is free now.
+    pub fn try_acquire(&self) -> Option<Slot> {
+        Arc::clone(&self.slots).try_acquire_owned().ok()
     }
 
     /// Counts an attempt to connect until the guard is dropped or opened.
@@ -191,7 +200,7 @@ impl Pool {
     /// The server refused one more connection: one permit fewer (keeping
     /// at least one), `slot` being the one given up. Returns the new
     /// capacity when it shrank.
-    pub fn use_fewer(&self, slot: SemaphorePermit<'_>) -> Option<usize> {
+    pub fn use_fewer(&self, slot: Slot) -> Option<usize> {
         let mut capacity = self.capacity();
         if *capacity <= 1 {
             return None;

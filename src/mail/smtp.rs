@@ -35,10 +35,11 @@ use tokio::time::{Instant, timeout};
 use super::OutgoingMail;
 use super::connect::{ConnectError, Connector};
 use super::pace::{NotReady, Pacer};
-use super::pool::{Pool, Pooled};
+use super::pool::{Pool, Slot};
 use super::replies::SendError;
 use super::replies::says_throttled;
-use super::transaction::{Accepted, transact};
+use super::ride::{Board, Handoff, Seats};
+use super::transaction::Accepted;
 use super::written::OnWritten;
 use crate::config::SmtpSettings;
 
@@ -100,6 +101,9 @@ struct MailerInner {
     /// `smtp.pool_size` connections and transaction slots, fewer while
     /// the server refuses extra connections.
     pool: Pool,
+    /// Messages waiting for a connection whose envelope may ride on the
+    /// end of another's (`ride`).
+    board: Board,
     hello: ClientId,
 }
 
@@ -117,6 +121,7 @@ impl Mailer {
                 durations,
                 pacer: Pacer::new(settings.max_per_second),
                 pool: Pool::new(settings.pool_size as usize),
+                board: Board::default(),
                 hello: ClientId::default(),
             }),
         }
@@ -208,22 +213,41 @@ impl Mailer {
         let limit = self.inner.settings.timeout;
         loop {
             let asked = Instant::now();
-            let slot = pool.acquire().await.map_err(|_| SendError::NotStarted)?;
-            if let Some((pooled, idle)) = pool.take_idle() {
+            let (slot, handed) = self.seats().slot_for(mail).await?;
+            let reused = match handed {
+                // Our envelope went out after the last message on it.
+                Some(Handoff::Ready(pooled)) => Some((*pooled, Duration::ZERO, true)),
+                Some(Handoff::Broken) => None,
+                None => pool.take_idle().map(|(pooled, idle)| (pooled, idle, false)),
+            };
+            let mut slot = Some(slot);
+            if let Some((pooled, idle, envelope_written)) = reused {
                 waits.pool(asked.elapsed());
                 waits.idle(idle);
                 if !gate.may_start().await {
-                    pool.put_idle(pooled);
+                    // With our envelope written, DATA's 354 waits on it for
+                    // a body that never comes: it is closed instead.
+                    if !envelope_written {
+                        pool.put_idle(pooled);
+                    }
                     return Err(SendError::NotStarted);
                 }
                 // A connection that breaks before its first reply (the
                 // server closed it while idle) gets the message on a fresh
                 // one: nothing was delivered, and its end never left us.
-                match self.transact(pooled, mail, caller(kept), waits).await {
-                    Err(SendError::NotDelivered { replied: false, .. }) => {}
+                let (result, back) = self
+                    .transact(pooled, envelope_written, slot.take(), mail, kept, waits)
+                    .await;
+                match result {
+                    Err(SendError::NotDelivered { replied: false, .. }) if back.is_some() => {
+                        slot = back;
+                    }
                     other => return other,
                 }
             }
+            let Some(slot) = slot else {
+                continue;
+            };
             let connecting = pool.connecting();
             let opening = Instant::now();
             match self.connector().connect().await {
@@ -234,7 +258,8 @@ impl Mailer {
                         pool.put_idle(pooled);
                         return Err(SendError::NotStarted);
                     }
-                    return self.transact(pooled, mail, caller(kept), waits).await;
+                    let sent = self.transact(pooled, false, Some(slot), mail, kept, waits);
+                    return sent.await.0;
                 }
                 Err(ConnectError::LoginRefused(reason)) => {
                     return Err(SendError::LoginRefused { reason });
@@ -278,7 +303,7 @@ impl Mailer {
 
     /// The server refused one more connection: shrink the pool by one
     /// (keeping at least one), logging the new size.
-    fn use_fewer(&self, slot: tokio::sync::SemaphorePermit<'_>, reason: &str) {
+    fn use_fewer(&self, slot: Slot, reason: &str) {
         if let Some(connections) = self.inner.pool.use_fewer(slot) {
             tracing::warn!(
                 connections,
@@ -295,30 +320,32 @@ impl Mailer {
         }
     }
 
-    /// One transaction on `pooled`, which goes back to the pool if it can
-    /// be reused and is closed (no longer counted open) otherwise.
+    /// One transaction on `pooled` (`ride::Seats::transact`), its time
+    /// told as the relay's.
     async fn transact(
         &self,
-        mut pooled: Pooled,
+        pooled: super::pool::Pooled,
+        envelope_written: bool,
+        slot: Option<Slot>,
         mail: &OutgoingMail,
-        on_written: Option<OnWritten>,
+        kept: Option<&Kept>,
         waits: &dyn SendWaits,
-    ) -> Result<Accepted, SendError> {
+    ) -> (Result<Accepted, SendError>, Option<Slot>) {
         let started = Instant::now();
-        let (result, reusable) = transact(
-            &mut pooled.conn,
-            pooled.written.as_deref(),
-            on_written,
-            pooled.pipelining,
-            mail,
-            self.inner.settings.timeout,
-        )
-        .await;
+        let seats = self.seats();
+        let sent = seats.transact(pooled, envelope_written, slot, mail, caller(kept));
+        let ended = sent.await;
         waits.relay(started.elapsed());
-        if reusable {
-            self.inner.pool.put_idle(pooled);
+        ended
+    }
+
+    /// The pool and its board, for one send.
+    fn seats(&self) -> Seats<'_> {
+        Seats {
+            pool: &self.inner.pool,
+            board: &self.inner.board,
+            limit: self.inner.settings.timeout,
         }
-        result
     }
 
     fn connector(&self) -> Connector<'_> {

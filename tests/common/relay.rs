@@ -66,6 +66,9 @@ struct State {
     rcpt_commands: AtomicUsize,
     /// Commands that arrived while another was still unanswered (pipelined).
     pipelined: AtomicUsize,
+    /// Messages whose final dot came with the next message's MAIL behind
+    /// it, before the relay replied to the dot.
+    riders: AtomicUsize,
     auth_failures: AtomicUsize,
     /// Messages still to cut half-way (see [`RelayOptions::cut_messages`]).
     to_cut: AtomicUsize,
@@ -204,6 +207,12 @@ impl Relay {
     /// one.
     pub fn pipelined_commands(&self) -> usize {
         self.state.pipelined.load(Ordering::SeqCst)
+    }
+
+    /// How many messages' final dots had the next message's MAIL behind
+    /// them, written before the relay replied to the dot.
+    pub fn envelopes_behind_an_end(&self) -> usize {
+        self.state.riders.load(Ordering::SeqCst)
     }
 
     pub fn rcpt_commands(&self) -> usize {
@@ -409,6 +418,9 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                         return None;
                     }
                     if line == ".\r\n" {
+                        if conn.buffer().starts_with(b"MAIL") {
+                            state.riders.fetch_add(1, Ordering::SeqCst);
+                        }
                         break;
                     }
                     message.push_str(&line);

@@ -24,6 +24,7 @@ mod plans;
 mod proof;
 mod relays;
 mod retries;
+mod riding;
 mod send_window;
 mod source;
 mod stages;

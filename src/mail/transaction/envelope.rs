@@ -69,12 +69,21 @@ pub(super) async fn pipelined_envelope(
     rcpts: &[Rcpt],
     limit: Duration,
 ) -> Result<Vec<Failure>, Envelope> {
-    let group = Group(
-        std::iter::once(mail_from.to_string())
-            .chain(rcpts.iter().map(ToString::to_string))
-            .chain(std::iter::once(Data.to_string()))
-            .collect(),
-    );
+    // The group's write, and the reply to MAIL.
+    let first = step(limit, conn.command(group(mail_from, rcpts))).await;
+    envelope_replies(conn, first.map(|_| ()), rcpts.len(), limit).await
+}
+
+/// The replies to an envelope already written (by this send, or by the
+/// send before it on this connection, after its message's end): MAIL's
+/// (`mail`, read already when this send wrote the group), each RCPT's and
+/// DATA's. Ok as `stepwise_envelope`'s.
+pub(super) async fn envelope_replies(
+    conn: &mut AsyncSmtpConnection,
+    mail: Result<(), StepError>,
+    rcpts: usize,
+    limit: Duration,
+) -> Result<Vec<Failure>, Envelope> {
     let mut first_error: Option<Failure> = None;
     let mut refusals: Vec<Failure> = Vec::new();
     let mut note = |result: Result<(), StepError>, rcpt: Option<usize>| -> Result<(), Envelope> {
@@ -93,13 +102,12 @@ pub(super) async fn pipelined_envelope(
             Ok(()) => Ok(()),
         }
     };
-    // The group's write, and the reply to MAIL.
-    note(step(limit, conn.command(group)).await.map(|_| ()), None)?;
-    for n in 0..rcpts.len() {
+    note(mail, None)?;
+    for n in 0..rcpts {
         note(step(limit, conn.read_response()).await.map(|_| ()), Some(n))?;
     }
     let data = step(limit, conn.read_response()).await;
-    let all_refused = refusals.len() == rcpts.len();
+    let all_refused = refusals.len() == rcpts;
     let mut refusals = refusals.into_iter();
     let first_error = match first_error {
         Some(first) => Some(first),
@@ -115,6 +123,16 @@ pub(super) async fn pipelined_envelope(
     }
 }
 
+/// MAIL, every RCPT and DATA as the lines of one write.
+pub(super) fn group(mail_from: Mail, rcpts: &[Rcpt]) -> Group {
+    Group(
+        std::iter::once(mail_from.to_string())
+            .chain(rcpts.iter().map(ToString::to_string))
+            .chain(std::iter::once(Data.to_string()))
+            .collect(),
+    )
+}
+
 /// Whether the error is the server's negative reply (the session still in
 /// step), not a broken connection or a timeout.
 pub(super) fn is_reply(e: &StepError) -> bool {
@@ -122,7 +140,7 @@ pub(super) fn is_reply(e: &StepError) -> bool {
 }
 
 /// Several commands sent in one write (the lines of each, in order).
-struct Group(Vec<String>);
+pub(super) struct Group(Vec<String>);
 
 impl std::fmt::Display for Group {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

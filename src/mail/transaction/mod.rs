@@ -43,7 +43,9 @@ use lettre::transport::smtp::extension::{Extension, MailBodyParameter, MailParam
 
 mod envelope;
 
-use envelope::{Envelope, Failure, is_reply, pipelined_envelope, stepwise_envelope};
+use envelope::{
+    Envelope, Failure, envelope_replies, group, is_reply, pipelined_envelope, stepwise_envelope,
+};
 pub(super) use envelope::{StepError, step};
 
 use super::OutgoingMail;
@@ -86,6 +88,22 @@ impl Accepted {
     }
 }
 
+/// How one transaction's envelope goes on its connection, and what rides
+/// on its message's end.
+pub(super) struct Turn<'a> {
+    /// The server offered PIPELINING (RFC 2920) on this connection.
+    pub pipelining: bool,
+    /// The send before this one wrote this message's envelope after its
+    /// own message's end ([`rider_envelope`]): only its replies are read.
+    pub envelope_written: bool,
+    /// Asked once, just before the message's end is written, on a
+    /// pipelining connection: the envelope of the next message, written
+    /// in the same write (RFC 2920 lets a group begin with a message's
+    /// content). Its replies follow this message's and are read by that
+    /// next message's own transaction.
+    pub next: Option<&'a mut (dyn FnMut() -> Option<String> + Send)>,
+}
+
 /// One SMTP transaction on `conn`, each step within `limit`. Says whether
 /// the connection can be reused (success, or MAIL/RCPT refused and the
 /// session reset). `written` watches the connection's writes; `on_written`
@@ -95,25 +113,68 @@ pub(super) async fn transact(
     conn: &mut AsyncSmtpConnection,
     written: Option<&Written>,
     on_written: Option<OnWritten>,
-    pipelining: bool,
+    turn: Turn<'_>,
     mail: &OutgoingMail,
     limit: Duration,
 ) -> (Result<Accepted, SendError>, bool) {
     if let Some(w) = written {
         w.reset();
     }
-    let outcome = transact_watched(conn, written, on_written, pipelining, mail, limit).await;
+    let outcome = transact_watched(conn, written, on_written, turn, mail, limit).await;
     if let Some(w) = written {
         w.reset();
     }
     outcome
 }
 
+/// The envelope of `mail` as the next message's, written after another
+/// message's end on the same connection; None when it cannot ride (an
+/// address that is not ASCII needs the server's SMTPUTF8, which only the
+/// send on its own connection checks).
+pub(super) fn rider_envelope(mail: &OutgoingMail) -> Option<String> {
+    if needs_utf8(mail) {
+        return None;
+    }
+    let (mail_from, rcpts) = envelope_of(mail, false);
+    Some(group(mail_from, &rcpts).to_string())
+}
+
+fn needs_utf8(mail: &OutgoingMail) -> bool {
+    mail.envelope
+        .from()
+        .is_some_and(|a| !AsRef::<str>::as_ref(a).is_ascii())
+        || mail
+            .envelope
+            .to()
+            .iter()
+            .any(|a| !AsRef::<str>::as_ref(a).is_ascii())
+}
+
+/// MAIL (with SMTPUTF8 when `utf8`, 8BITMIME for a body that is not
+/// ASCII) and one RCPT per recipient.
+fn envelope_of(mail: &OutgoingMail, utf8: bool) -> (Mail, Vec<Rcpt>) {
+    let mut params = Vec::new();
+    if utf8 {
+        params.push(MailParameter::SmtpUtfEight);
+    }
+    if !mail.bytes.is_ascii() {
+        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+    let mail_from = Mail::new(mail.envelope.from().cloned(), params);
+    let rcpts = mail
+        .envelope
+        .to()
+        .iter()
+        .map(|to| Rcpt::new(to.clone(), vec![]))
+        .collect();
+    (mail_from, rcpts)
+}
+
 async fn transact_watched(
     conn: &mut AsyncSmtpConnection,
     written: Option<&Written>,
     on_written: Option<OnWritten>,
-    pipelining: bool,
+    turn: Turn<'_>,
     mail: &OutgoingMail,
     limit: Duration,
 ) -> (Result<Accepted, SendError>, bool) {
@@ -137,40 +198,26 @@ async fn transact_watched(
             replied: false,
         },
     };
-    let mut params = Vec::new();
-    let non_ascii = mail
-        .envelope
-        .from()
-        .is_some_and(|a| !AsRef::<str>::as_ref(a).is_ascii())
-        || mail
-            .envelope
-            .to()
-            .iter()
-            .any(|a| !AsRef::<str>::as_ref(a).is_ascii());
-    if non_ascii {
-        if !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
-            let e = SendError::NotDelivered {
-                reason: "the address is not ASCII and the server does not support SMTPUTF8".into(),
-                connect: false,
-                permanent: true,
-                replied: true,
-            };
-            return (Err(e), true);
-        }
-        params.push(MailParameter::SmtpUtfEight);
+    let utf8 = needs_utf8(mail);
+    if utf8 && !conn.server_info().supports_feature(Extension::SmtpUtfEight) {
+        let e = SendError::NotDelivered {
+            reason: "the address is not ASCII and the server does not support SMTPUTF8".into(),
+            connect: false,
+            permanent: true,
+            replied: true,
+        };
+        return (Err(e), true);
     }
-    if !mail.bytes.is_ascii() {
-        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
-    }
-
-    let mail_from = Mail::new(mail.envelope.from().cloned(), params);
-    let rcpts: Vec<Rcpt> = mail
-        .envelope
-        .to()
-        .iter()
-        .map(|to| Rcpt::new(to.clone(), vec![]))
-        .collect();
-    let envelope = if pipelining {
+    let (mail_from, rcpts) = envelope_of(mail, utf8);
+    let Turn {
+        pipelining,
+        envelope_written,
+        next,
+    } = turn;
+    let envelope = if envelope_written {
+        let first = step(limit, conn.read_response()).await.map(|_| ());
+        envelope_replies(conn, first, rcpts.len(), limit).await
+    } else if pipelining {
         pipelined_envelope(conn, mail_from, &rcpts, limit).await
     } else {
         stepwise_envelope(conn, mail_from, &rcpts, limit).await
@@ -237,7 +284,11 @@ async fn transact_watched(
         None => on_written,
     };
     let sent = match std::str::from_utf8(data) {
-        Ok(text) => step(limit, conn.command(Content(text))).await,
+        Ok(text) => {
+            let rider = next.filter(|_| pipelining).and_then(|next| next());
+            let content = Content(text, rider.as_deref().unwrap_or_default());
+            step(limit, conn.command(content)).await
+        }
         Err(_) => step(limit, conn.message(data)).await,
     };
     let sent = match sent {
@@ -296,9 +347,10 @@ const LAST_LOOK: Duration = Duration::from_millis(200);
 
 /// A message's content after DATA's 354, as one write: every line that
 /// starts with "." gets another (RFC 5321 4.5.2, as lettre's own codec
-/// does), then CRLF "." CRLF. Written in runs between the lines that need
-/// the extra dot (most messages have none), not line by line.
-struct Content<'a>(&'a str);
+/// does), then CRLF "." CRLF, then the next message's envelope if one
+/// rides on it. Written in runs between the lines that need the extra dot
+/// (most messages have none), not line by line.
+struct Content<'a>(&'a str, &'a str);
 
 impl std::fmt::Display for Content<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -317,7 +369,8 @@ impl std::fmt::Display for Content<'_> {
             from = end;
         }
         f.write_str(text.get(from..).unwrap_or_default())?;
-        f.write_str("\r\n.\r\n")
+        f.write_str("\r\n.\r\n")?;
+        f.write_str(self.1)
     }
 }
 
@@ -327,7 +380,7 @@ mod tests {
 
     #[test]
     fn content_lines_starting_with_a_dot_get_another_and_the_end_marker_follows() {
-        let wire = |s: &str| Content(s).to_string();
+        let wire = |s: &str| Content(s, "").to_string();
         assert_eq!(wire("a\r\n.b\r\nc"), "a\r\n..b\r\nc\r\n.\r\n");
         assert_eq!(wire(".first"), "..first\r\n.\r\n");
         assert_eq!(wire("a\r\n.\r\nb"), "a\r\n..\r\nb\r\n.\r\n");
