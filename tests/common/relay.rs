@@ -49,6 +49,10 @@ pub struct RelayOptions {
     /// then the connection is dropped with a reset instead of a reply, as
     /// when a relay's process dies after queueing a message.
     pub reset_after_end: usize,
+    /// Each reply to a message's final dot waits for a permit of this
+    /// semaphore (taken for good): the test decides when the relay
+    /// answers, as a slow relay does.
+    pub end_replies: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// What a connection beyond the limit is told before it is closed.
@@ -429,6 +433,9 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                     // The whole message read, final dot included; no reply.
                     state.unanswered.lock().unwrap().push(message);
                     return None;
+                }
+                if let Some(replies) = &options.end_replies {
+                    replies.acquire().await.ok()?.forget();
                 }
                 state.messages.lock().unwrap().push(message);
                 "250 2.0.0 queued\r\n".into()

@@ -4,6 +4,9 @@
 //! answered the dot. Each message still goes out once, and whatever ends
 //! the message before it, the rider's envelope delivered nothing.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use invoice_reminder::tick::{TickOutcome, run_tick};
 use tokio_util::sync::CancellationToken;
 
@@ -94,4 +97,59 @@ async fn a_letter_whose_envelope_rode_on_a_message_the_relay_reset_after_its_end
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 17, "a message went out twice");
+}
+
+/// The last moment for a letter whose envelope rode on the message before
+/// it is still just before its body: a pause that comes while the relay
+/// has not yet answered that message stops it. Its connection, waiting for
+/// a body that must not come, is closed; the letter goes back unattempted,
+/// and so does the one after it.
+#[tokio::test]
+async fn a_letter_paused_while_its_envelope_rode_on_the_message_before_it_is_not_sent() {
+    let replies = Arc::new(tokio::sync::Semaphore::new(0));
+    let relay = Relay::start(RelayOptions {
+        pipelining: true,
+        end_replies: Some(Arc::clone(&replies)),
+        ..RelayOptions::default()
+    })
+    .await;
+    let mut world = world_for(&relay).await;
+    world
+        .set("smtp.pool_size", 1)
+        .set("reminders.send_concurrency", 8);
+    let ids = common::insert_overdue(world.pool(), 3).await;
+    let ctx = world.context().await;
+    let tick = tokio::spawn(async move { run_tick(&ctx, &CancellationToken::new()).await });
+
+    // The first message's end is read, the next envelope behind it; the
+    // relay has not answered.
+    common::wait_until(
+        "an envelope rode on a message's end",
+        Duration::from_secs(20),
+        || std::future::ready(relay.envelopes_behind_an_end() >= 1),
+    )
+    .await;
+    for id in &ids {
+        sqlx::query(
+            "INSERT INTO invoice_reminder.console_pauses (invoice_id, reason, paused_by) \
+             VALUES ($1, 'disputed', 'test')",
+        )
+        .bind(id.to_string())
+        .execute(world.pool())
+        .await
+        .unwrap();
+    }
+    // Past the time a mark's read of the holds stands for (250 ms), the
+    // letter reads them again before its body.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    replies.add_permits(10);
+    let outcome = tick.await.unwrap().unwrap();
+
+    assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
+    assert_eq!(relay.messages(), 1, "only the message already ended went");
+    assert_eq!(
+        statuses(&world).await,
+        vec![("sent".to_owned(), 1, 1)],
+        "the paused letters went back unattempted"
+    );
 }
