@@ -23,10 +23,11 @@
 //!
 //! With a server that offers PIPELINING (RFC 2920), MAIL, every RCPT and
 //! DATA go out in one write and their replies are read in order: two round
-//! trips per message instead of three plus one per recipient. The body is
-//! sent only after all of them were accepted; if DATA was accepted but an
-//! earlier command was not, the connection is dropped without a body (the
-//! server then delivers nothing).
+//! trips per message instead of three plus one per recipient, and one when
+//! the next message's envelope rides on this one's end ([`Turn::next`],
+//! `ride`). The body is sent only after all of them were accepted; if DATA
+//! was accepted but an earlier command was not, the connection is dropped
+//! without a body (the server then delivers nothing).
 //!
 //! On success the server's final reply to the message (`250 2.0.0 Ok:
 //! queued as 4F3X2`) is kept as [`Accepted::reply`]: the proof of
