@@ -73,6 +73,8 @@ struct State {
     /// Messages whose final dot came with the next message's MAIL behind
     /// it, before the relay replied to the dot.
     riders: AtomicUsize,
+    /// Messages read through their final dot.
+    ends: AtomicUsize,
     auth_failures: AtomicUsize,
     /// Messages still to cut half-way (see [`RelayOptions::cut_messages`]).
     to_cut: AtomicUsize,
@@ -217,6 +219,12 @@ impl Relay {
     /// them, written before the relay replied to the dot.
     pub fn envelopes_behind_an_end(&self) -> usize {
         self.state.riders.load(Ordering::SeqCst)
+    }
+
+    /// How many messages were read through their final dot (answered or
+    /// not).
+    pub fn ends_read(&self) -> usize {
+        self.state.ends.load(Ordering::SeqCst)
     }
 
     pub fn rcpt_commands(&self) -> usize {
@@ -422,9 +430,12 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
                         return None;
                     }
                     if line == ".\r\n" {
+                        // Riders first: an end counted is one whose rider,
+                        // if any, is counted too.
                         if conn.buffer().starts_with(b"MAIL") {
                             state.riders.fetch_add(1, Ordering::SeqCst);
                         }
+                        state.ends.fetch_add(1, Ordering::SeqCst);
                         break;
                     }
                     message.push_str(&line);

@@ -103,7 +103,7 @@ async fn a_letter_whose_envelope_rode_on_a_message_the_relay_reset_after_its_end
 /// it is still just before its body: a pause that comes while the relay
 /// has not yet answered that message stops it. Its connection, waiting for
 /// a body that must not come, is closed; the letter goes back unattempted,
-/// and so does the one after it.
+/// and so does any after it.
 #[tokio::test]
 async fn a_letter_paused_while_its_envelope_rode_on_the_message_before_it_is_not_sent() {
     let replies = Arc::new(tokio::sync::Semaphore::new(0));
@@ -121,14 +121,25 @@ async fn a_letter_paused_while_its_envelope_rode_on_the_message_before_it_is_not
     let ctx = world.context().await;
     let tick = tokio::spawn(async move { run_tick(&ctx, &CancellationToken::new()).await });
 
-    // The first message's end is read, the next envelope behind it; the
-    // relay has not answered.
+    // A message's end is read with the next envelope behind it, and the
+    // relay has not answered it. An end read with nothing behind it (the
+    // next letter was not waiting yet) is answered, so that the next one
+    // can carry a rider.
+    let mut answered = 0;
     common::wait_until(
         "an envelope rode on a message's end",
         Duration::from_secs(20),
-        || std::future::ready(relay.envelopes_behind_an_end() >= 1),
+        || {
+            let ends = relay.ends_read();
+            if relay.envelopes_behind_an_end() == 0 && ends > answered {
+                replies.add_permits(ends - answered);
+                answered = ends;
+            }
+            std::future::ready(relay.envelopes_behind_an_end() >= 1)
+        },
     )
     .await;
+    let ended = relay.ends_read();
     for id in &ids {
         sqlx::query(
             "INSERT INTO invoice_reminder.console_pauses (invoice_id, reason, paused_by) \
@@ -146,10 +157,15 @@ async fn a_letter_paused_while_its_envelope_rode_on_the_message_before_it_is_not
     let outcome = tick.await.unwrap().unwrap();
 
     assert!(matches!(outcome, TickOutcome::Done(_)), "{outcome:?}");
-    assert_eq!(relay.messages(), 1, "only the message already ended went");
+    assert!(ended < 3, "a letter was left to ride");
+    assert_eq!(
+        relay.messages(),
+        ended,
+        "only the messages already ended went"
+    );
     assert_eq!(
         statuses(&world).await,
-        vec![("sent".to_owned(), 1, 1)],
+        vec![("sent".to_owned(), i64::try_from(ended).unwrap(), 1)],
         "the paused letters went back unattempted"
     );
 }
