@@ -10,13 +10,14 @@ use tokio_util::sync::CancellationToken;
 use crate::common::relay::{Relay, RelayOptions};
 use crate::common::{self, TemplateDir, World, cli};
 
-async fn world_for(relay: &Relay) -> World {
+pub(crate) async fn world_for(relay: &Relay) -> World {
     let mut world = World::new().await;
     world.set("smtp.port", relay.port);
     world
 }
 
-async fn statuses(world: &World) -> Vec<(String, i64, i32)> {
+/// Reminders by status: (status, count, most attempts).
+pub(crate) async fn statuses(world: &World) -> Vec<(String, i64, i32)> {
     sqlx::query_as(
         "SELECT status, count(*), max(attempts) FROM reminders GROUP BY status ORDER BY status",
     )

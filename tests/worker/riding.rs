@@ -12,20 +12,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::common::relay::{Relay, RelayOptions};
 use crate::common::{self, World};
+use crate::relays::{statuses, world_for};
 
-async fn world_for(relay: &Relay) -> World {
-    let mut world = World::new().await;
-    world.set("smtp.port", relay.port);
+/// A world sending over one connection to `relay`, eight letters in
+/// flight, with `owed` overdue invoices.
+async fn one_connection(relay: &Relay, owed: i64) -> (World, Vec<i64>) {
+    let mut world = world_for(relay).await;
     world
-}
-
-async fn statuses(world: &World) -> Vec<(String, i64, i32)> {
-    sqlx::query_as(
-        "SELECT status, count(*), max(attempts) FROM reminders GROUP BY status ORDER BY status",
-    )
-    .fetch_all(world.pool())
-    .await
-    .unwrap()
+        .set("smtp.pool_size", 1)
+        .set("reminders.send_concurrency", 8);
+    let ids = common::insert_overdue(world.pool(), owed).await;
+    (world, ids)
 }
 
 /// While letters wait for a connection, the next one's envelope goes out
@@ -40,11 +37,7 @@ async fn with_letters_waiting_for_the_connection_the_next_envelope_goes_out_with
         ..RelayOptions::default()
     })
     .await;
-    let mut world = world_for(&relay).await;
-    world
-        .set("smtp.pool_size", 1)
-        .set("reminders.send_concurrency", 8);
-    common::insert_overdue(world.pool(), 20).await;
+    let (world, _) = one_connection(&relay, 20).await;
     let ctx = world.context().await;
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
@@ -73,11 +66,7 @@ async fn a_letter_whose_envelope_rode_on_a_message_the_relay_reset_after_its_end
         ..RelayOptions::default()
     })
     .await;
-    let mut world = world_for(&relay).await;
-    world
-        .set("smtp.pool_size", 1)
-        .set("reminders.send_concurrency", 8);
-    common::insert_overdue(world.pool(), 20).await;
+    let (world, _) = one_connection(&relay, 20).await;
     let ctx = world.context().await;
 
     let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
@@ -113,11 +102,7 @@ async fn a_letter_paused_while_its_envelope_rode_on_the_message_before_it_is_not
         ..RelayOptions::default()
     })
     .await;
-    let mut world = world_for(&relay).await;
-    world
-        .set("smtp.pool_size", 1)
-        .set("reminders.send_concurrency", 8);
-    let ids = common::insert_overdue(world.pool(), 3).await;
+    let (world, ids) = one_connection(&relay, 3).await;
     let ctx = world.context().await;
     let tick = tokio::spawn(async move { run_tick(&ctx, &CancellationToken::new()).await });
 

@@ -209,19 +209,22 @@ async fn transact_watched(
         };
         return (Err(e), true);
     }
-    let (mail_from, rcpts) = envelope_of(mail, utf8);
     let Turn {
         pipelining,
         envelope_written,
         next,
     } = turn;
     let envelope = if envelope_written {
+        // Written by the send before ours: its replies only.
         let first = step(limit, conn.read_response()).await.map(|_| ());
-        envelope_replies(conn, first, rcpts.len(), limit).await
-    } else if pipelining {
-        pipelined_envelope(conn, mail_from, &rcpts, limit).await
+        envelope_replies(conn, first, mail.envelope.to().len(), limit).await
     } else {
-        stepwise_envelope(conn, mail_from, &rcpts, limit).await
+        let (mail_from, rcpts) = envelope_of(mail, utf8);
+        if pipelining {
+            pipelined_envelope(conn, mail_from, &rcpts, limit).await
+        } else {
+            stepwise_envelope(conn, mail_from, &rcpts, limit).await
+        }
     };
     let rejected = |f: &Failure| {
         let to = mail.envelope.to().get(f.rcpt?)?;
