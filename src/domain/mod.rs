@@ -244,8 +244,9 @@ impl Counts {
 /// claimer; `pacer`, `pool`, `relay`: a letter waiting for its rate slot,
 /// a connection, the relay's replies, summed over letters in flight), how
 /// long the pool's connections stood idle between messages (summed over
-/// connections), and what the phases spent in their own statements and in
-/// the claimer's wait for room in the claim bound.
+/// connections), and what the phases spent in their own statements and
+/// waiting for room: the claimer in the claim bound, the marker (its next
+/// mark written) in the in-flight limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Waits {
     pub marks: u64,
@@ -262,6 +263,9 @@ pub struct Waits {
     pub claim_room: u64,
     /// The marker's statements (marks, with the results they carry).
     pub mark_statements: u64,
+    /// The marker's next mark, written, waiting for room in the in-flight
+    /// limit: time in which the senders, not the marker, held the tick back.
+    pub mark_room: u64,
     /// Results written without a mark.
     pub record_statements: u64,
 }

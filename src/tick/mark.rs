@@ -103,6 +103,9 @@ impl Marker {
         // turn per result must not make a new waiter and a new timer each
         // time.
         let mut room: Option<Room> = None;
+        // Since when the mark written ahead waits for room.
+        let mut room_since = None;
+        let p = Arc::clone(&self.p);
         let timer = tokio::time::sleep(RECORD_EVERY);
         tokio::pin!(timer);
         let mut timer_at = None;
@@ -130,9 +133,13 @@ impl Marker {
             }
             let marking = self.ahead.is_some();
             match &self.ahead {
-                None => room = None,
+                None => {
+                    room = None;
+                    p.timings().end(Spent::MarkWaitingForRoom, &mut room_since);
+                }
                 Some(ahead) if room.is_none() => {
                     room = Some(Box::pin(self.in_flight.room(ahead.letters.len())));
+                    room_since = Some(tokio::time::Instant::now());
                 }
                 Some(_) => {}
             }
@@ -154,6 +161,7 @@ impl Marker {
                 },
                 permit = wait_for(&mut room) => {
                     room = None;
+                    p.timings().end(Spent::MarkWaitingForRoom, &mut room_since);
                     match permit {
                         Ok(room) => self.commit(room, to_send.as_ref()).await,
                         Err(_) => {
@@ -182,6 +190,7 @@ impl Marker {
                 () = self.p.stopped(), if marking => {}
             }
         }
+        p.timings().end(Spent::MarkWaitingForRoom, &mut room_since);
         if !self.finished.is_empty() {
             self.record().await;
         }

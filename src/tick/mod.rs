@@ -320,36 +320,7 @@ async fn finish(
         hold_reads: p.hold_checks().reads(),
     };
     ctx.metrics.send_waits(&summary.waits);
-    let waits = &summary.waits;
-    tracing::info!(
-        outcome = outcome.as_str(),
-        run_date = %summary.run_date,
-        claimed = counts.claimed,
-        sent = counts.sent,
-        failed = counts.failed,
-        discarded = counts.discarded,
-        unknown = counts.unknown,
-        skipped = counts.skipped,
-        handed_back = counts.handed_back,
-        source_problems = counts.source_problems,
-        suppressed = counts.suppressed,
-        superseded = counts.superseded,
-        withheld = counts.withheld,
-        duration_ms = summary.duration_ms,
-        hold_reads = summary.hold_reads,
-        waited_on_marks_ms = waits.marks,
-        waited_on_results_ms = waits.results,
-        waited_on_claims_ms = waits.claims,
-        waited_on_pacer_ms = waits.pacer,
-        waited_on_pool_ms = waits.pool,
-        waited_on_relay_ms = waits.relay,
-        idle_connections_ms = waits.idle_connections,
-        claim_statements_ms = waits.claim_statements,
-        claim_room_ms = waits.claim_room,
-        mark_statements_ms = waits.mark_statements,
-        record_statements_ms = waits.record_statements,
-        "tick finished"
-    );
+    summary.log(outcome.as_str());
     Ok(match outcome {
         RunOutcome::RecordFailed => TickOutcome::RecordFailed(summary),
         RunOutcome::LostLock => TickOutcome::LockLost(summary),

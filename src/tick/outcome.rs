@@ -81,3 +81,39 @@ pub struct Summary {
     /// the pace made letters wait, not as the backlog grows.
     pub hold_reads: u64,
 }
+
+impl Summary {
+    /// The "tick finished" line: what the tick did, and where its time went.
+    pub(super) fn log(&self, outcome: &str) {
+        tracing::info!(
+            outcome,
+            run_date = %self.run_date,
+            claimed = self.counts.claimed,
+            sent = self.counts.sent,
+            failed = self.counts.failed,
+            discarded = self.counts.discarded,
+            unknown = self.counts.unknown,
+            skipped = self.counts.skipped,
+            handed_back = self.counts.handed_back,
+            source_problems = self.counts.source_problems,
+            suppressed = self.counts.suppressed,
+            superseded = self.counts.superseded,
+            withheld = self.counts.withheld,
+            duration_ms = self.duration_ms,
+            hold_reads = self.hold_reads,
+            waited_on_marks_ms = self.waits.marks,
+            waited_on_results_ms = self.waits.results,
+            waited_on_claims_ms = self.waits.claims,
+            waited_on_pacer_ms = self.waits.pacer,
+            waited_on_pool_ms = self.waits.pool,
+            waited_on_relay_ms = self.waits.relay,
+            idle_connections_ms = self.waits.idle_connections,
+            claim_statements_ms = self.waits.claim_statements,
+            claim_room_ms = self.waits.claim_room,
+            mark_statements_ms = self.waits.mark_statements,
+            mark_room_ms = self.waits.mark_room,
+            record_statements_ms = self.waits.record_statements,
+            "tick finished"
+        );
+    }
+}

@@ -13,6 +13,10 @@
 //! other side of it: how long the pool's connections stood idle between
 //! two messages (`idle_connections`, summed over connections), time the
 //! relay could have been taking mail while no letter was ready for it.
+//! And the phases' own side: their statements, and their waits for room
+//! (the claimer in the claim bound; the marker, its next mark written, in
+//! the in-flight limit, time in which the letters in flight held the tick
+//! back, not the marker).
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,6 +34,9 @@ pub(super) enum Spent {
     ClaimStatements,
     /// The marker ran mark statements (with the results they carried).
     MarkStatements,
+    /// The marker's next mark, written, waited for room in the in-flight
+    /// limit.
+    MarkWaitingForRoom,
     /// The marker wrote results without a mark.
     RecordStatements,
     /// Senders with a free slot waited while a mark was written.
@@ -48,7 +55,7 @@ pub(super) enum Spent {
     ConnectionsIdle,
 }
 
-const KINDS: usize = 11;
+const KINDS: usize = 12;
 
 /// What the marker is doing, which an idle sender waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +92,14 @@ impl Timings {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         if let Some(slot) = self.nanos.get(spent as usize) {
             slot.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
+
+    /// A wait that began at `since` (if it did) has ended: its time goes
+    /// to `spent`, and `since` is cleared.
+    pub fn end(&self, spent: Spent, since: &mut Option<Instant>) {
+        if let Some(since) = since.take() {
+            self.add(spent, since.elapsed());
         }
     }
 
@@ -141,6 +156,7 @@ impl Timings {
             claim_statements: self.ms(ClaimStatements),
             claim_room: self.ms(ClaimWaitingForRoom),
             mark_statements: self.ms(MarkStatements),
+            mark_room: self.ms(MarkWaitingForRoom),
             record_statements: self.ms(RecordStatements),
         }
     }

@@ -85,6 +85,32 @@ async fn a_paced_tick_counts_the_time_its_relay_connection_stood_idle_between_me
 }
 
 #[tokio::test]
+async fn a_tick_held_back_by_its_relay_counts_the_time_its_next_mark_waited_for_room() {
+    let mut world = World::new().await;
+    world
+        .set("smtp.max_per_second", 20)
+        .set("smtp.pool_size", 1)
+        .set("reminders.send_concurrency", 4);
+    common::insert_overdue(world.pool(), 12).await;
+    let ctx = world.context().await;
+
+    let outcome = run_tick(&ctx, &CancellationToken::new()).await.unwrap();
+
+    assert_eq!(world.sink.received().len(), 12);
+    common::assert_no_duplicate_mail(&world.sink);
+    let waits = outcome.summary().map(|s| s.waits).unwrap_or_default();
+    // Marks of two letters in a limit of four, at 20 messages a second:
+    // after the first two marks each next one, written, waits for two
+    // letters to go, 100 ms, about four times over. A lower bound only: a
+    // slow machine adds to it.
+    assert!(
+        waits.mark_room >= 200,
+        "the marker's next mark waited {} ms for room: {waits:?}",
+        waits.mark_room
+    );
+}
+
+#[tokio::test]
 async fn a_connection_kept_from_the_last_tick_counts_only_this_ticks_part_of_its_idle_time() {
     let mut world = World::new().await;
     world.set("smtp.pool_size", 1);
