@@ -1,8 +1,8 @@
 //! The mark phase: claimed letters (a letter is the rows of one mail) are
 //! recorded as started (`started_at`), each row with the Message-ID its
 //! mail carries, a group of letters at a time, ahead of the senders, and
-//! only then handed to them; each mark also writes the results that
-//! finished since the last one (`record.rs`).
+//! only then handed to them (`handoff.rs`); each mark also writes the
+//! results that finished since the last one (`record.rs`).
 //!
 //! At most [`InFlight::size`] letters (`send_concurrency`) are marked and
 //! not yet written to a connection at any moment: that, plus the mail the
@@ -12,7 +12,9 @@
 //! still being sent, and committed only once the limit has room for its
 //! group ([`InFlight::group`]): a row is marked only from its commit on,
 //! so the limit holds at every moment, and the senders wait for the
-//! commit's round trip at most, never for the mark's statement. A mark
+//! commit's round trip at most, never for the mark's statement (and a
+//! commit with letters waiting for the next mark begins that mark's
+//! transaction in the same round trip). A mark
 //! that waits too long for room, or has to make way for results due on
 //! their own, is rolled back and written again later.
 //!
@@ -24,27 +26,19 @@
 //! handed back at the end of the run too, or by a later run if this process
 //! dies.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 use super::TickError;
 use super::bounds::{InFlight, Room, wait_for};
+use super::handoff::{self, Committed, Marked};
 use super::pipeline::{Pipeline, Stop};
 use super::record::{Finished, RECORD_EVERY};
 use super::timings::{MarkerWork, Spent};
 use crate::db;
-use crate::domain::{Attempted, Counts, Letter, ReminderId, count_of};
-
-/// A letter whose rows are marked started, with its place in the
-/// in-flight limit (released when its send ends).
-pub(super) struct Marked {
-    pub letter: Letter,
-    pub permit: OwnedSemaphorePermit,
-    /// When the mark read its rows' holds (just before its statement).
-    pub checked_at: tokio::time::Instant,
-}
+use crate::domain::{Attempted, Letter};
 
 /// What the claimer hands the marker: letters to mark.
 pub(super) type Batch = Vec<Letter>;
@@ -70,6 +64,8 @@ pub(super) struct Marker {
     buffer: VecDeque<Letter>,
     /// The next mark, written and waiting for room to commit.
     ahead: Option<Ahead>,
+    /// A transaction begun with the last mark's commit, for the next mark.
+    begun: Option<db::uncommitted::Begun>,
     /// Results waiting to be written.
     finished: Finished,
 }
@@ -82,6 +78,7 @@ impl Marker {
             in_flight,
             buffer: VecDeque::new(),
             ahead: None,
+            begun: None,
             finished,
         }
     }
@@ -249,6 +246,7 @@ impl Marker {
         let marks_db = &self.p.ctx().phases.marks;
         let writing = db::uncommitted::begin_progress(
             marks_db,
+            self.begun.take(),
             self.p.run_id(),
             self.p.ctx().settings.reminders.max_attempts,
             marks,
@@ -277,6 +275,8 @@ impl Marker {
     /// The mark written ahead, if any, is rolled back: its letters go back
     /// to the front of the buffer, its results back to those waiting.
     async fn roll_back(&mut self) {
+        // The next transaction too: the marker's one connection goes back.
+        self.begun = None;
         let Some(ahead) = self.ahead.take() else {
             return;
         };
@@ -323,68 +323,29 @@ impl Marker {
         let permits = self.in_flight.take(room, letters.len());
         let timings = self.p.timings();
         timings.marker(MarkerWork::Marking);
-        let committed = timings.time(Spent::MarkStatements, written.commit()).await;
+        // With letters waiting for the next mark, its BEGIN goes with this
+        // COMMIT: a round trip fewer on the marker's turn.
+        let committing = written.commit(!self.buffer.is_empty());
+        let committed = timings.time(Spent::MarkStatements, committing).await;
         timings.marker(MarkerWork::Waiting);
-        let (marked, held): (HashSet<ReminderId>, HashSet<ReminderId>) = match committed {
-            Ok(progress) => {
+        let committed = match committed {
+            Ok((progress, begun)) => {
+                self.begun = begun;
                 self.finished
                     .written(&self.p, results, Ok(progress.recorded));
-                (
-                    progress.marked.into_iter().collect(),
-                    progress.held.into_iter().collect(),
-                )
+                Committed {
+                    marked: progress.marked.into_iter().collect(),
+                    held: progress.held.into_iter().collect(),
+                    checked_at,
+                }
             }
             Err(e) => {
                 let rows = letters.iter().map(|l| l.rows.len()).sum();
                 return self.failed(e, results, rows);
             }
         };
-        let (mut skipped, mut withheld) = (0usize, 0usize);
-        for (mut letter, permit) in letters.into_iter().zip(permits) {
-            // A row held since its claim stays unstarted, for the end of
-            // the run to hand back unattempted; the rest of its statement
-            // goes. A row another run's sweep handed back is not ours to
-            // send.
-            let before = letter.rows.len();
-            let (rows, stopped): (Vec<_>, Vec<_>) =
-                letter.rows.into_iter().partition(|r| !held.contains(&r.id));
-            let (mine, theirs): (Vec<_>, Vec<_>) =
-                rows.into_iter().partition(|r| marked.contains(&r.id));
-            self.p.unsent().forget(theirs.iter().map(|r| r.id));
-            letter.rows = mine;
-            withheld = withheld.saturating_add(stopped.len());
-            skipped = skipped.saturating_add(
-                before
-                    .saturating_sub(letter.rows.len())
-                    .saturating_sub(stopped.len()),
-            );
-            if letter.rows.is_empty() {
-                continue;
-            }
-            let sent = match to_send {
-                Some(to_send) => to_send
-                    .send(Marked {
-                        letter,
-                        permit,
-                        checked_at,
-                    })
-                    .await
-                    .map_err(|e| e.0.letter),
-                None => Err(letter),
-            };
-            if let Err(unsent) = sent {
-                // The senders are gone: handed back at the end of the run.
-                self.p.not_sent(&unsent);
-            }
-        }
-        if skipped > 0 || withheld > 0 {
-            self.p.add(&Counts {
-                skipped: count_of(skipped),
-                withheld: count_of(withheld),
-                ..Counts::default()
-            });
-            self.p.bound().release(skipped.saturating_add(withheld));
-        }
+        let letters = letters.into_iter().zip(permits);
+        handoff::hand_over(&self.p, letters, &committed, to_send).await;
     }
 
     /// The tick stopped: buffered rows are never marked; the end of the run

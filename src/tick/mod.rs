@@ -26,6 +26,7 @@ mod compose;
 pub mod context;
 pub mod deferred;
 mod error;
+mod handoff;
 mod hold_checks;
 mod last_check;
 mod mark;

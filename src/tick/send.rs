@@ -21,8 +21,8 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use super::compose::Composer;
+use super::handoff::Marked;
 use super::last_check::LastCheck;
-use super::mark::Marked;
 use super::pipeline::{Pipeline, Stop};
 use crate::config::ArchiveStore;
 use crate::db;

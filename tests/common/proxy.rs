@@ -38,7 +38,11 @@ pub struct Proxy {
     control: watch::Sender<Control>,
     next_id: Arc<AtomicU64>,
     listener: Mutex<Option<JoinHandle<()>>>,
+    sought: Sought,
 }
+
+/// Bytes looked for in what clients send, and how often they were seen.
+type Sought = Arc<Mutex<Option<(Vec<u8>, Arc<AtomicU64>)>>>;
 
 impl Proxy {
     pub async fn start(target: SocketAddr) -> Self {
@@ -55,6 +59,7 @@ impl Proxy {
             control,
             next_id: Arc::new(AtomicU64::new(1)),
             listener: Mutex::new(None),
+            sought: Arc::new(Mutex::new(None)),
         };
         proxy.serve(listener);
         proxy
@@ -78,6 +83,14 @@ impl Proxy {
             .next()
             .expect("redis address");
         Self::start(target).await
+    }
+
+    /// From now on, counts how often clients send `bytes` on connections
+    /// opened later (found across the proxy's reads too).
+    pub fn count_sent(&self, bytes: &[u8]) -> Arc<AtomicU64> {
+        let seen = Arc::new(AtomicU64::new(0));
+        *self.sought.lock().unwrap() = Some((bytes.to_vec(), Arc::clone(&seen)));
+        seen
     }
 
     pub fn port(&self) -> u16 {
@@ -104,6 +117,7 @@ impl Proxy {
         let target = self.target;
         let control = self.control.subscribe();
         let next_id = self.next_id.clone();
+        let sought = Arc::clone(&self.sought);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -111,11 +125,12 @@ impl Proxy {
                 };
                 let id = next_id.fetch_add(1, Ordering::SeqCst);
                 let control = control.clone();
+                let sought = sought.lock().unwrap().clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
                     };
-                    carry(id, client, server, control).await;
+                    carry(id, client, server, control, sought).await;
                 });
             }
         });
@@ -175,14 +190,19 @@ async fn carry(
     client: TcpStream,
     server: TcpStream,
     mut control: watch::Receiver<Control>,
+    sought: Option<(Vec<u8>, Arc<AtomicU64>)>,
 ) {
     let start = control.borrow_and_update().generation;
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(cr, sw, control.clone(), |_c: &Control| false);
-    let down = pump(sr, cw, control.clone(), move |c: &Control| {
-        id < c.withhold_replies_below
-    });
+    let up = pump(cr, sw, control.clone(), |_c: &Control| false, sought);
+    let down = pump(
+        sr,
+        cw,
+        control.clone(),
+        move |c: &Control| id < c.withhold_replies_below,
+        None,
+    );
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -201,13 +221,25 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut control: watch::Receiver<Control>,
     withheld: impl Fn(&Control) -> bool,
+    sought: Option<(Vec<u8>, Arc<AtomicU64>)>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // The end of the last read, so bytes split across two reads are found.
+    let mut tail: Vec<u8> = Vec::new();
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if let Some((bytes, seen)) = &sought
+            && !bytes.is_empty()
+        {
+            tail.extend_from_slice(&buf[..n]);
+            let found = tail.windows(bytes.len()).filter(|w| w == bytes).count();
+            seen.fetch_add(found as u64, Ordering::SeqCst);
+            let keep = tail.len().min(bytes.len() - 1);
+            tail.drain(..tail.len() - keep);
+        }
         loop {
             let held = {
                 let c = control.borrow_and_update();

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use crate::common::proxy::Proxy;
 use crate::common::{self, Backend};
 use crate::harness;
 use crate::last_moment::{mailed, run_once};
@@ -85,4 +86,38 @@ async fn while_the_in_flight_limit_is_full_the_next_mark_is_written_and_takes_ef
         .await
         .unwrap();
     assert_eq!(sent, 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_letters_waiting_for_the_next_mark_its_transaction_begins_with_the_last_commit() {
+    let mut world = harness::world_for(Backend::Redis).await;
+    let (proxy, via_proxy) = Proxy::for_postgres(&world.db.url).await;
+    world
+        .set("database.url", via_proxy)
+        .set("smtp.max_per_second", 20)
+        .set("reminders.send_concurrency", 4);
+    let ids = common::insert_overdue(world.pool(), 12).await;
+    let chained = proxy.count_sent(b"COMMIT; BEGIN");
+
+    let out = run_once(&world).await.unwrap();
+
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Six marks of two letters from one page of twelve: each of the first
+    // five commits with letters waiting for the next mark, and begins that
+    // mark's transaction in the same round trip.
+    let chained = chained.load(Ordering::SeqCst);
+    assert!(
+        (3..=5).contains(&chained),
+        "{chained} commits began the next mark's transaction"
+    );
+    // And each mark in such a transaction took effect once, at its own
+    // commit: every invoice mailed once and recorded sent.
+    assert_eq!(world.sink.count(), 12);
+    common::assert_no_duplicate_mail(&world.sink);
+    assert_eq!(mailed(&world), ids.iter().copied().collect());
+    assert_eq!(common::count_status(world.pool(), "sent").await, 12);
 }
