@@ -325,7 +325,7 @@ impl Marker {
         timings.marker(MarkerWork::Marking);
         // With letters waiting for the next mark, its BEGIN goes with this
         // COMMIT: a round trip fewer on the marker's turn.
-        let committing = written.commit(!self.buffer.is_empty());
+        let committing = written.commit(to_send.is_some() && !self.buffer.is_empty());
         let committed = timings.time(Spent::MarkStatements, committing).await;
         timings.marker(MarkerWork::Waiting);
         let committed = match committed {
